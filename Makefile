@@ -1,0 +1,38 @@
+# Two entry points for a fresh machine: `make demo` (the main job) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: all demo test lint unit lit bench clean
+
+all: test
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/dlopt samples/ir/inference.dl -p DCE CSE --print-ir
+
+test: lint unit lit
+
+lint: $(STAMP)
+	$(BIN)/ruff check dlvm telc tests bench
+	$(BIN)/ruff format --check dlvm telc tests bench
+
+unit: $(STAMP)
+	$(BIN)/pytest -n auto tests/unit
+
+lit: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -sv tests/filecheck
+
+bench: $(STAMP)
+	$(BIN)/python bench/ir_speed.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,100 @@
+"""Located diagnostics: values that render like a compiler's (`file:line:col: error: message`,
+the source line, a caret), collected rather than thrown one at a time.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+
+class Source:
+    """The text of one input, with a line index for turning offsets into positions."""
+
+    __slots__ = ("name", "text", "_line_starts")
+
+    def __init__(self, name: str, text: str) -> None:
+        self.name = name
+        self.text = text
+        self._line_starts: list[int] | None = None
+
+    def position(self, offset: int) -> tuple[int, int]:
+        """1-based (line, column) of a character offset."""
+        if self._line_starts is None:
+            starts = [0]
+            find = self.text.find
+            i = find("\n")
+            while i >= 0:
+                starts.append(i + 1)
+                i = find("\n", i + 1)
+            self._line_starts = starts
+        line = bisect.bisect_right(self._line_starts, offset) - 1
+        return line + 1, offset - self._line_starts[line] + 1
+
+    def line_text(self, line: int) -> str:
+        lines = self.text.split("\n")
+        return lines[line - 1].rstrip("\r") if 0 < line <= len(lines) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A span start in a source: character offset plus length (for the caret run)."""
+
+    source: Source
+    offset: int
+    length: int = 1
+
+    @property
+    def line_col(self) -> tuple[int, int]:
+        return self.source.position(self.offset)
+
+    def __str__(self) -> str:
+        line, col = self.line_col
+        return f"{self.source.name}:{line}:{col}"
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    message: str
+    loc: Location | None = None
+    severity: str = "error"
+    notes: tuple[Diagnostic, ...] = ()
+
+    def render(self, color: bool = False) -> str:
+        """`file:line:col: error: message`, then the source line and a caret under the span."""
+        sev = self.severity
+        if color:
+            sev = {"error": "\x1b[1;31merror\x1b[0m", "note": "\x1b[1;36mnote\x1b[0m"}.get(
+                sev, sev
+            )
+        if self.loc is None:
+            head = f"{sev}: {self.message}"
+            lines = [head]
+        else:
+            line, col = self.loc.line_col
+            text = self.loc.source.line_text(line)
+            expanded = text.expandtabs(1)
+            span = max(1, min(self.loc.length, max(1, len(expanded) - col + 1)))
+            caret = " " * (col - 1) + "^" + "~" * (span - 1)
+            head = f"{self.loc}: {sev}: {self.message}"
+            lines = [head, expanded, caret]
+        out = "\n".join(lines)
+        for note in self.notes:
+            out += "\n" + note.render(color)
+        return out
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+@dataclass
+class DiagnosticError(Exception):
+    """Raised when input is rejected; carries every diagnostic found."""
+
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return "\n".join(d.render() for d in self.diagnostics)
+
+    def render(self, color: bool = False) -> str:
+        return "\n".join(d.render(color) for d in self.diagnostics)

@@ -1,0 +1,90 @@
+"""Tokens of the textual IR (IR.md section 5).
+
+Newlines are tokens, except where a line may wrap: after `,` `(` `=` `->` `<` `[` `{` `x` and
+before `->` `)` `]` `>` `,`. Blank lines and `//` comments vanish. A whole tensor type such as
+`<1 x 784 x f32>` on one line is a single TENSOR token, which keeps parsing fast.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dlvm.ir.types import DATA_TYPES
+
+# Token kinds.
+NL = "nl"
+WORD = "word"  # keywords, opcodes, data types, `x`
+STRING = "string"
+INT = "int"
+FLOAT = "float"
+TENSOR = "tensor"  # a whole tensor type on one line
+GLOBAL = "global"  # @name
+LOCAL = "local"  # %name
+ANON = "anon"  # %B.I
+TYPE = "type"  # $Name
+BLOCK = "block"  # 'name
+KEY = "key"  # #field
+CASE = "case"  # ?case
+ATTR = "attr"  # !name
+ARROW = "arrow"  # ->
+PUNCT = "punct"
+EOF = "eof"
+ERROR = "error"
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_.]*"
+_DTYPES = "|".join(DATA_TYPES)
+_SPEC = [
+    ("ws", r"[ \t]+"),
+    ("comment", r"//[^\n\r]*"),
+    (NL, r"(?:\r\n|\r|\n)"),
+    (TENSOR, rf"<[ \t]*[0-9]+(?:[ \t]+x[ \t]+[0-9]+)*[ \t]+x[ \t]+(?:{_DTYPES})[ \t]*>"),
+    (ARROW, r"->"),
+    (FLOAT, r"-?[0-9]+(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)"),
+    (INT, r"-?[0-9]+"),
+    (STRING, r'"(?:[^"\\\n]|\\.)*"'),
+    (ANON, r"%[0-9]+\.[0-9]+"),
+    (LOCAL, rf"%{_IDENT}"),
+    (GLOBAL, rf"@{_IDENT}"),
+    (TYPE, rf"\${_IDENT}"),
+    (BLOCK, rf"'{_IDENT}"),
+    (KEY, rf"#{_IDENT}"),
+    (CASE, rf"\?{_IDENT}"),
+    (ATTR, rf"!{_IDENT}"),
+    (WORD, _IDENT),
+    (PUNCT, r"[<>()\[\]{},:=*]"),
+    (ERROR, r"."),
+]
+_MASTER = re.compile("|".join(f"(?P<{name}>{rx})" for name, rx in _SPEC))
+
+_JOIN_AFTER = frozenset([",", "(", "=", "->", "<", "[", "{", "x"])
+_JOIN_BEFORE = frozenset(["->", ")", "]", ">", ","])
+
+
+def tokenize(text: str) -> tuple[list[str], list[str], list[int]]:
+    """Returns parallel lists (kinds, texts, offsets), ending with an EOF token."""
+    kinds: list[str] = []
+    texts: list[str] = []
+    offsets: list[int] = []
+    for m in _MASTER.finditer(text):
+        kind = m.lastgroup
+        if kind == "ws" or kind == "comment":
+            continue
+        tok = m.group()
+        if kind == NL:
+            if not kinds or kinds[-1] == NL or texts[-1] in _JOIN_AFTER:
+                continue
+        elif kinds and kinds[-1] == NL and tok in _JOIN_BEFORE:
+            kinds.pop()
+            texts.pop()
+            offsets.pop()
+        kinds.append(kind)  # type: ignore[arg-type]
+        texts.append(tok)
+        offsets.append(m.start())
+    if kinds and kinds[-1] != NL:
+        kinds.append(NL)
+        texts.append("\n")
+        offsets.append(len(text))
+    kinds.append(EOF)
+    texts.append("")
+    offsets.append(len(text))
+    return kinds, texts, offsets

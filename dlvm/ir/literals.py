@@ -1,0 +1,120 @@
+"""Literal payloads (IR.md section 3): scalars, `zero`/`undefined`/`null`, and aggregates.
+
+A literal has no type of its own; a `LiteralValue` (in values.py) pairs it with the type of its
+use. Aggregate elements are themselves typed uses (values), so literals nest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dlvm.ir.values import Value
+
+
+class Literal:
+    __slots__ = ()
+
+    def elements(self) -> tuple[Value, ...]:
+        """The nested uses of an aggregate literal (none for scalars)."""
+        return ()
+
+    def map_elements(self, fn) -> Literal:
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarLiteral(Literal):
+    """An integer, float or boolean. Integers stay integers in print (`1: f32` prints `1`)."""
+
+    value: int | float | bool
+
+    def __str__(self) -> str:
+        v = self.value
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int):
+            return str(v)
+        return format_float(v)
+
+
+def format_float(v: float) -> str:
+    """Shortest round-trip text, always with a `.` or an exponent (`1.0`, `0.5`, `1e-05`)."""
+    if v != v:
+        return "nan"
+    if v in (float("inf"), float("-inf")):
+        return "inf" if v > 0 else "-inf"
+    text = repr(float(v))
+    if "e" in text:
+        mantissa, exp = text.split("e")
+        if exp.startswith("+"):
+            exp = exp[1:]
+        return mantissa + "e" + exp
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class SpecialLiteral(Literal):
+    """`zero`, `undefined` or `null`."""
+
+    word: str
+
+    def __str__(self) -> str:
+        return self.word
+
+
+ZERO = SpecialLiteral("zero")
+UNDEFINED = SpecialLiteral("undefined")
+NULL = SpecialLiteral("null")
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateLiteral(Literal):
+    """`<u, u>` (tensor), `(u, u)` (tuple) or `[u, u]` (array)."""
+
+    kind: str  # "tensor" | "tuple" | "array"
+    items: tuple[Value, ...]
+
+    def elements(self) -> tuple[Value, ...]:
+        return self.items
+
+    def map_elements(self, fn) -> Literal:
+        return AggregateLiteral(self.kind, tuple(fn(v) for v in self.items))
+
+    def __str__(self) -> str:
+        open_, close = {"tensor": "<>", "tuple": "()", "array": "[]"}[self.kind]
+        return open_ + ", ".join(v.use_text() for v in self.items) + close
+
+
+@dataclass(frozen=True, slots=True)
+class StructLiteral(Literal):
+    """`{#a = u, #b = u}`."""
+
+    fields: tuple[tuple[str, Value], ...]
+
+    def elements(self) -> tuple[Value, ...]:
+        return tuple(v for _, v in self.fields)
+
+    def map_elements(self, fn) -> Literal:
+        return StructLiteral(tuple((k, fn(v)) for k, v in self.fields))
+
+    def __str__(self) -> str:
+        return "{" + ", ".join(f"#{k} = {v.use_text()}" for k, v in self.fields) + "}"
+
+
+@dataclass(frozen=True, slots=True)
+class EnumLiteral(Literal):
+    """`?case(u, u)`."""
+
+    case: str
+    items: tuple[Value, ...]
+
+    def elements(self) -> tuple[Value, ...]:
+        return self.items
+
+    def map_elements(self, fn) -> Literal:
+        return EnumLiteral(self.case, tuple(fn(v) for v in self.items))
+
+    def __str__(self) -> str:
+        return f"?{self.case}(" + ", ".join(v.use_text() for v in self.items) + ")"

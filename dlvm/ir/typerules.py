@@ -1,0 +1,631 @@
+"""Result-type rules of the instructions (IR.md section 4), one function per rule.
+
+Each rule takes the operand types and the attributes and returns the result type, or raises
+`TypeRuleError` with a message saying what is wrong. ops.py attaches one rule to each
+instruction; the parser, builder and verifier all call it through the declaration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlvm.ir.types import (
+    BOOL,
+    I64,
+    STACK,
+    VOID,
+    ArrayType,
+    BoxType,
+    DataType,
+    EnumType,
+    FunctionType,
+    PointerType,
+    StackType,
+    StructType,
+    TensorType,
+    TupleType,
+    Type,
+    broadcast_shapes,
+    canonical,
+    same_type,
+    shape_text,
+)
+from dlvm.ir.values import ElementKey
+
+
+class TypeRuleError(Exception):
+    """An instruction's operands or attributes do not fit its type rule."""
+
+
+def tensor(ty: Type, what: str = "operand") -> TensorType:
+    t = canonical(ty)
+    if not isinstance(t, TensorType):
+        raise TypeRuleError(f"{what} must be a tensor, found {ty}")
+    return t
+
+
+def _broadcast(*tys: TensorType) -> tuple[int, ...]:
+    shape = tys[0].shape
+    for t in tys[1:]:
+        out = broadcast_shapes(shape, t.shape)
+        if out is None:
+            shapes = " and ".join(str(x) for x in tys)
+            raise TypeRuleError(f"cannot broadcast {shapes}")
+        shape = out
+    return shape
+
+
+def _same_dtype(a: TensorType, b: TensorType) -> None:
+    if a.dtype is not b.dtype:
+        raise TypeRuleError(f"operand data types differ: {a.dtype} and {b.dtype}")
+
+
+def _check_dims(dims: tuple[int, ...], rank: int, what: str = "dimension") -> None:
+    if len(set(dims)) != len(dims):
+        raise TypeRuleError(f"repeated {what} in {', '.join(map(str, dims))}")
+    for d in dims:
+        if not 0 <= d < rank:
+            raise TypeRuleError(f"{what} {d} is out of range for rank {rank}")
+
+
+# Elementwise families ----------------------------------------------------------------------
+
+
+def unary_float(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    if not t.dtype.is_float:
+        raise TypeRuleError(f"operand must have a float data type, found {t.dtype}")
+    return ops[0]
+
+
+def unary_numeric(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    if not t.dtype.is_numeric:
+        raise TypeRuleError(f"operand must be numeric, found {t.dtype}")
+    return ops[0]
+
+
+def binary_numeric(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    a, b = tensor(ops[0], "left operand"), tensor(ops[1], "right operand")
+    _same_dtype(a, b)
+    if not a.dtype.is_numeric:
+        raise TypeRuleError(f"operands must be numeric, found {a.dtype}")
+    return TensorType(_broadcast(a, b), a.dtype)
+
+
+def binary_bool(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    a, b = tensor(ops[0], "left operand"), tensor(ops[1], "right operand")
+    if not (a.dtype.is_bool and b.dtype.is_bool):
+        raise TypeRuleError(f"operands must be bool, found {a.dtype} and {b.dtype}")
+    return TensorType(_broadcast(a, b), DataType.BOOL)
+
+
+def unary_bool(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    if not t.dtype.is_bool:
+        raise TypeRuleError(f"operand must be bool, found {t.dtype}")
+    return ops[0]
+
+
+def compare(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    a, b = tensor(ops[0], "left operand"), tensor(ops[1], "right operand")
+    _same_dtype(a, b)
+    return TensorType(_broadcast(a, b), DataType.BOOL)
+
+
+def compare_ordered(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    result = compare(ops, attrs)
+    if not tensor(ops[0]).dtype.is_numeric:
+        raise TypeRuleError("ordered comparison needs numeric operands")
+    return result
+
+
+def select(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    a, b, flags = tensor(ops[0]), tensor(ops[1]), tensor(ops[2], "flags")
+    _same_dtype(a, b)
+    if not flags.dtype.is_bool:
+        raise TypeRuleError(f"select flags must be bool, found {flags.dtype}")
+    return TensorType(_broadcast(a, b, flags), a.dtype)
+
+
+# Casts and shapes --------------------------------------------------------------------------
+
+
+def data_type_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    to: DataType = attrs["dtype"]
+    if not t.dtype.can_cast_to(to):
+        raise TypeRuleError(f"cannot cast {t.dtype} to {to} (same base, equal or wider only)")
+    return t.with_dtype(to)
+
+
+def bit_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    return attrs["type"]
+
+
+def dot(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    a, b = tensor(ops[0], "left operand"), tensor(ops[1], "right operand")
+    _same_dtype(a, b)
+    if not a.dtype.is_numeric:
+        raise TypeRuleError("dot needs numeric operands")
+    if a.rank == 1 and b.rank == 1:
+        if a.shape != b.shape:
+            raise TypeRuleError(f"dot of vectors needs equal shapes, found {a} and {b}")
+        return TensorType((), a.dtype)
+    if a.rank < 2 or a.rank != b.rank:
+        raise TypeRuleError(f"dot needs operands of equal rank >= 2, found {a} and {b}")
+    if a.shape[:-2] != b.shape[:-2]:
+        raise TypeRuleError(f"dot batch dimensions differ: {a} and {b}")
+    if a.shape[-1] != b.shape[-2]:
+        raise TypeRuleError(
+            f"dot inner dimensions differ: {a} has {a.shape[-1]} columns, "
+            f"{b} has {b.shape[-2]} rows"
+        )
+    return TensorType(a.shape[:-1] + (b.shape[-1],), a.dtype)
+
+
+def transpose(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    return t.with_shape(tuple(reversed(t.shape)))
+
+
+def reverse(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    _check_dims(attrs["dims"], t.rank)
+    return ops[0]
+
+
+def concatenate(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    if not ops:
+        raise TypeRuleError("concatenate needs at least one operand")
+    ts = [tensor(o) for o in ops]
+    axis: int = attrs["axis"]
+    first = ts[0]
+    if not 0 <= axis < first.rank:
+        raise TypeRuleError(f"axis {axis} is out of range for rank {first.rank}")
+    total = 0
+    for t in ts:
+        _same_dtype(first, t)
+        if t.rank != first.rank or any(
+            x != y for i, (x, y) in enumerate(zip(t.shape, first.shape)) if i != axis
+        ):
+            raise TypeRuleError(f"cannot concatenate {first} and {t} along {axis}")
+        total += t.shape[axis]
+    shape = list(first.shape)
+    shape[axis] = total
+    return first.with_shape(tuple(shape))
+
+
+def slice_(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    lo, hi = attrs["lo"], attrs["hi"]
+    if t.rank == 0:
+        raise TypeRuleError("cannot slice a scalar")
+    if not 0 <= lo <= hi < t.shape[0]:
+        raise TypeRuleError(f"slice range {lo} upto {hi} is out of bounds for {t}")
+    return t.with_shape((hi - lo + 1,) + t.shape[1:])
+
+
+def _combinator(comb: Any, dtype: DataType) -> None:
+    from dlvm.ir.ops import OPS
+
+    if isinstance(comb, str):
+        op = OPS.get(comb)
+        if op is None or op.family not in ("binary", "boolean"):
+            raise TypeRuleError(f"'{comb}' is not a binary operation")
+        if op.family == "boolean" and not dtype.is_bool:
+            raise TypeRuleError(f"combinator '{comb}' needs bool data, found {dtype}")
+        if op.family == "binary" and not dtype.is_numeric:
+            raise TypeRuleError(f"combinator '{comb}' needs numeric data, found {dtype}")
+        return
+    fty = canonical(comb.type)
+    s = TensorType((), dtype)
+    if not (
+        isinstance(fty, FunctionType)
+        and len(fty.arguments) == 2
+        and all(same_type(a, s) for a in fty.arguments)
+        and same_type(fty.result, s)
+    ):
+        raise TypeRuleError(f"combinator must have type ({s}, {s}) -> {s}, found {comb.type}")
+
+
+def _init(ty: Type, dtype: DataType) -> None:
+    t = tensor(ty, "init")
+    if t.shape or t.dtype is not dtype:
+        raise TypeRuleError(f"init must be a scalar {dtype}, found {ty}")
+
+
+def reduce(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    _combinator(attrs["comb"], t.dtype)
+    _init(ops[1], t.dtype)
+    dims = attrs["dims"]
+    _check_dims(dims, t.rank)
+    return t.with_shape(tuple(d for i, d in enumerate(t.shape) if i not in dims))
+
+
+def scan(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    _combinator(attrs["comb"], t.dtype)
+    _check_dims(attrs["dims"], t.rank)
+    return ops[0]
+
+
+def reduce_window(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    _combinator(attrs["comb"], t.dtype)
+    _init(ops[1], t.dtype)
+    dims, strides, mode = attrs["dims"], attrs["strides"], attrs["padding"]
+    if len(dims) != t.rank or len(strides) != t.rank:
+        raise TypeRuleError(f"window dims and strides need {t.rank} entries (the rank)")
+    if any(d <= 0 for d in dims) or any(s <= 0 for s in strides):
+        raise TypeRuleError("window dims and strides must be positive")
+    out = []
+    for n, d, s in zip(t.shape, dims, strides):
+        if mode == "none":
+            out.append(max((n - d) // s + 1, 0))
+        elif mode == "half":
+            out.append((n - 1) // s + 1)
+        else:
+            out.append((n + d - 2) // s + 1)
+    return t.with_shape(tuple(out))
+
+
+def convolve(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    x, k = tensor(ops[0], "input"), tensor(ops[1], "kernel")
+    _same_dtype(x, k)
+    if x.rank < 3 or x.rank != k.rank:
+        raise TypeRuleError(f"convolve needs input and kernel of equal rank >= 3, found {x}, {k}")
+    n = x.rank - 2
+    strides = attrs.get("strides") or (1,) * n
+    padding = attrs.get("padding") or ((0, 0),) * n
+    ld = attrs.get("leftDilation") or (1,) * n
+    rd = attrs.get("rightDilation") or (1,) * n
+    groups = attrs.get("groups") or 1
+    for name, lst in (("strides", strides), ("padding", padding), ("leftDilation", ld)):
+        if len(lst) != n:
+            raise TypeRuleError(f"{name} needs {n} entries, found {len(lst)}")
+    if len(rd) != n:
+        raise TypeRuleError(f"rightDilation needs {n} entries, found {len(rd)}")
+    if any(s < 1 for s in strides) or any(d < 1 for d in ld + rd):
+        raise TypeRuleError("strides and dilations must be positive")
+    if any(lo < 0 or hi < 0 for lo, hi in padding):
+        raise TypeRuleError("padding must not be negative")
+    if not 1 <= groups <= k.shape[0] or x.shape[1] % groups or x.shape[1] // groups != k.shape[1]:
+        raise TypeRuleError(
+            f"input channels {x.shape[1]} / groups {groups} must equal kernel channels "
+            f"{k.shape[1]}"
+        )
+    out = [x.shape[0], (k.shape[0] // groups) * groups]
+    for i in range(n):
+        base = (x.shape[i + 2] - 1) * ld[i] + 1
+        padded = padding[i][0] + base + padding[i][1]
+        win = (k.shape[i + 2] - 1) * rd[i] + 1
+        out.append(0 if win > padded else (padded - win) // strides[i] + 1)
+    return x.with_shape(tuple(out))
+
+
+def pad_shape(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    i = attrs["index"]
+    if not 0 <= i <= t.rank:
+        raise TypeRuleError(f"padShape index {i} is out of range for rank {t.rank}")
+    return t.with_shape(t.shape[:i] + (1,) + t.shape[i:])
+
+
+def squeeze_shape(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    i = attrs["index"]
+    if not 0 <= i < t.rank or t.shape[i] != 1:
+        raise TypeRuleError(f"squeezeShape index {i} must name a dimension of size 1 in {t}")
+    return t.with_shape(t.shape[:i] + t.shape[i + 1 :])
+
+
+def shape_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    shape = attrs["shape"]
+    new = t.with_shape(shape)
+    if new.unit_count != t.unit_count:
+        raise TypeRuleError(f"cannot cast {t} to {shape_text(shape)}: element counts differ")
+    return new
+
+
+def random(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    lo, hi = tensor(ops[0], "lower bound"), tensor(ops[1], "upper bound")
+    _same_dtype(lo, hi)
+    if lo.shape or hi.shape or not lo.dtype.is_numeric:
+        raise TypeRuleError("random bounds must be numeric scalars")
+    return TensorType(attrs["shape"], lo.dtype)
+
+
+def rank_of(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    tensor(ops[0])
+    return I64
+
+
+def shape_of(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = tensor(ops[0])
+    if not t.rank:
+        raise TypeRuleError("a scalar has no shape to take (its rank is 0)")
+    return TensorType((t.rank,), DataType.I64)
+
+
+def unit_count_of(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    tensor(ops[0])
+    return I64
+
+
+def literal(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    return ops[0]
+
+
+# Aggregates ----------------------------------------------------------------------------------
+
+
+def element_type(ty: Type, key: ElementKey) -> Type:
+    """The type at one key of an aggregate (tuple, struct, tensor, array, pointer)."""
+    t = canonical(ty)
+    if key.value is not None:
+        kt = canonical(key.value.type)
+        if not (isinstance(kt, TensorType) and not kt.shape and kt.dtype.is_int):
+            raise TypeRuleError(f"a value key must be an integer scalar, found {key.value.type}")
+    if isinstance(t, StructType):
+        if key.field is None:
+            raise TypeRuleError(f"a struct {ty} needs a #field key")
+        ft = t.field_type(key.field)
+        if ft is None:
+            raise TypeRuleError(f"struct {ty} has no field #{key.field}")
+        return ft
+    if key.field is not None:
+        raise TypeRuleError(f"#{key.field} can only index a struct, not {ty}")
+    if isinstance(t, TupleType):
+        if key.index is None:
+            raise TypeRuleError(f"a tuple {ty} needs an integer key")
+        if not 0 <= key.index < len(t.elements):
+            raise TypeRuleError(f"index {key.index} is out of range for {ty}")
+        return t.elements[key.index]
+    if isinstance(t, TensorType):
+        if not t.shape:
+            raise TypeRuleError("cannot index a scalar")
+        if key.index is not None and not 0 <= key.index < t.shape[0]:
+            raise TypeRuleError(f"index {key.index} is out of range for {ty}")
+        return t.with_shape(t.shape[1:])
+    if isinstance(t, ArrayType):
+        if key.index is not None and not 0 <= key.index < t.count:
+            raise TypeRuleError(f"index {key.index} is out of range for {ty}")
+        return t.element
+    if isinstance(t, PointerType):
+        return t.pointee
+    raise TypeRuleError(f"cannot index into {ty}")
+
+
+def _walk_keys(ty: Type, keys: tuple[ElementKey, ...]) -> Type:
+    if not keys:
+        raise TypeRuleError("at least one key is needed")
+    for k in keys:
+        ty = element_type(ty, k)
+    return ty
+
+
+def extract(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    return _walk_keys(ops[0], attrs["keys"])
+
+
+def insert(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    elt = _walk_keys(ops[1], attrs["keys"])
+    if not same_type(elt, ops[0]):
+        raise TypeRuleError(f"inserted value has type {ops[0]}, the destination holds {elt}")
+    return ops[1]
+
+
+def apply(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    fty = canonical(ops[0])
+    if isinstance(fty, PointerType):
+        fty = canonical(fty.pointee)
+    if not isinstance(fty, FunctionType):
+        raise TypeRuleError(f"callee must be a function, found {ops[0]}")
+    args = ops[1:]
+    if len(args) != len(fty.arguments):
+        raise TypeRuleError(f"callee takes {len(fty.arguments)} arguments, {len(args)} given")
+    for i, (a, p) in enumerate(zip(args, fty.arguments)):
+        if not same_type(a, p):
+            raise TypeRuleError(f"argument {i} has type {a}, the callee expects {p}")
+    return fty.result
+
+
+# Stack and memory ----------------------------------------------------------------------------
+
+
+def void(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    return VOID
+
+
+def terminator(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    return VOID
+
+
+def conditional(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    if not same_type(ops[0], BOOL):
+        raise TypeRuleError(f"condition must be bool, found {ops[0]}")
+    return VOID
+
+
+def branch_enum(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t = canonical(ops[0])
+    if not isinstance(t, EnumType):
+        raise TypeRuleError(f"branchEnum needs an enum value, found {ops[0]}")
+    for case, _ in attrs["cases"]:
+        if t.case_types(case) is None:
+            raise TypeRuleError(f"enum {ops[0]} has no case ?{case}")
+    return VOID
+
+
+def create_stack(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    return STACK
+
+
+def _stack(ty: Type) -> None:
+    if not isinstance(canonical(ty), StackType):
+        raise TypeRuleError(f"expected a stack, found {ty}")
+
+
+def destroy_stack(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    _stack(ops[0])
+    return VOID
+
+
+def push(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    _stack(ops[1])
+    return VOID
+
+
+def pop(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    _stack(ops[0])
+    return attrs["type"]
+
+
+def allocate_stack(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    if attrs["count"] <= 0:
+        raise TypeRuleError("allocation count must be positive")
+    return PointerType(attrs["type"])
+
+
+def allocate_heap(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    if not same_type(ops[0], I64):
+        raise TypeRuleError(f"allocation count must be i64, found {ops[0]}")
+    return PointerType(attrs["type"])
+
+
+def allocate_box(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    return BoxType(attrs["type"])
+
+
+def _box(ty: Type) -> BoxType:
+    t = canonical(ty)
+    if not isinstance(t, BoxType):
+        raise TypeRuleError(f"expected a box, found {ty}")
+    return t
+
+
+def project_box(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    return PointerType(_box(ops[0]).content)
+
+
+def box_refcount(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    _box(ops[0])
+    return VOID
+
+
+def deallocate(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    if not isinstance(canonical(ops[0]), (PointerType, BoxType)):
+        raise TypeRuleError(f"can only deallocate a pointer or a box, found {ops[0]}")
+    return VOID
+
+
+def _pointer(ty: Type) -> PointerType:
+    t = canonical(ty)
+    if not isinstance(t, PointerType):
+        raise TypeRuleError(f"expected a pointer, found {ty}")
+    return t
+
+
+def load(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    return _pointer(ops[0]).pointee
+
+
+def store(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    p = _pointer(ops[1])
+    if not same_type(p.pointee, ops[0]):
+        raise TypeRuleError(f"cannot store {ops[0]} to {ops[1]}")
+    return VOID
+
+
+def element_pointer(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    _pointer(ops[0])
+    return PointerType(_walk_keys(ops[0], attrs["keys"]))
+
+
+def copy(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    src, dst = _pointer(ops[0]), _pointer(ops[1])
+    if not same_type(src, dst):
+        raise TypeRuleError(f"copy needs equal pointer types, found {ops[0]} and {ops[1]}")
+    if not same_type(ops[2], I64):
+        raise TypeRuleError(f"copy count must be i64, found {ops[2]}")
+    return VOID
+
+
+# Literals ------------------------------------------------------------------------------------
+
+
+def check_literal_operand(value: Any, aggregate_ok: bool) -> None:
+    """Checks that a literal use fits its type; outside `literal`, only scalars may appear."""
+    from dlvm.ir.literals import AggregateLiteral, EnumLiteral, ScalarLiteral, StructLiteral
+    from dlvm.ir.values import LiteralValue
+
+    lit, ty = value.literal, value.type
+    t = canonical(ty)
+    if not aggregate_ok and (lit.elements() or (isinstance(t, TensorType) and t.shape)):
+        raise TypeRuleError(
+            f"only 'literal' may take the non-scalar literal {lit}: {ty}; "
+            "define it with a literal instruction"
+        )
+    if isinstance(lit, ScalarLiteral):
+        if not isinstance(t, TensorType):
+            raise TypeRuleError(f"scalar literal {lit} cannot have type {ty}")
+        v = lit.value
+        ok = (
+            t.dtype.is_bool
+            if isinstance(v, bool)
+            else (t.dtype.is_numeric if isinstance(v, int) else t.dtype.is_float)
+        )
+        if not ok:
+            raise TypeRuleError(f"literal {lit} does not fit data type {t.dtype}")
+        return
+    word = str(lit)
+    if word == "undefined":
+        return
+    if word == "zero":
+        if not isinstance(t, (TensorType, TupleType, ArrayType, StructType)):
+            raise TypeRuleError(f"zero cannot have type {ty}")
+        return
+    if word == "null":
+        if not isinstance(t, (PointerType, BoxType, FunctionType)):
+            raise TypeRuleError(f"null needs a pointer or box type, found {ty}")
+        return
+
+    def expect(elements: tuple, types: list[Type]) -> None:
+        if len(elements) != len(types):
+            raise TypeRuleError(f"literal has {len(elements)} elements, {ty} needs {len(types)}")
+        for e, et in zip(elements, types):
+            if not same_type(e.type, et):
+                raise TypeRuleError(f"element {e.ref_text()} has type {e.type}, expected {et}")
+            if isinstance(e, LiteralValue):
+                check_literal_operand(e, aggregate_ok=True)
+
+    if isinstance(lit, AggregateLiteral):
+        if lit.kind == "tensor":
+            if not isinstance(t, TensorType) or not t.shape:
+                raise TypeRuleError(f"a tensor literal needs a tensor type, found {ty}")
+            expect(lit.items, [t.with_shape(t.shape[1:])] * t.shape[0])
+        elif lit.kind == "tuple":
+            if not isinstance(t, TupleType):
+                raise TypeRuleError(f"a tuple literal needs a tuple type, found {ty}")
+            expect(lit.items, list(t.elements))
+        else:
+            if not isinstance(t, ArrayType):
+                raise TypeRuleError(f"an array literal needs an array type, found {ty}")
+            expect(lit.items, [t.element] * t.count)
+    elif isinstance(lit, StructLiteral):
+        if not isinstance(t, StructType):
+            raise TypeRuleError(f"a struct literal needs a struct type, found {ty}")
+        names = [n for n, _ in lit.fields]
+        if names != [n for n, _ in t.fields]:
+            raise TypeRuleError(f"struct literal fields must be those of {ty}, in order")
+        expect(lit.elements(), [ft for _, ft in t.fields])
+    elif isinstance(lit, EnumLiteral):
+        if not isinstance(t, EnumType):
+            raise TypeRuleError(f"an enum literal needs an enum type, found {ty}")
+        types = t.case_types(lit.case)
+        if types is None:
+            raise TypeRuleError(f"enum {ty} has no case ?{lit.case}")
+        expect(lit.items, list(types))
