@@ -629,3 +629,48 @@ def check_literal_operand(value: Any, aggregate_ok: bool) -> None:
         if types is None:
             raise TypeRuleError(f"enum {ty} has no case ?{lit.case}")
         expect(lit.items, list(types))
+
+
+# Gradient declarations -----------------------------------------------------------------------
+
+
+def gradient_type(of: FunctionType, source: int | None, wrt: tuple[int, ...] | None,
+                  keeping: tuple[int, ...], seedable: bool) -> FunctionType:  # fmt: skip
+    """The type `[gradient @f from S wrt … keeping … seedable]` must declare (IR.md section 5):
+    `(args… [, seed]) -> (d_wrt…, kept…)`, derivatives first, always a tuple."""
+    from dlvm.ir.types import is_differentiable
+
+    result = canonical(of.result)
+    if isinstance(result, TupleType) and result.elements:
+        if source is None:
+            raise TypeRuleError(f"the function returns a tuple {of.result}; say which element "
+                                "to differentiate with 'from'")  # fmt: skip
+        if not 0 <= source < len(result.elements):
+            raise TypeRuleError(f"'from {source}' is out of range for {of.result}")
+        src = result.elements[source]
+        outputs = list(result.elements)
+    else:
+        if source is not None:
+            raise TypeRuleError(f"'from' needs a tuple result, the function returns {of.result}")
+        src = of.result
+        outputs = [of.result]
+    if not is_differentiable(src):
+        raise TypeRuleError(f"the differentiated result {src} is not a float tensor")
+    if len(set(keeping)) != len(keeping):
+        raise TypeRuleError("'keeping' repeats an index")
+    for k in keeping:
+        if not 0 <= k < len(outputs):
+            raise TypeRuleError(f"'keeping {k}' is out of range for {of.result}")
+    args = of.arguments
+    indices = tuple(range(len(args))) if wrt is None else wrt
+    if len(set(indices)) != len(indices):
+        raise TypeRuleError("'wrt' repeats an index")
+    for i in indices:
+        if not 0 <= i < len(args):
+            raise TypeRuleError(f"'wrt {i}' is out of range: the function takes {len(args)} "
+                                "arguments")  # fmt: skip
+        if not is_differentiable(args[i]):
+            raise TypeRuleError(f"argument {i} has type {args[i]}, which is not differentiable")
+    params = tuple(args) + ((src,) if seedable else ())
+    return FunctionType(params, TupleType(tuple(args[i] for i in indices) +
+                                          tuple(outputs[k] for k in keeping)))  # fmt: skip

@@ -312,6 +312,18 @@ class Block:
         inst.block = None
         self._touch()
 
+    def remove_all(self, insts: set[Instruction]) -> None:
+        """Removes every instruction of `insts` that is in this block, in one sweep."""
+        kept = []
+        for inst in self.instructions:
+            if inst in insts:
+                inst.block = None
+            else:
+                kept.append(inst)
+        if len(kept) != len(self.instructions):
+            self.instructions = kept
+            self._touch()
+
     def successors(self) -> list[Block]:
         term = self.terminator
         return [s.block for s in term.successors()] if term is not None else []

@@ -1,0 +1,87 @@
+"""Builds instructions through their declarations: the only way frontends and passes create IR.
+
+`Builder(block).add(x, y)` creates `add x, y` at the insertion point, computing its type with
+the declaration's rule (a TypeRuleError means the operands do not fit). Attribute arguments are
+keywords named as in the syntax templates (`then_`/`else_` for conditional's successors).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlvm.ir.literals import ScalarLiteral
+from dlvm.ir.ops import OpDef, lookup
+from dlvm.ir.typerules import TypeRuleError
+from dlvm.ir.types import FunctionType, Type
+from dlvm.ir.values import Argument, Block, Function, Instruction, LiteralValue, Value
+
+
+class Builder:
+    """An insertion point (a block and an index; None means the block's end)."""
+
+    def __init__(self, block: Block | None = None, index: int | None = None) -> None:
+        self.block = block
+        self.index = index
+
+    def at_end(self, block: Block) -> Builder:
+        self.block, self.index = block, None
+        return self
+
+    def before(self, inst: Instruction) -> Builder:
+        assert inst.block is not None
+        self.block, self.index = inst.block, inst.block.instructions.index(inst)
+        return self
+
+    def after(self, inst: Instruction) -> Builder:
+        assert inst.block is not None
+        self.block, self.index = inst.block, inst.block.instructions.index(inst) + 1
+        return self
+
+    def build(self, opname: str, operands: list[Value], name: str | None = None,
+              **attrs: Any) -> Instruction:  # fmt: skip
+        """Creates and inserts one instruction; raises TypeRuleError if it is ill-typed."""
+        op = lookup(opname)
+        if op is None:
+            raise TypeRuleError(f"unknown instruction '{opname}'")
+        inst = create(op, operands, name, **attrs)
+        assert self.block is not None, "the builder has no insertion point"
+        if self.index is None:
+            self.block.append(inst)
+        else:
+            self.block.insert(self.index, inst)
+            self.index += 1
+        return inst
+
+    def __getattr__(self, opname: str):
+        if opname.startswith("_") or lookup(opname) is None:
+            raise AttributeError(opname)
+
+        def build(*operands: Value, name: str | None = None, **attrs: Any) -> Instruction:
+            return self.build(opname, list(operands), name, **attrs)
+
+        return build
+
+
+def create(op: OpDef, operands: list[Value], name: str | None = None, **attrs: Any) -> Instruction:
+    """A detached instruction of `op` with its type inferred."""
+    full = dict.fromkeys(op.attr_kinds)
+    for k, v in attrs.items():
+        key = k[:-1] if k.endswith("_") else k
+        if key not in full:
+            raise TypeRuleError(f"'{op.name}' has no attribute '{key}'")
+        full[key] = v
+    ty = op.infer([v.type for v in operands], full)
+    return Instruction(op, list(operands), full, ty, name)
+
+
+def constant(value: int | float | bool, type: Type) -> LiteralValue:
+    """A scalar literal use such as `1: f32`."""
+    return LiteralValue(ScalarLiteral(value), type)
+
+
+def new_function(name: str, type: FunctionType, arg_names: list[str] | None = None) -> Function:
+    """A function with an entry block whose arguments match its type."""
+    fn = Function(name, type)
+    names = arg_names or [f"arg{i}" for i in range(len(type.arguments))]
+    fn.add_block(Block("entry", [Argument(n, t) for n, t in zip(names, type.arguments)]))
+    return fn

@@ -1,0 +1,276 @@
+"""The verifier (IR.md section 6): every structural, typing, dominance and stage rule, reported
+as located diagnostics. It never stops at the first problem.
+"""
+
+from __future__ import annotations
+
+from dlvm.diagnostics import Diagnostic, DiagnosticError, Location
+from dlvm.ir.typerules import TypeRuleError, check_literal_operand, gradient_type
+from dlvm.ir.types import (
+    AliasType,
+    EnumType,
+    FunctionType,
+    StructType,
+    Type,
+    canonical,
+    is_void,
+    same_type,
+)
+from dlvm.ir.values import (
+    EXTERN,
+    Argument,
+    Block,
+    Function,
+    GlobalVariable,
+    Instruction,
+    LiteralValue,
+    Module,
+    Value,
+)
+
+# What each stage may contain (IR.md section 1).
+_GRADIENT_DECLARATION_STAGES = ("raw",)
+
+
+class _Verifier:
+    def __init__(self, module: Module) -> None:
+        self.module = module
+        self.diags: list[Diagnostic] = []
+
+    def error(self, message: str, loc: Location | None, context: str = "") -> None:
+        if loc is None and context:
+            message = f"{context}: {message}"
+        self.diags.append(Diagnostic(message, loc))
+
+    def run(self) -> list[Diagnostic]:
+        m = self.module
+        seen: dict[str, object] = {}
+        for t in m.types:
+            if t.name in seen:
+                self.error(f"type ${t.name} is defined twice", t.loc)
+            seen[t.name] = t
+            self.type_decl(t)
+        names: set[str] = set()
+        for g in [*m.globals, *m.functions]:
+            if g.name in names:
+                self.error(f"@{g.name} is defined twice", g.loc)
+            names.add(g.name)
+        for f in m.functions:
+            self.function(f)
+        return self.diags
+
+    def type_decl(self, t: object) -> None:
+        if isinstance(t, StructType):
+            fields = [n for n, _ in t.fields]
+            if len(set(fields)) != len(fields):
+                self.error(f"struct ${t.name} repeats a field", t.loc)
+        elif isinstance(t, EnumType):
+            cases = [c for c, _ in t.cases]
+            if len(set(cases)) != len(cases):
+                self.error(f"enum ${t.name} repeats a case", t.loc)
+        elif isinstance(t, AliasType):
+            probe, steps = t.target, 0
+            while isinstance(probe, AliasType) and probe.target is not None and steps < 100:
+                probe, steps = probe.target, steps + 1
+            if probe is t or steps >= 100:
+                self.error(f"type alias ${t.name} refers to itself", t.loc)
+
+    # Functions -------------------------------------------------------------------------------
+
+    def function(self, fn: Function) -> None:
+        ctx = f"in @{fn.name}"
+        if not isinstance(canonical(fn.type), FunctionType):
+            self.error(f"@{fn.name} has type {fn.type}, which is not a function type", fn.loc, ctx)
+            return
+        decl = fn.declaration
+        if decl is not None:
+            if fn.blocks:
+                self.error(f"declaration @{fn.name} must not have a body", fn.loc, ctx)
+            if decl != EXTERN:
+                self.gradient_declaration(fn)
+            return
+        if not fn.blocks:
+            self.error(f"function @{fn.name} has no body", fn.loc, ctx)
+            return
+        entry = fn.blocks[0]
+        params = fn.type.arguments
+        arg_types = tuple(a.type for a in entry.arguments)
+        if len(arg_types) != len(params) or not all(map(same_type, arg_types, params)):
+            self.error(
+                f"entry block '{entry.name} takes ({', '.join(map(str, arg_types))}) but "
+                f"@{fn.name} takes ({', '.join(map(str, params))})",
+                entry.loc,
+                ctx,
+            )
+        block_names: set[str] = set()
+        value_names: set[str] = set()
+        for b in fn.blocks:
+            if b.name in block_names:
+                self.error(f"block '{b.name} is defined twice", b.loc, ctx)
+            block_names.add(b.name)
+            for a in b.arguments:
+                if a.name in value_names:
+                    self.error(f"%{a.name} is defined twice", a.loc, ctx)
+                value_names.add(a.name)
+            for inst in b.instructions:
+                if inst.name is not None:
+                    if inst.name in value_names:
+                        self.error(f"%{inst.name} is defined twice", inst.loc, ctx)
+                    value_names.add(inst.name)
+        from dlvm.analysis.dominance import dominator_tree
+
+        dom = dominator_tree(fn)
+        for b in fn.blocks:
+            self.block(fn, b, dom, ctx)
+
+    def gradient_declaration(self, fn: Function) -> None:
+        decl = fn.gradient
+        assert decl is not None
+        if self.module.stage not in _GRADIENT_DECLARATION_STAGES:
+            self.error(
+                f"gradient declaration @{fn.name} is not allowed at stage {self.module.stage} "
+                "(run differentiation first)",
+                fn.loc,
+                f"in @{fn.name}",
+            )
+        of = decl.of
+        if of.module is not self.module:
+            self.error(f"@{of.name} is not a function of this module", fn.loc, f"in @{fn.name}")
+            return
+        try:
+            expected = gradient_type(of.type, decl.source, decl.wrt, decl.keeping, decl.seedable)
+        except TypeRuleError as e:
+            self.error(f"invalid gradient declaration of @{of.name}: {e}", fn.loc)
+            return
+        if not same_type(expected, fn.type):
+            self.error(
+                f"gradient declaration @{fn.name} has type {fn.type}, but {decl} needs {expected}",
+                fn.loc,
+                f"in @{fn.name}",
+            )
+
+    def block(self, fn: Function, b: Block, dom, ctx: str) -> None:
+        if b.function is not fn:
+            self.error(f"block '{b.name} has a wrong parent", b.loc, ctx)
+        if not b.instructions:
+            self.error(f"block '{b.name} is empty; it needs a terminator", b.loc, ctx)
+            return
+        last = b.instructions[-1]
+        if not last.is_terminator:
+            self.error(
+                f"block '{b.name} does not end with a terminator (branch, conditional, "
+                "branchEnum or return)",
+                last.loc or b.loc,
+                ctx,
+            )
+        for inst in b.instructions[:-1]:
+            if inst.is_terminator:
+                self.error(f"terminator '{inst.opcode}' must be last in block '{b.name}'",
+                           inst.loc, ctx)  # fmt: skip
+        reachable = dom.cfg.reachable(b)
+        for inst in b.instructions:
+            if inst.block is not b:
+                self.error("instruction has a wrong parent", inst.loc, ctx)
+            self.instruction(fn, inst, dom if reachable else None, ctx)
+
+    def instruction(self, fn: Function, inst: Instruction, dom, ctx: str) -> None:
+        loc = inst.loc
+        op = inst.op
+        for v in inst.uses():
+            self.operand(fn, inst, v, dom, ctx)
+        for v in inst.operands:
+            if isinstance(v, LiteralValue):
+                try:
+                    check_literal_operand(v, aggregate_ok=op.name == "literal")
+                except TypeRuleError as e:
+                    self.error(f"{op.name}: {e}", loc, ctx)
+        try:
+            ty = op.infer([v.type for v in inst.operands], inst.attrs)
+        except TypeRuleError as e:
+            self.error(f"{op.name}: {e}", loc, ctx)
+            return
+        if not same_type(ty, inst.type):
+            self.error(f"{op.name} produces {ty}, but the instruction says {inst.type}", loc, ctx)
+        if inst.name is not None and is_void(inst.type):
+            self.error(f"cannot name the result of '{op.name}', which produces no value", loc, ctx)
+        if op.terminator:
+            self.terminator(fn, inst, ctx)
+
+    def operand(self, fn: Function, inst: Instruction, v: Value, dom, ctx: str) -> None:
+        if isinstance(v, (Argument, Instruction)):
+            owner = v.block.function if v.block is not None else None
+            if owner is not fn:
+                self.error(f"{v.ref_text()} is not defined in @{fn.name}", inst.loc, ctx)
+                return
+            if dom is not None and not dom.value_dominates(v, inst):
+                self.error(
+                    f"{v.ref_text()} does not dominate this use (its definition is not on "
+                    "every path to it)",
+                    inst.loc,
+                    ctx,
+                )
+        elif isinstance(v, (Function, GlobalVariable)) and v.module is not self.module:
+            self.error(f"@{v.name} is not part of this module", inst.loc, ctx)
+
+    def terminator(self, fn: Function, inst: Instruction, ctx: str) -> None:
+        name = inst.opcode
+        if name == "return":
+            want: Type = fn.type.result
+            if inst.operands:
+                got = inst.operands[0].type
+                if not same_type(got, want):
+                    self.error(f"return of {got} from @{fn.name}, which returns {want}",
+                               inst.loc, ctx)  # fmt: skip
+            elif not is_void(want):
+                self.error(f"bare return from @{fn.name}, which returns {want}", inst.loc, ctx)
+            return
+        if name == "branchEnum":
+            enum = canonical(inst.operands[0].type)
+            for case, target in inst.attrs["cases"]:
+                self.target_block(fn, inst, target, ctx)
+                types = enum.case_types(case) if isinstance(enum, EnumType) else None
+                if types is not None:
+                    self.arguments(inst, target, list(types), f"case ?{case}", ctx)
+            return
+        for s in inst.successors():
+            self.target_block(fn, inst, s.block, ctx)
+            self.arguments(inst, s.block, [v.type for v in s.args], "branch", ctx)
+
+    def target_block(self, fn: Function, inst: Instruction, target: Block, ctx: str) -> None:
+        if target.function is not fn:
+            self.error(f"branch to '{target.name}, which is not a block of @{fn.name}",
+                       inst.loc, ctx)  # fmt: skip
+        elif fn.blocks and target is fn.blocks[0]:
+            self.error(f"branch to the entry block '{target.name}", inst.loc, ctx)
+
+    def arguments(self, inst: Instruction, target: Block, given: list[Type], what: str,
+                  ctx: str) -> None:  # fmt: skip
+        params = [a.type for a in target.arguments]
+        if len(given) != len(params):
+            self.error(
+                f"{what} passes {len(given)} argument{'s' * (len(given) != 1)} to "
+                f"'{target.name}, which takes {len(params)}",
+                inst.loc,
+                ctx,
+            )
+            return
+        for i, (g, p) in enumerate(zip(given, params)):
+            if not same_type(g, p):
+                self.error(
+                    f"{what} passes {g} as argument {i} of '{target.name}, which takes {p}",
+                    inst.loc,
+                    ctx,
+                )
+
+
+def verify(module: Module) -> list[Diagnostic]:
+    """Every problem in the module, as diagnostics (empty when it is valid)."""
+    return _Verifier(module).run()
+
+
+def verify_or_raise(module: Module) -> None:
+    diags = verify(module)
+    if diags:
+        raise DiagnosticError(diags)
+
+

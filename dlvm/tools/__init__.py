@@ -1,0 +1,1 @@
+"""Command-line tools: dlopt (IR passes), dlc (IR compiler), sharing one driver."""

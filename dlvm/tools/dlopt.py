@@ -1,0 +1,122 @@
+"""dlopt: runs IR passes over `.dl` files (IR.md section 8) and can run a function.
+
+    dlopt FILE… [-p PASS…] [--print-ir] [-o OUT…] [--print-after PASS…] [--no-verify]
+    dlopt FILE --run @f --args ARG…
+
+For each input it prints `Source file: PATH`, one `ALIAS: changed|unchanged` line per pass in
+order, then, with --print-ir, an empty line and the module. Without --print-ir the module is
+written to `-o OUT` (never over its input). Diagnostics go to stderr with exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from dlvm.diagnostics import Diagnostic, DiagnosticError
+from dlvm.ir.printer import module_text
+from dlvm.tools.driver import EXIT_INPUT, EXIT_OK, EXIT_USAGE, load_module, report
+from dlvm.transforms import PASSES
+from dlvm.transforms.pass_manager import PassManager
+
+EPILOG = """examples:
+  dlopt model.dl -p DCE CSE --print-ir       run two passes and print the result
+  dlopt model.dl -p dead-code-elimination -o out.dl
+  dlopt model.dl --run @f --args 1.5 "[[1, 2], [3, 4]]" x.npy
+
+passes (name, alias):
+""" + "\n".join(f"  {p.name:40} {p.alias:8} {p.summary}" for p in PASSES.values())
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="dlopt",
+        description="Optimise DLVM IR modules.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("inputs", nargs="+", metavar="FILE", help=".dl files to process")
+    ap.add_argument("-p", "--passes", nargs="+", default=[], metavar="PASS",
+                    help="passes to run, in order, by name or alias")  # fmt: skip
+    ap.add_argument("-o", "--outputs", nargs="+", default=[], metavar="OUT",
+                    help="where to write each module (one per input)")  # fmt: skip
+    ap.add_argument("--print-ir", action="store_true", help="print each module after the passes")
+    ap.add_argument("--print-after", nargs="+", default=[], metavar="PASS",
+                    help="print the IR after these passes ('all' for every pass)")  # fmt: skip
+    ap.add_argument("--no-verify", action="store_true",
+                    help="do not verify after each pass")  # fmt: skip
+    ap.add_argument("--verify-diagnostics", action="store_true",
+                    help="check the diagnostics against expected-error comments")  # fmt: skip
+    ap.add_argument("--split-input-file", action="store_true",
+                    help="treat '// -----' lines as separators between modules")  # fmt: skip
+    ap.add_argument("--run", metavar="@FUNC", help="run a function with the interpreter")
+    ap.add_argument("--args", nargs="*", default=[], metavar="ARG",
+                    help="arguments for --run: numbers, nested lists, or .npy files")  # fmt: skip
+    ap.add_argument("--float64", action="store_true", help="with --run, compute in float64")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.outputs and len(args.outputs) != len(args.inputs):
+        report([Diagnostic(f"{len(args.inputs)} inputs but {len(args.outputs)} outputs")])
+        return EXIT_USAGE
+    for i, path in enumerate(args.inputs):
+        out = args.outputs[i] if args.outputs else None
+        if out is not None and os.path.abspath(out) == os.path.abspath(path):
+            report([Diagnostic(f"refusing to write over the input {path}")])
+            return EXIT_USAGE
+    try:
+        passes = PassManager.resolve(args.passes)
+    except DiagnosticError as e:
+        report(e.diagnostics)
+        return EXIT_USAGE
+    if args.verify_diagnostics:
+        return _verify_diagnostics(args.inputs, args.split_input_file)
+    status = EXIT_OK
+    for i, path in enumerate(args.inputs):
+        print(f"Source file: {path}", flush=True)
+        try:
+            module = load_module(path)
+            manager = PassManager(not args.no_verify, args.print_after)
+            for cls, changed in manager.run(module, passes):
+                print(f"{cls.alias}: {'changed' if changed else 'unchanged'}")
+            if args.print_ir:
+                print()
+                sys.stdout.write(module_text(module))
+            if args.outputs:
+                with open(args.outputs[i], "w", encoding="utf-8") as f:
+                    f.write(module_text(module))
+            if args.run:
+                from dlvm.tools.run import run_and_print
+
+                run_and_print(module, args.run, args.args, args.float64)
+        except DiagnosticError as e:
+            sys.stdout.flush()
+            report(e.diagnostics)
+            status = EXIT_INPUT
+        except OSError as e:
+            report([Diagnostic(f"{e.filename or path}: {e.strerror}")])
+            status = EXIT_INPUT
+    return status
+
+
+def _verify_diagnostics(paths: list[str], split: bool) -> int:
+    from dlvm.tools.driver import read_text
+    from dlvm.tools.verify_diagnostics import verify_diagnostics
+
+    status = EXIT_OK
+    for path in paths:
+        try:
+            problems = verify_diagnostics(read_text(path), path, split)
+        except DiagnosticError as e:
+            problems = e.diagnostics
+        if problems:
+            report(problems)
+            status = EXIT_INPUT
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

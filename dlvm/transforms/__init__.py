@@ -1,0 +1,32 @@
+"""IR-to-IR passes, one per file, registered here by whole-word name and DLVM alias."""
+
+from __future__ import annotations
+
+import difflib
+
+from dlvm.transforms.common_subexpression_elimination import CommonSubexpressionElimination
+from dlvm.transforms.dead_code_elimination import DeadCodeElimination
+from dlvm.transforms.pass_base import FunctionPass, Pass
+
+PASSES: dict[str, type[Pass]] = {
+    p.name: p
+    for p in (
+        CommonSubexpressionElimination,
+        DeadCodeElimination,
+    )
+}
+ALIASES: dict[str, str] = {p.alias: p.name for p in PASSES.values()}
+
+
+def lookup_pass(name: str) -> type[Pass] | None:
+    """A pass by whole-word name (`dead-code-elimination`) or alias (`DCE`)."""
+    return PASSES.get(ALIASES.get(name, name))
+
+
+def suggest_pass(name: str) -> str:
+    pool = [*PASSES, *ALIASES]
+    close = difflib.get_close_matches(name, pool, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+__all__ = ["ALIASES", "PASSES", "FunctionPass", "Pass", "lookup_pass", "suggest_pass"]
