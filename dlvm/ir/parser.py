@@ -96,6 +96,10 @@ class _FunctionScope:
         self.block_refs: dict[str, int] = {}  # first reference offset of a not-yet-seen block
         self.defined_blocks: set[str] = set()
         self.poisoned: set[str] = set()
+        # Position of the next instruction as written (failed lines count too, so one error
+        # does not make every later %B.I look misplaced).
+        self.block_index = -1
+        self.inst_index = 0
 
 
 class Parser:
@@ -227,14 +231,20 @@ class Parser:
         return self.module
 
     def recover_toplevel(self, start: int) -> None:
-        """Skips to the next line that starts a top-level item."""
+        """Skips to the next line that starts a top-level item. A failed attribute or
+        declaration line takes its `func` with it, so the function is not reported again."""
         starters = ("struct", "enum", "type", "var", "func", "[")
+        header_only = (self.texts[start] == "[" or self.kinds[start] == L.ATTR) and (
+            "func" not in self.texts[start : self.pos]
+        )
         self.pos = max(self.pos, start + 1)
         while self.kinds[self.pos] != L.EOF:
             if self.kinds[self.pos - 1] == L.NL and (
                 self.texts[self.pos] in starters or self.kinds[self.pos] == L.ATTR
             ):
-                return
+                if not (header_only and self.texts[self.pos] == "func"):
+                    return
+                header_only = False
             self.pos += 1
 
     def prescan(self) -> None:
@@ -455,6 +465,8 @@ class Parser:
 
     def block(self, scope: _FunctionScope) -> None:
         pos = self.pos
+        scope.block_index += 1
+        scope.inst_index = 0
         try:
             if self.kinds[pos] != L.BLOCK:
                 self.error(f"expected a block label ('name(...):), found {self.describe()}")
@@ -501,6 +513,8 @@ class Parser:
         start = self.pos
         result_name: str | None = None
         anon: tuple[int, int] | None = None
+        position = (scope.block_index, scope.inst_index)
+        scope.inst_index += 1
         try:
             kind = self.kinds[start]
             if kind in (L.LOCAL, L.ANON) and self.texts[start + 1] == "=":
@@ -512,7 +526,7 @@ class Parser:
                 else:
                     b, _, i = text[1:].partition(".")
                     anon = (int(b), int(i))
-                    expected = (len(scope.fn.blocks) - 1, len(block.instructions))
+                    expected = position
                     if anon != expected:
                         self.error(
                             f"anonymous name {text} does not match its position; "
@@ -539,10 +553,9 @@ class Parser:
             try:
                 ty = op.infer([v.type for v in operands], attrs)
             except TypeRuleError as e:
+                end = self.offsets[end_pos - 1] + len(self.texts[end_pos - 1])
                 raise _Error(
-                    f"{opname}: {e}",
-                    self.offsets[op_pos],
-                    max(1, self.offsets[end_pos] - self.offsets[op_pos]),
+                    f"{opname}: {e}", self.offsets[op_pos], max(1, end - self.offsets[op_pos])
                 ) from None
             if op.name == "literal":
                 try:
@@ -559,14 +572,19 @@ class Parser:
             if result_name is not None:
                 scope.values[result_name] = inst
             else:
-                scope.anon[(len(scope.fn.blocks) - 1, len(block.instructions) - 1)] = inst
+                scope.anon[position] = inst
         except _Error as e:
             self.record(e)
             self._poison(scope, result_name, anon)
             self.pos = max(self.pos, start)
-            self.skip_line()
+            self._finish_line(start)
         except _Poisoned:
             self._poison(scope, result_name, anon)
+            self._finish_line(start)
+
+    def _finish_line(self, start: int) -> None:
+        # Errors found after the instruction's newline was consumed must not skip the next line.
+        if not (self.pos > start and self.kinds[self.pos - 1] == L.NL):
             self.skip_line()
 
     def _poison(self, scope: _FunctionScope, name: str | None, anon: tuple | None) -> None:
@@ -901,12 +919,22 @@ def _unescape(s: str) -> str:
 
 
 def _suggest(name: str, candidates: Any = None, sigil: str = "") -> str:
-    """A "did you mean" hint for a misspelt name."""
+    """A "did you mean" hint for a misspelt name: the closest names, ties listed together."""
     import difflib
 
-    pool = list(candidates) if candidates is not None else list(OPS)
-    close = difflib.get_close_matches(name, pool, n=1, cutoff=0.75)
-    return f" (did you mean '{sigil}{close[0]}'?)" if close else ""
+    pool = sorted(candidates) if candidates is not None else sorted(OPS)
+    scored = []
+    for cand in pool:
+        m = difflib.SequenceMatcher(None, name, cand)
+        if m.real_quick_ratio() >= 0.75 and m.quick_ratio() >= 0.75:
+            r = m.ratio()
+            if r >= 0.75:
+                scored.append((r, cand))
+    if not scored:
+        return ""
+    best = max(r for r, _ in scored)
+    names = [f"'{sigil}{c}'" for r, c in scored if r == best][:3]
+    return f" (did you mean {' or '.join(names)}?)"
 
 
 def parse_module(text: str, filename: str = "<input>") -> Module:
