@@ -366,7 +366,10 @@ EXTERN = "extern"
 class Function(Value):
     """A function definition, an `[extern]` declaration or a gradient declaration."""
 
-    __slots__ = ("name", "type", "blocks", "attributes", "declaration", "module", "revision", "loc")
+    __slots__ = (
+        "name", "type", "blocks", "attributes", "declaration", "module", "revision", "loc",
+        "analyses",
+    )  # fmt: skip
 
     def __init__(self, name: str, type: FunctionType, loc: Location | None = None) -> None:
         self.name = name
@@ -377,6 +380,7 @@ class Function(Value):
         self.module: Module | None = None
         self.revision = 0
         self.loc = loc
+        self.analyses: dict = {}  # analysis -> (revision, result); see dlvm.analysis.manager
 
     @property
     def is_declaration(self) -> bool:

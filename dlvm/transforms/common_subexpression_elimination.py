@@ -8,7 +8,7 @@ sibling blocks are not merged, since neither dominates the other.
 from __future__ import annotations
 
 from dlvm.analysis.dominance import dominator_tree
-from dlvm.analysis.side_effects import may_merge
+from dlvm.analysis.side_effects import side_effects
 from dlvm.ir.values import Function, Instruction, Module, Value
 from dlvm.transforms.pass_base import Pass
 
@@ -19,10 +19,11 @@ class CommonSubexpressionElimination(Pass):
     summary = "merge identical instructions where one dominates the other"
 
     def run(self, module: Module) -> bool:
+        effects = side_effects(module)
         changed = False
         for fn in module.functions:
             if fn.blocks and not fn.is_declaration:
-                changed |= eliminate_common_subexpressions(fn, may_merge)
+                changed |= eliminate_common_subexpressions(fn, effects.may_merge)
         return changed
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from dlvm.analysis.side_effects import may_remove
+from dlvm.analysis.side_effects import side_effects
 from dlvm.ir.values import Function, Instruction, Module
 from dlvm.transforms.pass_base import Pass
 
@@ -16,10 +16,11 @@ class DeadCodeElimination(Pass):
     summary = "remove unused side-effect-free instructions"
 
     def run(self, module: Module) -> bool:
+        effects = side_effects(module)
         changed = False
         for fn in module.functions:
             if fn.blocks and not fn.is_declaration:
-                changed |= eliminate_dead_code(fn, may_remove)
+                changed |= eliminate_dead_code(fn, effects.may_remove)
         return changed
 
 
