@@ -57,8 +57,12 @@ from dlvm.ir.values import (
     Value,
 )
 
+_INF = float("inf")
 _SPECIAL_LITERALS = {"zero": ZERO, "undefined": UNDEFINED, "null": NULL}
 _PADMODES = ("none", "half", "full")
+# Deeper nesting of types or literals is refused: the recursive parser, printer and verifier
+# would otherwise run out of Python stack (a RecursionError instead of a diagnostic).
+_MAX_NESTING = 64
 
 
 class _Error(Exception):
@@ -113,6 +117,7 @@ class Parser:
         self.globals: dict[str, Value] = {}
         self.scope: _FunctionScope | None = None
         self.pending_callee: list[tuple[str, int]] = []
+        self.depth = 0  # nesting of the type or literal being parsed
 
     # Token helpers ---------------------------------------------------------------------------
 
@@ -123,6 +128,20 @@ class Parser:
         p = self.pos if pos is None else pos
         text = self.texts[p]
         raise _Error(message, self.offsets[p], max(1, len(text.rstrip("\r\n")) or 1))
+
+    def nested(self, parse: Any, *args: Any) -> Any:
+        """parse(*args) one nesting level deeper; deeper than _MAX_NESTING is an error."""
+        if self.depth >= _MAX_NESTING:
+            self.error(f"types or literals nested more than {_MAX_NESTING} levels deep")
+        self.depth += 1
+        try:
+            return parse(*args)
+        finally:
+            self.depth -= 1
+
+    def too_long(self, pos: int) -> NoReturn:
+        # int() refuses more than sys.get_int_max_str_digits() digits with a ValueError.
+        self.error(f"'{self.texts[pos][:12]}…' has a number with too many digits", pos)
 
     def describe(self, pos: int | None = None) -> str:
         p = self.pos if pos is None else pos
@@ -177,7 +196,10 @@ class Parser:
     def int_(self, what: str = "an integer") -> int:
         if self.kinds[self.pos] != L.INT:
             self.error(f"expected {what}, found {self.describe()}")
-        v = int(self.texts[self.pos])
+        try:
+            v = int(self.texts[self.pos])
+        except ValueError:
+            self.too_long(self.pos)
         self.pos += 1
         return v
 
@@ -360,7 +382,16 @@ class Parser:
         self.pos += 1
         pos = self.pos
         name = self.expect_kind(L.GLOBAL, "a global name (@name)")[1:]
-        if name in self.globals:
+        prior = self.globals.get(name)
+        # A function of the same name that only the prescan has seen comes later in the text:
+        # it is the redefinition, and it is reported where it appears.
+        later_function = (
+            isinstance(prior, Function)
+            and prior.module is None
+            and prior.loc is not None
+            and prior.loc.offset > self.offsets[pos]
+        )
+        if prior is not None and not later_function:
             self.error(f"@{name} is already defined", pos)
         self.expect(":")
         ty = self.type_()
@@ -440,6 +471,7 @@ class Parser:
     def body(self, fn: Function) -> None:
         self.expect("{")
         self.skip_newlines()
+        errors_before = len(self.diags)
         scope = self.scope = _FunctionScope(fn)
         while not self.at("}"):
             if self.kinds[self.pos] == L.EOF:
@@ -450,7 +482,7 @@ class Parser:
         for name, off in scope.block_refs.items():
             if name not in scope.defined_blocks:
                 self.diags.append(Diagnostic(f"unknown block '{name}", self.loc(off, len(name) + 1)))
-        if not fn.blocks:
+        if not fn.blocks and len(self.diags) == errors_before:
             self.diags.append(Diagnostic(f"function @{fn.name} has no blocks", fn.loc))
         self.scope = None
 
@@ -495,6 +527,9 @@ class Parser:
             self.record(e)
             self.skip_line()
             if self.kinds[pos] != L.BLOCK:
+                # Lines before the next label belong to no block: skip them quietly.
+                while self.kinds[self.pos] not in (L.BLOCK, L.EOF) and not self.at("}"):
+                    self.skip_line()
                 return
         self.skip_newlines()
         b = scope.fn.blocks[-1] if scope.fn.blocks else None
@@ -525,7 +560,10 @@ class Parser:
                         self.error(f"%{result_name} is already defined in @{scope.fn.name}")
                 else:
                     b, _, i = text[1:].partition(".")
-                    anon = (int(b), int(i))
+                    try:
+                        anon = (int(b), int(i))
+                    except ValueError:
+                        self.too_long(start)
                     expected = position
                     if anon != expected:
                         self.error(
@@ -558,6 +596,8 @@ class Parser:
                     f"{opname}: {e}", self.offsets[op_pos], max(1, end - self.offsets[op_pos])
                 ) from None
             if op.name == "literal":
+                if not isinstance(operands[0], LiteralValue):
+                    self.error("literal: the operand must be a literal, not a value", op_pos + 1)
                 try:
                     check_literal_operand(operands[0], aggregate_ok=True)
                 except TypeRuleError as e:
@@ -750,7 +790,10 @@ class Parser:
             b, _, i = text[1:].partition(".")
             if text[1:] in scope.poisoned:
                 raise _Poisoned
-            v = scope.anon.get((int(b), int(i)))
+            try:
+                v = scope.anon.get((int(b), int(i)))
+            except ValueError:
+                self.too_long(pos)
             if v is None:
                 self.error(f"use of undefined value {text}", pos)
         else:
@@ -769,11 +812,18 @@ class Parser:
         kind = self.kinds[self.pos]
         text = self.texts[self.pos]
         if kind == L.INT:
+            try:
+                value: int | float = int(text)
+            except ValueError:
+                self.too_long(self.pos)
             self.pos += 1
-            return ScalarLiteral(int(text))
+            return ScalarLiteral(value)
         if kind == L.FLOAT:
+            value = float(text)
+            if value in (_INF, -_INF):
+                self.error(f"float literal {text} is out of range")
             self.pos += 1
-            return ScalarLiteral(float(text))
+            return ScalarLiteral(value)
         if kind == L.WORD:
             if text in ("true", "false"):
                 self.pos += 1
@@ -784,7 +834,7 @@ class Parser:
         if kind == L.PUNCT and text in ("<", "(", "["):
             close = {"<": ">", "(": ")", "[": "]"}[text]
             self.pos += 1
-            items = self.use_list(close, scope)
+            items = self.nested(self.use_list, close, scope)
             return AggregateLiteral({"<": "tensor", "(": "tuple", "[": "array"}[text], items)
         if kind == L.PUNCT and text == "{":
             self.pos += 1
@@ -792,7 +842,7 @@ class Parser:
             while not self.at("}"):
                 name = self.expect_kind(L.KEY, "a field (#name)")[1:]
                 self.expect("=")
-                fields.append((name, self.use(scope)))
+                fields.append((name, self.nested(self.use, scope)))
                 if not self.accept(","):
                     break
             self.expect("}")
@@ -800,7 +850,7 @@ class Parser:
         if kind == L.CASE:
             self.pos += 1
             self.expect("(")
-            return EnumLiteral(text[1:], self.use_list(")", scope))
+            return EnumLiteral(text[1:], self.nested(self.use_list, ")", scope))
         if kind == L.TENSOR:
             self.error("expected a value, found a type")
         self.error(f"expected a value (%name, @name or a literal), found {self.describe()}")
@@ -821,8 +871,14 @@ class Parser:
         kind = self.kinds[pos]
         text = self.texts[pos]
         if kind == L.TENSOR:
+            try:
+                ty = _tensor_token(text)
+            except ValueError:
+                self.too_long(pos)
+            if 0 in ty.shape:
+                self.error(f"dimension 0 must be positive in {text}")
             self.pos += 1
-            return _tensor_token(text)
+            return ty
         if kind == L.WORD:
             dt = DATA_TYPES.get(text)
             if dt is not None:
@@ -837,7 +893,7 @@ class Parser:
             if text == "box":
                 self.pos += 1
                 self.expect("{")
-                inner = self.type_()
+                inner = self.nested(self.type_)
                 self.expect("}")
                 return BoxType(inner)
             self.error(f"unknown type '{text}'{_suggest(text, DATA_TYPES)}")
@@ -868,20 +924,20 @@ class Parser:
             if n <= 0:
                 self.error(f"array size {n} must be positive", self.pos - 1)
             self.expect("x")
-            elt = self.type_()
+            elt = self.nested(self.type_)
             self.expect("]")
             return ArrayType(n, elt)
         if text == "(" and kind == L.PUNCT:
             self.pos += 1
-            elts = self.type_list(")")
+            elts = self.nested(self.type_list, ")")
             self.expect(")")
             if self.kinds[self.pos] == L.ARROW:
                 self.pos += 1
-                return FunctionType(elts, self.type_())
+                return FunctionType(elts, self.nested(self.type_))
             return TupleType(elts)
         if text == "*" and kind == L.PUNCT:
             self.pos += 1
-            return PointerType(self.type_())
+            return PointerType(self.nested(self.type_))
         self.error(f"expected a type, found {self.describe()}")
 
     def type_list(self, close: str) -> tuple[Type, ...]:

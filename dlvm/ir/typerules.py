@@ -140,6 +140,12 @@ def data_type_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
 
 
 def bit_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    src, dst = canonical(ops[0]), canonical(attrs["type"])
+    if isinstance(src, TensorType) and isinstance(dst, TensorType):
+        bits = src.unit_count * src.dtype.bits, dst.unit_count * dst.dtype.bits
+        if bits[0] != bits[1]:
+            raise TypeRuleError(f"cannot bit-cast {ops[0]} ({bits[0]} bits) to {attrs['type']} "
+                                f"({bits[1]} bits)")  # fmt: skip
     return attrs["type"]
 
 
@@ -291,7 +297,8 @@ def convolve(ops: list[Type], attrs: dict[str, Any]) -> Type:
         raise TypeRuleError("strides and dilations must be positive")
     if any(lo < 0 or hi < 0 for lo, hi in padding):
         raise TypeRuleError("padding must not be negative")
-    if not 1 <= groups <= k.shape[0] or x.shape[1] % groups or x.shape[1] // groups != k.shape[1]:
+    # Truncating division, as in the original DLVM (its convolve.dl relies on 10 // 6 == 1).
+    if not 1 <= groups <= k.shape[0] or x.shape[1] // groups != k.shape[1]:
         raise TypeRuleError(
             f"input channels {x.shape[1]} / groups {groups} must equal kernel channels "
             f"{k.shape[1]}"

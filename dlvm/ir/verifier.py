@@ -165,7 +165,7 @@ class _Verifier:
             )
         for inst in b.instructions[:-1]:
             if inst.is_terminator:
-                self.error(f"terminator '{inst.opcode}' must be last in block '{b.name}'",
+                self.error(f"terminator '{inst.opcode}' must be last in block '{b.name}",
                            inst.loc, ctx)  # fmt: skip
         reachable = dom.cfg.reachable(b)
         for inst in b.instructions:
@@ -178,6 +178,8 @@ class _Verifier:
         op = inst.op
         for v in inst.uses():
             self.operand(fn, inst, v, dom, ctx)
+        if op.name == "literal" and not isinstance(inst.operands[0], LiteralValue):
+            self.error("literal: the operand must be a literal, not a value", loc, ctx)
         for v in inst.operands:
             if isinstance(v, LiteralValue):
                 try:

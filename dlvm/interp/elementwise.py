@@ -1,0 +1,175 @@
+"""Elementwise instructions as tables, one row per operation: unary and binary arithmetic,
+boolean logic and comparisons, plus select and the casts.
+
+Broadcasting follows IR.md section 2 (a scalar operand, or equal ranks with dims equal or 1),
+which is a special case of NumPy's, so the table functions broadcast by themselves. Every result
+is cast to the instruction's dtype (f64 for every float in float64 mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from dlvm.interp import special
+from dlvm.interp.errors import InterpreterError
+from dlvm.interp.objects import NP_DTYPES
+from dlvm.interp.registry import impl
+from dlvm.ir.types import TensorType, canonical
+
+Array = np.ndarray
+
+
+def _integral_identity(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
+    """Rounding functions leave integers alone (NumPy would return floats)."""
+    return lambda x: x if x.dtype.kind in "iu" else fn(x)
+
+
+def _round_half_away(x: Array) -> Array:
+    """`round`: to the nearest integer, halfway cases away from zero (C `round`, XLA)."""
+    return np.copysign(np.floor(np.abs(x) + 0.5), x)
+
+
+UNARY: dict[str, Callable[[Array], Array]] = {
+    "negate": np.negative,
+    "sign": np.sign,
+    "square": np.square,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "exp": np.exp,
+    "log": np.log,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "tanh": np.tanh,
+    "lgamma": special.lgamma,
+    "digamma": special.digamma,
+    "erf": special.erf,
+    "erfc": special.erfc,
+    "round": _integral_identity(_round_half_away),
+    "rint": _integral_identity(np.rint),  # halfway cases to even
+    "ceil": _integral_identity(np.ceil),
+    "floor": _integral_identity(np.floor),
+}
+
+
+def _nonzero_divisor(b: Array) -> None:
+    if b.dtype.kind in "iu" and np.any(b == 0):
+        raise InterpreterError("integer division by zero")
+
+
+def _truncate_divide(a: Array, b: Array) -> Array:
+    """Quotient rounded toward zero (C and LLVM `sdiv`); floats give trunc(a / b)."""
+    if a.dtype.kind == "f":
+        return np.trunc(a / b)
+    _nonzero_divisor(b)
+    q = np.floor_divide(a, b)
+    # floor and trunc differ by one where the division is inexact and the signs differ.
+    return q + ((np.remainder(a, b) != 0) & ((a < 0) != (b < 0)))
+
+
+def _divide(a: Array, b: Array) -> Array:
+    """True division for floats; for integers the truncating quotient, like `sdiv`."""
+    return np.true_divide(a, b) if a.dtype.kind == "f" else _truncate_divide(a, b)
+
+
+def _floor_divide(a: Array, b: Array) -> Array:
+    """Quotient rounded toward −infinity (Python `//`, NumPy `floor_divide`)."""
+    _nonzero_divisor(b)
+    return np.floor_divide(a, b)
+
+
+def _modulo(a: Array, b: Array) -> Array:
+    """Remainder with the sign of the dividend (C `fmod`/`%`, LLVM `frem`/`srem`: NumPy
+    `fmod`), so that a == truncateDivide(a, b) * b + modulo(a, b)."""
+    _nonzero_divisor(b)
+    return np.fmod(a, b)
+
+
+def _power(a: Array, b: Array) -> Array:
+    if b.dtype.kind in "iu" and np.any(b < 0):
+        raise InterpreterError("integer power with a negative exponent")
+    return np.power(a, b)
+
+
+BINARY: dict[str, Callable[[Array, Array], Array]] = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "divide": _divide,
+    "truncateDivide": _truncate_divide,
+    "floorDivide": _floor_divide,
+    "modulo": _modulo,
+    "power": _power,
+    "min": np.minimum,  # NaN-propagating
+    "max": np.maximum,
+    "and": np.logical_and,
+    "or": np.logical_or,
+}
+
+COMPARE: dict[str, Callable[[Array, Array], Array]] = {
+    "lessThan": np.less,
+    "lessThanOrEqual": np.less_equal,
+    "greaterThan": np.greater,
+    "greaterThanOrEqual": np.greater_equal,
+    "equal": np.equal,
+    "notEqual": np.not_equal,
+}
+
+
+def _register_unary(name: str, fn: Callable[[Array], Array]) -> None:
+    @impl(name)
+    def run(frame, inst, args):
+        return np.asarray(fn(args[0]), dtype=frame.dtype(inst.type))
+
+
+def _register_binary(name: str, fn: Callable[[Array, Array], Array]) -> None:
+    @impl(name)
+    def run(frame, inst, args):
+        return np.asarray(fn(args[0], args[1]), dtype=frame.dtype(inst.type))
+
+
+for _name, _fn in UNARY.items():
+    _register_unary(_name, _fn)
+for _name, _fn in (BINARY | COMPARE).items():
+    _register_binary(_name, _fn)
+del _name, _fn
+
+
+@impl("not")
+def _not(frame, inst, args):
+    return np.logical_not(args[0])
+
+
+@impl("select")
+def _select(frame, inst, args):
+    """`select a, b by flags`: a where the flag is true, else b (all three broadcast)."""
+    a, b, flags = args
+    return np.asarray(np.where(flags, a, b), dtype=frame.dtype(inst.type))
+
+
+@impl("dataTypeCast")
+def _data_type_cast(frame, inst, args):
+    return args[0].astype(frame.dtype(inst.type))
+
+
+@impl("bitCast")
+def _bit_cast(frame, inst, args):
+    """Reinterprets the bytes of a tensor as another tensor type of the same byte size; other
+    values (pointers, boxes, aggregates) pass through unchanged."""
+    x = args[0]
+    src, dst = canonical(inst.operands[0].type), canonical(inst.type)
+    if not (isinstance(src, TensorType) and isinstance(dst, TensorType)):
+        return x
+    # Reinterpret the declared bits, not the float64-mode widening of them.
+    raw = np.ascontiguousarray(x.astype(NP_DTYPES[src.dtype]))
+    target = NP_DTYPES[dst.dtype]
+    if raw.nbytes != target.itemsize * dst.unit_count:
+        raise InterpreterError(f"cannot bit-cast {src} ({raw.nbytes} bytes) to {dst}")
+    return raw.reshape(-1).view(target).reshape(dst.shape).astype(frame.dtype(dst))

@@ -1,0 +1,93 @@
+"""Tensor instructions other than elementwise and reductions: dot, layout and shape changes,
+shape queries and random tensors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dlvm.interp.errors import InterpreterError
+from dlvm.interp.registry import impl
+
+
+@impl("dot")
+def _dot(frame, inst, args):
+    """Matrix product with a batch prefix (NumPy `matmul`); two vectors give a scalar."""
+    return np.asarray(np.matmul(args[0], args[1]), dtype=frame.dtype(inst.type))
+
+
+@impl("transpose")
+def _transpose(frame, inst, args):
+    """Reverses the order of all dimensions."""
+    return np.transpose(args[0])
+
+
+@impl("reverse")
+def _reverse(frame, inst, args):
+    return np.flip(args[0], axis=tuple(inst.attrs["dims"]))
+
+
+@impl("concatenate")
+def _concatenate(frame, inst, args):
+    return np.concatenate(args, axis=inst.attrs["axis"])
+
+
+@impl("slice")
+def _slice(frame, inst, args):
+    """`slice v from lo upto hi`: the closed range [lo, hi] of dimension 0."""
+    lo, hi = inst.attrs["lo"], inst.attrs["hi"]
+    x = args[0]
+    if not 0 <= lo <= hi < x.shape[0]:
+        raise InterpreterError(f"slice {lo} upto {hi} is out of bounds for shape {x.shape}")
+    return x[lo : hi + 1]
+
+
+@impl("padShape")
+def _pad_shape(frame, inst, args):
+    return np.expand_dims(args[0], inst.attrs["index"])
+
+
+@impl("squeezeShape")
+def _squeeze_shape(frame, inst, args):
+    return np.squeeze(args[0], axis=inst.attrs["index"])
+
+
+@impl("shapeCast")
+def _shape_cast(frame, inst, args):
+    """Reshape in row-major order."""
+    return np.reshape(args[0], inst.attrs["shape"])
+
+
+@impl("rank")
+def _rank(frame, inst, args):
+    return np.asarray(args[0].ndim, dtype=np.int64)
+
+
+@impl("shape")
+def _shape(frame, inst, args):
+    return np.asarray(args[0].shape, dtype=np.int64)
+
+
+@impl("unitCount")
+def _unit_count(frame, inst, args):
+    return np.asarray(args[0].size, dtype=np.int64)
+
+
+@impl("random")
+def _random(frame, inst, args):
+    """Uniform in [lo, hi): reals for float types, integers for integer types. Draws from the
+    interpreter's seedable `numpy.random.Generator`."""
+    lo, hi = args[0][()], args[1][()]
+    shape = inst.attrs["shape"]
+    dtype = frame.dtype(inst.type)
+    rng = frame.interp.rng
+    if dtype.kind == "f":
+        if hi < lo:
+            raise InterpreterError(f"random range [{lo}, {hi}) is empty")
+        r = rng.uniform(lo, hi, size=shape).astype(dtype)
+        if hi > lo:  # rounding to a narrow float type may reach hi; keep the range half-open
+            r = np.minimum(r, np.nextafter(dtype.type(hi), dtype.type(lo)))
+        return np.asarray(r, dtype=dtype)
+    if hi <= lo:
+        raise InterpreterError(f"random range [{lo}, {hi}) is empty")
+    return np.asarray(rng.integers(lo, hi, size=shape, dtype=dtype), dtype=dtype)
