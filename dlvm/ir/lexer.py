@@ -34,7 +34,6 @@ ERROR = "error"
 _IDENT = r"[A-Za-z_][A-Za-z0-9_.]*"
 _DTYPES = "|".join(DATA_TYPES)
 _SPEC = [
-    ("ws", r"[ \t]+"),
     ("comment", r"//[^\n\r]*"),
     (NL, r"(?:\r\n|\r|\n)"),
     (TENSOR, rf"<[ \t]*[0-9]+(?:[ \t]+x[ \t]+[0-9]+)*[ \t]+x[ \t]+(?:{_DTYPES})[ \t]*>"),
@@ -52,9 +51,12 @@ _SPEC = [
     (ATTR, rf"!{_IDENT}"),
     (WORD, _IDENT),
     (PUNCT, r"[<>()\[\]{},:=*]"),
-    (ERROR, r"."),
+    (ERROR, r"[^ \t\n]"),
 ]
-_MASTER = re.compile("|".join(f"(?P<{name}>{rx})" for name, rx in _SPEC))
+# Blanks before a token are part of its match (half as many matches to loop over); the token is
+# the one capturing group that matched, and `_KINDS[m.lastindex]` is its kind.
+_MASTER = re.compile(r"[ \t]*(?:" + "|".join(f"({rx})" for _, rx in _SPEC) + ")")
+_KINDS = [""] + [name for name, _ in _SPEC]
 
 _JOIN_AFTER = frozenset([",", "(", "=", "->", "<", "[", "{", "x"])
 _JOIN_BEFORE = frozenset(["->", ")", "]", ">", ","])
@@ -65,21 +67,24 @@ def tokenize(text: str) -> tuple[list[str], list[str], list[int]]:
     kinds: list[str] = []
     texts: list[str] = []
     offsets: list[int] = []
+    last_kind, last_text = NL, ""  # as if a newline came first: leading newlines vanish
     for m in _MASTER.finditer(text):
-        kind = m.lastgroup
-        if kind == "ws" or kind == "comment":
+        idx = m.lastindex
+        kind = _KINDS[idx]  # type: ignore[index]
+        if kind == "comment":
             continue
-        tok = m.group()
+        tok = m[idx]  # type: ignore[index]
         if kind == NL:
-            if not kinds or kinds[-1] == NL or texts[-1] in _JOIN_AFTER:
+            if last_kind == NL or last_text in _JOIN_AFTER:
                 continue
-        elif kinds and kinds[-1] == NL and tok in _JOIN_BEFORE:
+        elif last_kind == NL and kinds and tok in _JOIN_BEFORE:
             kinds.pop()
             texts.pop()
             offsets.pop()
-        kinds.append(kind)  # type: ignore[arg-type]
+        kinds.append(kind)
         texts.append(tok)
-        offsets.append(m.start())
+        offsets.append(m.start(idx))  # type: ignore[arg-type]
+        last_kind, last_text = kind, tok
     if kinds and kinds[-1] != NL:
         kinds.append(NL)
         texts.append("\n")

@@ -161,14 +161,13 @@ def lookup(name: str) -> OpDef | None:
 
 # Elementwise families: one row per operation ---------------------------------------------------
 
-UNARY_FLOAT = ("sinh cosh tanh log exp sqrt rsqrt tan cos sin acos asin atan lgamma digamma erf "
-               "erfc").split()  # fmt: skip
-UNARY_NUMERIC = "negate sign square round ceil floor rint".split()
+UNARY_FLOAT = ["sinh", "cosh", "tanh", "log", "exp", "sqrt", "rsqrt", "tan", "cos", "sin", "acos", "asin", "atan", "lgamma", "digamma", "erf", "erfc"]  # fmt: skip
+UNARY_NUMERIC = ["negate", "sign", "square", "round", "ceil", "floor", "rint"]
 NON_SMOOTH = {"sign", "round", "ceil", "floor", "rint"}  # derivative zero or undefined
-BINARY = "add subtract multiply divide min max truncateDivide floorDivide modulo power".split()
+BINARY = ["add", "subtract", "multiply", "divide", "min", "max", "truncateDivide", "floorDivide", "modulo", "power"]
 BINARY_DIFFERENTIABLE = {"add", "subtract", "multiply", "divide", "min", "max", "power"}
 COMMUTATIVE = {"add", "multiply", "min", "max", "and", "or", "equal", "notEqual"}
-COMPARE = "lessThan lessThanOrEqual greaterThan greaterThanOrEqual equal notEqual".split()
+COMPARE = ["lessThan", "lessThanOrEqual", "greaterThan", "greaterThanOrEqual", "equal", "notEqual"]
 
 for _n in UNARY_FLOAT:
     declare(OpDef(_n, "unary", "$0", R.unary_float, differentiable=_n not in NON_SMOOTH))

@@ -8,6 +8,7 @@ are dropped quietly instead of cascading into more errors.
 
 from __future__ import annotations
 
+import gc
 from typing import Any, NoReturn
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
@@ -118,6 +119,7 @@ class Parser:
         self.scope: _FunctionScope | None = None
         self.pending_callee: list[tuple[str, int]] = []
         self.depth = 0  # nesting of the type or literal being parsed
+        self._line_starts: list[int] | None = None
 
     # Token helpers ---------------------------------------------------------------------------
 
@@ -239,11 +241,15 @@ class Parser:
             self.record(e)
             return self.module
         self.prescan()
+        type_starts = self.type_declarations()
         while True:
             self.skip_newlines()
             if self.kinds[self.pos] == L.EOF:
                 break
             start = self.pos
+            if start in type_starts:
+                self.recover_toplevel(start)  # parsed already
+                continue
             try:
                 self.toplevel()
             except _Error as e:
@@ -269,13 +275,21 @@ class Parser:
                 header_only = False
             self.pos += 1
 
+    def line_starts(self) -> list[int]:
+        """Indices of the tokens that begin a line (computed once: the scans below would
+        otherwise walk every token in Python)."""
+        if self._line_starts is None:
+            nl = L.NL
+            self._line_starts = [0] + [i + 1 for i, k in enumerate(self.kinds) if k == nl]
+        return self._line_starts
+
     def prescan(self) -> None:
-        """Declares nominal types and function signatures so they may be used before they
-        appear."""
+        """Declares nominal types, function signatures and global variables so they may be used
+        before they appear."""
         kinds, texts = self.kinds, self.texts
         n = len(kinds)
-        for i in range(n - 2):
-            if i and kinds[i - 1] != L.NL:
+        for i in self.line_starts():
+            if i >= n - 2:
                 continue
             t = texts[i]
             if t in ("struct", "enum", "type") and kinds[i] == L.WORD and kinds[i + 1] == L.TYPE:
@@ -286,24 +300,48 @@ class Parser:
                 ty = cls(name)
                 ty.loc = self.loc(self.offsets[i + 1], len(texts[i + 1]))
                 self.types[name] = ty
-        for i in range(n - 2):
-            if (i and kinds[i - 1] != L.NL) or texts[i] != "func" or kinds[i + 1] != L.GLOBAL:
+        for i in self.line_starts():
+            if i >= n - 2 or texts[i] not in ("func", "var"):
+                continue
+            if kinds[i + 1] != L.GLOBAL:
                 continue
             name = texts[i + 1][1:]
             if name in self.globals:
                 continue
             save = self.pos
             self.pos = i + 2
+            loc = self.loc(self.offsets[i + 1], len(texts[i + 1]))
             try:
                 self.expect(":")
                 ty = self.type_()
-                if not isinstance(ty, FunctionType):
+                if texts[i] == "var":
+                    self.globals[name] = GlobalVariable(name, ty, loc)
+                elif not isinstance(ty, FunctionType):
                     self.error(f"a function needs a function type, found {ty}", i + 3)
             except _Error:
-                ty = FunctionType((), VOID)  # reported again when the function is parsed
+                ty = FunctionType((), VOID)  # reported again when the item is parsed
             self.pos = save
-            fn = Function(name, ty, self.loc(self.offsets[i + 1], len(texts[i + 1])))
-            self.globals[name] = fn
+            if texts[i] == "func":
+                self.globals[name] = Function(name, ty, loc)
+
+    def type_declarations(self) -> set[int]:
+        """Parses every struct, enum and alias before anything else, so that a type used before
+        its declaration already has its fields, cases or target. Returns where each starts."""
+        kinds, texts = self.kinds, self.texts
+        save, starts = self.pos, set()
+        for i in self.line_starts():
+            if i >= len(kinds) - 1 or kinds[i] != L.WORD or kinds[i + 1] != L.TYPE:
+                continue
+            if texts[i] not in ("struct", "enum", "type"):
+                continue
+            starts.add(i)
+            self.pos = i
+            try:
+                self.toplevel()
+            except _Error as e:
+                self.record(e)
+        self.pos = save
+        return starts
 
     def toplevel(self) -> None:
         t = self.texts[self.pos]
@@ -383,19 +421,21 @@ class Parser:
         pos = self.pos
         name = self.expect_kind(L.GLOBAL, "a global name (@name)")[1:]
         prior = self.globals.get(name)
-        # A function of the same name that only the prescan has seen comes later in the text:
-        # it is the redefinition, and it is reported where it appears.
-        later_function = (
-            isinstance(prior, Function)
+        # The prescan made this very variable already (so it may be used before it appears).
+        own = (
+            isinstance(prior, GlobalVariable)
             and prior.module is None
             and prior.loc is not None
-            and prior.loc.offset > self.offsets[pos]
+            and prior.loc.offset == self.offsets[pos]
         )
-        if prior is not None and not later_function:
+        if prior is not None and not own:
             self.error(f"@{name} is already defined", pos)
         self.expect(":")
         ty = self.type_()
-        g = GlobalVariable(name, ty, self.loc(self.offsets[pos], len(self.texts[pos])))
+        if own:
+            g = prior
+        else:
+            g = GlobalVariable(name, ty, self.loc(self.offsets[pos], len(self.texts[pos])))
         self.globals[name] = g
         self.module.add_global(g)
         self.expect_newline()
@@ -995,9 +1035,19 @@ def _suggest(name: str, candidates: Any = None, sigil: str = "") -> str:
 
 def parse_module(text: str, filename: str = "<input>") -> Module:
     """Parses a module; raises DiagnosticError with every syntax and name error found."""
-    p = Parser(text, filename)
-    module = p.parse_module()
+    # Parsing builds many long-lived objects and no garbage: the cyclic collector would only
+    # rescan them again and again (a fifth of the time on a big module).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        p = Parser(text, filename)
+        module = p.parse_module()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     if p.diags:
+        # Type declarations are parsed first: report in the order of the text.
+        p.diags.sort(key=lambda d: d.loc.offset if d.loc is not None else -1)
         raise DiagnosticError(p.diags)
     module.source = p.source  # type: ignore[attr-defined]
     return module

@@ -168,16 +168,21 @@ class _Verifier:
                 self.error(f"terminator '{inst.opcode}' must be last in block '{b.name}",
                            inst.loc, ctx)  # fmt: skip
         reachable = dom.cfg.reachable(b)
+        # The instructions before the current one: a same-block definition dominates a use
+        # exactly when it is among them (a set, not list.index, keeps big blocks linear).
+        earlier: set[Instruction] = set()
         for inst in b.instructions:
             if inst.block is not b:
                 self.error("instruction has a wrong parent", inst.loc, ctx)
-            self.instruction(fn, inst, dom if reachable else None, ctx)
+            self.instruction(fn, inst, dom if reachable else None, ctx, earlier)
+            earlier.add(inst)
 
-    def instruction(self, fn: Function, inst: Instruction, dom, ctx: str) -> None:
+    def instruction(self, fn: Function, inst: Instruction, dom, ctx: str,
+                    earlier: set[Instruction] | None = None) -> None:  # fmt: skip
         loc = inst.loc
         op = inst.op
         for v in inst.uses():
-            self.operand(fn, inst, v, dom, ctx)
+            self.operand(fn, inst, v, dom, ctx, earlier)
         if op.name == "literal" and not isinstance(inst.operands[0], LiteralValue):
             self.error("literal: the operand must be a literal, not a value", loc, ctx)
         for v in inst.operands:
@@ -198,13 +203,20 @@ class _Verifier:
         if op.terminator:
             self.terminator(fn, inst, ctx)
 
-    def operand(self, fn: Function, inst: Instruction, v: Value, dom, ctx: str) -> None:
+    def operand(self, fn: Function, inst: Instruction, v: Value, dom, ctx: str,
+                earlier: set[Instruction] | None = None) -> None:  # fmt: skip
         if isinstance(v, (Argument, Instruction)):
             owner = v.block.function if v.block is not None else None
             if owner is not fn:
                 self.error(f"{v.ref_text()} is not defined in @{fn.name}", inst.loc, ctx)
                 return
-            if dom is not None and not dom.value_dominates(v, inst):
+            if dom is None:  # an unreachable block: dominance says nothing
+                dominates = True
+            elif earlier is not None and v.block is inst.block and isinstance(v, Instruction):
+                dominates = v in earlier
+            else:
+                dominates = dom.value_dominates(v, inst)
+            if not dominates:
                 self.error(
                     f"{v.ref_text()} does not dominate this use (its definition is not on "
                     "every path to it)",

@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
     try:
         passes = PassManager.resolve(args.passes)
+        PassManager.resolve([n for n in args.print_after if n != "all"])
     except DiagnosticError as e:
         report(e.diagnostics)
         return EXIT_USAGE

@@ -38,8 +38,12 @@ def read_argument(text: str, ty, index: int, fname: str) -> np.ndarray:
             ) from None
     try:
         arr = np.asarray(value, dtype=NUMPY_DTYPES[t.dtype.text])
+        # No silent truncation: 1.5 is not an i64, 2 is not a bool.
+        exact = t.dtype.is_float or np.array_equal(arr, np.asarray(value))
     except (TypeError, ValueError, OverflowError):
-        raise _fail(f"argument {index}: '{text}' is not a {t.dtype} tensor") from None
+        exact = False
+    if not exact:
+        raise _fail(f"argument {index}: '{text}' is not a {t.dtype} tensor")
     if arr.shape != t.shape:
         raise _fail(
             f"argument {index} of @{fname} has type {ty}, but the value has shape "

@@ -40,14 +40,25 @@ def test_only_runtime_module_imports_ctypes():
 
 def test_ir_does_not_depend_on_passes_or_tools():
     for path in python_files("dlvm", "ir"):
-        bad = {n for n in imports(path)
-               if n.startswith(("dlvm.transforms", "dlvm.tools", "dlvm.interp", "telc"))}
+        bad = {
+            n
+            for n in imports(path)
+            if n.startswith(("dlvm.transforms", "dlvm.tools", "dlvm.interp", "telc"))
+        }
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
 def test_telc_uses_only_the_ir_layer():
-    allowed = ("dlvm.ir", "dlvm.diagnostics", "dlvm.tools", "dlvm.transforms", "dlvm.interp",
-               "dlvm.codegen", "dlvm.runtime", "dlvm")
+    allowed = (
+        "dlvm.ir",
+        "dlvm.diagnostics",
+        "dlvm.tools",
+        "dlvm.transforms",
+        "dlvm.interp",
+        "dlvm.codegen",
+        "dlvm.runtime",
+        "dlvm",
+    )
     for path in python_files("telc"):
         bad = {n for n in imports(path) if n.startswith("dlvm") and not n.startswith(allowed)}
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"

@@ -7,7 +7,7 @@ from dlvm.diagnostics import DiagnosticError
 from dlvm.ir import module_text, parse_module
 from dlvm.ir.builder import Builder, constant, new_function
 from dlvm.ir.typerules import TypeRuleError
-from dlvm.ir.types import F32, FunctionType, TensorType, DataType
+from dlvm.ir.types import F32, DataType, FunctionType, TensorType
 from dlvm.ir.values import Module
 from dlvm.transforms import ALIASES, PASSES, lookup_pass
 from dlvm.transforms.pass_base import FunctionPass
