@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlvm.ir.literals import AggregateLiteral, EnumLiteral, ScalarLiteral, StructLiteral
 from dlvm.ir.types import (
     BOOL,
     I64,
@@ -30,11 +31,15 @@ from dlvm.ir.types import (
     same_type,
     shape_text,
 )
-from dlvm.ir.values import ElementKey
+from dlvm.ir.values import ElementKey, LiteralValue
 
 
 class TypeRuleError(Exception):
     """An instruction's operands or attributes do not fit its type rule."""
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def tensor(ty: Type, what: str = "operand") -> TensorType:
@@ -153,18 +158,18 @@ def dot(ops: list[Type], attrs: dict[str, Any]) -> Type:
     a, b = tensor(ops[0], "left operand"), tensor(ops[1], "right operand")
     _same_dtype(a, b)
     if not a.dtype.is_numeric:
-        raise TypeRuleError("dot needs numeric operands")
+        raise TypeRuleError("operands must be numeric")
     if a.rank == 1 and b.rank == 1:
         if a.shape != b.shape:
-            raise TypeRuleError(f"dot of vectors needs equal shapes, found {a} and {b}")
+            raise TypeRuleError(f"vectors must have equal shapes, found {a} and {b}")
         return TensorType((), a.dtype)
     if a.rank < 2 or a.rank != b.rank:
-        raise TypeRuleError(f"dot needs operands of equal rank >= 2, found {a} and {b}")
+        raise TypeRuleError(f"operands must have equal rank >= 2, found {a} and {b}")
     if a.shape[:-2] != b.shape[:-2]:
-        raise TypeRuleError(f"dot batch dimensions differ: {a} and {b}")
+        raise TypeRuleError(f"batch dimensions differ: {a} and {b}")
     if a.shape[-1] != b.shape[-2]:
         raise TypeRuleError(
-            f"dot inner dimensions differ: {a} has {a.shape[-1]} columns, "
+            f"inner dimensions differ: {a} has {a.shape[-1]} columns, "
             f"{b} has {b.shape[-2]} rows"
         )
     return TensorType(a.shape[:-1] + (b.shape[-1],), a.dtype)
@@ -433,7 +438,7 @@ def apply(ops: list[Type], attrs: dict[str, Any]) -> Type:
         raise TypeRuleError(f"callee must be a function, found {ops[0]}")
     args = ops[1:]
     if len(args) != len(fty.arguments):
-        raise TypeRuleError(f"callee takes {len(fty.arguments)} arguments, {len(args)} given")
+        raise TypeRuleError(f"callee takes {_count(len(fty.arguments), 'argument')}, {len(args)} given")
     for i, (a, p) in enumerate(zip(args, fty.arguments)):
         if not same_type(a, p):
             raise TypeRuleError(f"argument {i} has type {a}, the callee expects {p}")
@@ -566,9 +571,6 @@ def copy(ops: list[Type], attrs: dict[str, Any]) -> Type:
 
 def check_literal_operand(value: Any, aggregate_ok: bool) -> None:
     """Checks that a literal use fits its type; outside `literal`, only scalars may appear."""
-    from dlvm.ir.literals import AggregateLiteral, EnumLiteral, ScalarLiteral, StructLiteral
-    from dlvm.ir.values import LiteralValue
-
     lit, ty = value.literal, value.type
     t = canonical(ty)
     if not aggregate_ok and (lit.elements() or (isinstance(t, TensorType) and t.shape)):
@@ -602,7 +604,7 @@ def check_literal_operand(value: Any, aggregate_ok: bool) -> None:
 
     def expect(elements: tuple, types: list[Type]) -> None:
         if len(elements) != len(types):
-            raise TypeRuleError(f"literal has {len(elements)} elements, {ty} needs {len(types)}")
+            raise TypeRuleError(f"literal has {_count(len(elements), 'element')}, {ty} needs {len(types)}")
         for e, et in zip(elements, types):
             if not same_type(e.type, et):
                 raise TypeRuleError(f"element {e.ref_text()} has type {e.type}, expected {et}")
