@@ -33,24 +33,28 @@ ERROR = "error"
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_.]*"
 _DTYPES = "|".join(DATA_TYPES)
+# Alternatives are tried in order, the most frequent first (this order makes the lexer a third
+# faster). Only a few orders matter: a tensor type before the '<' punctuation, a float before an
+# integer, and the catch-all error last.
 _SPEC = [
-    ("comment", r"//[^\n\r]*"),
-    (NL, r"(?:\r\n|\r|\n)"),
+    (PUNCT, r"[>()\[\]{},:=*]"),
+    (LOCAL, rf"%{_IDENT}"),
+    (ANON, r"%[0-9]+\.[0-9]+"),
     (TENSOR, rf"<[ \t]*[0-9]+(?:[ \t]+x[ \t]+[0-9]+)*[ \t]+x[ \t]+(?:{_DTYPES})[ \t]*>"),
-    (ARROW, r"->"),
+    (WORD, _IDENT),
+    (NL, r"(?:\r\n|\r|\n)"),
     (FLOAT, r"-?[0-9]+(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)"),
     (INT, r"-?[0-9]+"),
-    (STRING, r'"(?:[^"\\\n]|\\.)*"'),
-    (ANON, r"%[0-9]+\.[0-9]+"),
-    (LOCAL, rf"%{_IDENT}"),
+    (ARROW, r"->"),
+    (PUNCT, r"<"),
     (GLOBAL, rf"@{_IDENT}"),
-    (TYPE, rf"\${_IDENT}"),
     (BLOCK, rf"'{_IDENT}"),
+    (STRING, r'"(?:[^"\\\n]|\\.)*"'),
+    (TYPE, rf"\${_IDENT}"),
     (KEY, rf"#{_IDENT}"),
     (CASE, rf"\?{_IDENT}"),
     (ATTR, rf"!{_IDENT}"),
-    (WORD, _IDENT),
-    (PUNCT, r"[<>()\[\]{},:=*]"),
+    ("comment", r"//[^\n\r]*"),
     (ERROR, r"[^ \t\n]"),
 ]
 # Blanks before a token are part of its match (half as many matches to loop over); the token is
@@ -67,6 +71,7 @@ def tokenize(text: str) -> tuple[list[str], list[str], list[int]]:
     kinds: list[str] = []
     texts: list[str] = []
     offsets: list[int] = []
+    add_kind, add_text, add_offset = kinds.append, texts.append, offsets.append
     last_kind, last_text = NL, ""  # as if a newline came first: leading newlines vanish
     for m in _MASTER.finditer(text):
         idx = m.lastindex
@@ -81,9 +86,9 @@ def tokenize(text: str) -> tuple[list[str], list[str], list[int]]:
             kinds.pop()
             texts.pop()
             offsets.pop()
-        kinds.append(kind)
-        texts.append(tok)
-        offsets.append(m.start(idx))  # type: ignore[arg-type]
+        add_kind(kind)
+        add_text(tok)
+        add_offset(m.start(idx))  # type: ignore[arg-type]
         last_kind, last_text = kind, tok
     if kinds and kinds[-1] != NL:
         kinds.append(NL)

@@ -59,6 +59,7 @@ from dlvm.ir.values import (
 )
 
 _INF = float("inf")
+_STRING_OR_NL = (L.STRING, L.NL)
 _SPECIAL_LITERALS = {"zero": ZERO, "undefined": UNDEFINED, "null": NULL}
 _PADMODES = ("none", "half", "full")
 # Deeper nesting of types or literals is refused: the recursive parser, printer and verifier
@@ -97,6 +98,7 @@ class _FunctionScope:
         self.fn = fn
         self.values: dict[str, Value] = {}
         self.anon: dict[tuple[int, int], Instruction] = {}
+        self.anon_text: dict[str, Instruction] = {}  # the same, keyed by the defining `%B.I`
         self.blocks: dict[str, Block] = {}
         self.block_refs: dict[str, int] = {}  # first reference offset of a not-yet-seen block
         self.defined_blocks: set[str] = set()
@@ -158,15 +160,17 @@ class Parser:
         return self.texts[self.pos] == text and self.kinds[self.pos] not in (L.STRING, L.NL)
 
     def accept(self, text: str) -> bool:
-        if self.at(text):
-            self.pos += 1
+        p = self.pos
+        if self.texts[p] == text and self.kinds[p] not in _STRING_OR_NL:  # self.at, inlined
+            self.pos = p + 1
             return True
         return False
 
     def expect(self, text: str, what: str | None = None) -> None:
-        if not self.at(text):
+        p = self.pos
+        if self.texts[p] != text or self.kinds[p] in _STRING_OR_NL:  # not self.at, inlined
             self.error(f"expected {what or repr(text)}, found {self.describe()}")
-        self.pos += 1
+        self.pos = p + 1
 
     def expect_kind(self, kind: str, what: str) -> str:
         if self.kinds[self.pos] != kind:
@@ -279,8 +283,14 @@ class Parser:
         """Indices of the tokens that begin a line (computed once: the scans below would
         otherwise walk every token in Python)."""
         if self._line_starts is None:
-            nl = L.NL
-            self._line_starts = [0] + [i + 1 for i, k in enumerate(self.kinds) if k == nl]
+            find, starts, i = self.kinds.index, [0], 0
+            try:
+                while True:  # list.index scans in C
+                    i = find(L.NL, i) + 1
+                    starts.append(i)
+            except ValueError:
+                pass
+            self._line_starts = starts
         return self._line_starts
 
     def prescan(self) -> None:
@@ -653,6 +663,8 @@ class Parser:
                 scope.values[result_name] = inst
             else:
                 scope.anon[position] = inst
+                if anon is not None:
+                    scope.anon_text[self.texts[start]] = inst
         except _Error as e:
             self.record(e)
             self._poison(scope, result_name, anon)
@@ -806,9 +818,10 @@ class Parser:
         kind = self.kinds[pos]
         text = self.texts[pos]
         if kind in (L.LOCAL, L.ANON, L.GLOBAL):
-            self.pos += 1
-            self.expect(":")
-            ty_pos = self.pos
+            self.pos = ty_pos = pos + 2
+            if self.texts[pos + 1] != ":":  # only a PUNCT token reads ':'
+                self.pos = pos + 1
+                self.expect(":")
             ty = self.type_()
             return self.resolve(text, pos, ty, scope, ty_pos)
         lit = self.literal_payload(scope)
@@ -827,13 +840,15 @@ class Parser:
         elif scope is None:
             self.error(f"{text} cannot be used outside a function body", pos)
         elif kind == L.ANON:
-            b, _, i = text[1:].partition(".")
             if text[1:] in scope.poisoned:
                 raise _Poisoned
-            try:
-                v = scope.anon.get((int(b), int(i)))
-            except ValueError:
-                self.too_long(pos)
+            v = scope.anon_text.get(text)  # a use spelt as its definition: no int parsing
+            if v is None:
+                b, _, i = text[1:].partition(".")
+                try:
+                    v = scope.anon.get((int(b), int(i)))
+                except ValueError:
+                    self.too_long(pos)
             if v is None:
                 self.error(f"use of undefined value {text}", pos)
         else:
@@ -844,7 +859,7 @@ class Parser:
             if v is None:
                 hint = _suggest(name, scope.values, "%")
                 self.error(f"use of undefined value {text}{hint}", pos)
-        if not same_type(v.type, ty):
+        if v.type is not ty and not same_type(v.type, ty):
             self.error(f"{text} has type {v.type}, but this use says {ty}", ty_pos)
         return v
 

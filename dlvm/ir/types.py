@@ -100,18 +100,19 @@ class TensorType(Type):
         return TensorType(self.shape, dtype)
 
     def __str__(self) -> str:
-        text = _TENSOR_TEXT.get(self)
+        key = (self.shape, self.dtype.text)  # hashes in C, unlike the dataclass itself
+        text = _TENSOR_TEXT.get(key)
         if text is None:
             if not self.shape:
                 text = self.dtype.text
             else:
                 text = "<" + " x ".join(map(str, self.shape)) + " x " + self.dtype.text + ">"
             if len(_TENSOR_TEXT) < 65536:
-                _TENSOR_TEXT[self] = text
+                _TENSOR_TEXT[key] = text
         return text
 
 
-_TENSOR_TEXT: dict[TensorType, str] = {}
+_TENSOR_TEXT: dict[tuple[tuple[int, ...], str], str] = {}
 
 
 def scalar(dtype: DataType) -> TensorType:

@@ -139,7 +139,11 @@ def attr_values(attr: Any) -> Iterator[Value]:
             yield attr.value
     elif isinstance(attr, (tuple, list)):
         for a in attr:
-            yield from attr_values(a)
+            if not isinstance(a, _PLAIN):  # dims and the like hold no values
+                yield from attr_values(a)
+
+
+_PLAIN = (int, str, type(None))
 
 
 def map_value_deep(value: Value, fn: Callable[[Value], Value]) -> Value:
@@ -212,11 +216,20 @@ class Instruction(Value):
 
     def uses(self) -> Iterator[Value]:
         """Every value this instruction reads: operands, attribute values, literal elements."""
+        # Written out for speed (this runs for every instruction in every analysis and pass):
+        # the same as `deep_values` of every operand and of every `attr_values`.
         for v in self.operands:
-            yield from deep_values(v)
-        for a in self.attrs.values():
-            for v in attr_values(a):
+            if not isinstance(v, LiteralValue):
+                yield v
+            elif v.literal.elements():
                 yield from deep_values(v)
+        for a in self.attrs.values():
+            if not isinstance(a, _PLAIN):
+                for v in attr_values(a):
+                    if not isinstance(v, LiteralValue):
+                        yield v
+                    elif v.literal.elements():
+                        yield from deep_values(v)
 
     def map_values(self, fn: Callable[[Value], Value]) -> None:
         """Rewrites every value this instruction reads through fn (literals included)."""
