@@ -91,6 +91,22 @@ def _tensor_token(text: str) -> TensorType:
     return ty
 
 
+class _Forward(Value):
+    """A use of a local value whose definition comes later in the text. Valid SSA may do this
+    (a dominating block may be printed after the blocks it dominates); the placeholder is
+    replaced when the body ends."""
+
+    __slots__ = ("text", "type", "offset")
+
+    def __init__(self, text: str, type: Type, offset: int) -> None:
+        self.text = text
+        self.type = type
+        self.offset = offset
+
+    def ref_text(self) -> str:
+        return self.text
+
+
 class _FunctionScope:
     """Names visible inside one function body."""
 
@@ -103,6 +119,8 @@ class _FunctionScope:
         self.block_refs: dict[str, int] = {}  # first reference offset of a not-yet-seen block
         self.defined_blocks: set[str] = set()
         self.poisoned: set[str] = set()
+        self.forward: dict[str, _Forward] = {}  # uses before definitions, by spelling
+        self.settled: dict[Value, Value] = {}  # placeholder -> definition
         # Position of the next instruction as written (failed lines count too, so one error
         # does not make every later %B.I look misplaced).
         self.block_index = -1
@@ -532,9 +550,37 @@ class Parser:
         for name, off in scope.block_refs.items():
             if name not in scope.defined_blocks:
                 self.diags.append(Diagnostic(f"unknown block '{name}", self.loc(off, len(name) + 1)))
+        self.settle_forward_uses(scope)
         if not fn.blocks and len(self.diags) == errors_before:
             self.diags.append(Diagnostic(f"function @{fn.name} has no blocks", fn.loc))
         self.scope = None
+
+    def settle_forward_uses(self, scope: _FunctionScope) -> None:
+        """Replaces placeholders by their definitions; reports the names never defined."""
+        for text, fwd in scope.forward.items():
+            if text[1:] in scope.poisoned:
+                continue
+            hint = _suggest(text[1:], scope.values, "%") if not text[1].isdigit() else ""
+            self.diags.append(
+                Diagnostic(f"use of undefined value {text}{hint}", self.loc(fwd.offset, len(text)))
+            )
+        if scope.settled:
+            settled = scope.settled
+            for inst in scope.fn.instructions():
+                if any(type(v) is _Forward for v in inst.uses()):
+                    inst.map_values(lambda v: settled.get(v, v))
+
+    def defined(self, scope: _FunctionScope, text: str, value: Value) -> None:
+        """Settles earlier uses of `text`, now that it is defined."""
+        fwd = scope.forward.pop(text, None)
+        if fwd is None:
+            return
+        if not same_type(fwd.type, value.type):
+            self.diags.append(Diagnostic(
+                f"{text} has type {value.type}, but an earlier use says {fwd.type}",
+                self.loc(fwd.offset, len(text)),
+            ))  # fmt: skip
+        scope.settled[fwd] = value
 
     def block_ref(self, scope: _FunctionScope) -> Block:
         pos = self.pos
@@ -591,6 +637,8 @@ class Parser:
         if name in scope.values or name in scope.poisoned:
             self.error(f"%{name} is already defined in @{scope.fn.name}", pos)
         scope.values[name] = value
+        if scope.forward:
+            self.defined(scope, "%" + name, value)
 
     # Instructions ----------------------------------------------------------------------------
 
@@ -665,6 +713,9 @@ class Parser:
                 scope.anon[position] = inst
                 if anon is not None:
                     scope.anon_text[self.texts[start]] = inst
+            if scope.forward:
+                text = "%" + result_name if result_name is not None else "%{}.{}".format(*position)
+                self.defined(scope, text, inst)
         except _Error as e:
             self.record(e)
             self._poison(scope, result_name, anon)
@@ -850,18 +901,24 @@ class Parser:
                 except ValueError:
                     self.too_long(pos)
             if v is None:
-                self.error(f"use of undefined value {text}", pos)
+                v = self.forward_use(scope, text, ty, pos)
         else:
             name = text[1:]
             if name in scope.poisoned:
                 raise _Poisoned
             v = scope.values.get(name)
             if v is None:
-                hint = _suggest(name, scope.values, "%")
-                self.error(f"use of undefined value {text}{hint}", pos)
+                v = self.forward_use(scope, text, ty, pos)
         if v.type is not ty and not same_type(v.type, ty):
             self.error(f"{text} has type {v.type}, but this use says {ty}", ty_pos)
         return v
+
+    def forward_use(self, scope: _FunctionScope, text: str, ty: Type, pos: int) -> Value:
+        """A placeholder for a value defined later in the body (or never: reported then)."""
+        fwd = scope.forward.get(text)
+        if fwd is None:
+            fwd = scope.forward[text] = _Forward(text, ty, self.offsets[pos])
+        return fwd
 
     def literal_payload(self, scope: _FunctionScope | None) -> Any:
         kind = self.kinds[self.pos]

@@ -208,7 +208,8 @@ class _Verifier:
         if isinstance(v, (Argument, Instruction)):
             owner = v.block.function if v.block is not None else None
             if owner is not fn:
-                self.error(f"{v.ref_text()} is not defined in @{fn.name}", inst.loc, ctx)
+                self.error(f"{v.ref_text()} is not defined in @{fn.name}", use_location(inst, v),
+                           ctx)  # fmt: skip
                 return
             if dom is None:  # an unreachable block: dominance says nothing
                 dominates = True
@@ -220,7 +221,7 @@ class _Verifier:
                 self.error(
                     f"{v.ref_text()} does not dominate this use (its definition is not on "
                     "every path to it)",
-                    inst.loc,
+                    use_location(inst, v),
                     ctx,
                 )
         elif isinstance(v, (Function, GlobalVariable)) and v.module is not self.module:
@@ -275,6 +276,23 @@ class _Verifier:
                     inst.loc,
                     ctx,
                 )
+
+
+def use_location(inst: Instruction, v: Value) -> Location | None:
+    """Where inst's source line mentions v (`%v:` after the `=`), else inst's own location."""
+    loc = inst.loc
+    if loc is None:
+        return None
+    text = loc.source.text
+    start = loc.offset
+    end = text.find("\n", start)
+    end = len(text) if end < 0 else end
+    if text.startswith("%", start):
+        eq = text.find("=", start, end)
+        start = eq + 1 if eq >= 0 else start
+    ref = v.ref_text()
+    i = text.find(ref + ":", start, end)
+    return Location(loc.source, i, len(ref)) if i >= 0 else loc
 
 
 def verify(module: Module) -> list[Diagnostic]:
