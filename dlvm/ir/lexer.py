@@ -45,6 +45,7 @@ _SPEC = [
     (NL, r"(?:\r\n|\r|\n)"),
     (FLOAT, r"-?[0-9]+(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)"),
     (INT, r"-?[0-9]+"),
+    (FLOAT, r"-inf(?![A-Za-z0-9_.])"),  # `inf` and `nan` alone are words
     (ARROW, r"->"),
     (PUNCT, r"<"),
     (GLOBAL, rf"@{_IDENT}"),

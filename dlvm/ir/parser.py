@@ -932,11 +932,14 @@ class Parser:
             return ScalarLiteral(value)
         if kind == L.FLOAT:
             value = float(text)
-            if value in (_INF, -_INF):
+            if value in (_INF, -_INF) and text != "-inf":
                 self.error(f"float literal {text} is out of range")
             self.pos += 1
             return ScalarLiteral(value)
         if kind == L.WORD:
+            if text in ("inf", "nan"):
+                self.pos += 1
+                return ScalarLiteral(float(text))
             if text in ("true", "false"):
                 self.pos += 1
                 return ScalarLiteral(text == "true")
