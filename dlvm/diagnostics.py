@@ -64,9 +64,7 @@ class Diagnostic:
         """`file:line:col: error: message`, then the source line and a caret under the span."""
         sev = self.severity
         if color:
-            sev = {"error": "\x1b[1;31merror\x1b[0m", "note": "\x1b[1;36mnote\x1b[0m"}.get(
-                sev, sev
-            )
+            sev = {"error": "\x1b[1;31merror\x1b[0m", "note": "\x1b[1;36mnote\x1b[0m"}.get(sev, sev)
         if self.loc is None:
             head = f"{sev}: {self.message}"
             lines = [head]

@@ -42,8 +42,9 @@ class DominanceFrontier:
         self.function = fn
         dt = analysis(DominatorTree, fn)
         g = dt.cfg
-        self._df = _frontiers(fn.blocks, g.reachable, g.predecessors.__getitem__,
-                              dt.immediate_dominator)  # fmt: skip
+        self._df = _frontiers(
+            fn.blocks, g.reachable, g.predecessors.__getitem__, dt.immediate_dominator
+        )
 
     def frontier(self, block: Block) -> list[Block]:
         """In function block order; empty for unreachable blocks."""

@@ -37,8 +37,9 @@ class Builder:
         self.block, self.index = inst.block, inst.block.instructions.index(inst) + 1
         return self
 
-    def build(self, opname: str, operands: list[Value], name: str | None = None,
-              **attrs: Any) -> Instruction:  # fmt: skip
+    def build(
+        self, opname: str, operands: list[Value], name: str | None = None, **attrs: Any
+    ) -> Instruction:
         """Creates and inserts one instruction; raises TypeRuleError if it is ill-typed."""
         op = lookup(opname)
         if op is None:

@@ -26,8 +26,19 @@ TypeRule = Callable[[list[Type], dict[str, Any]], Type]
 #   int: int            ints: tuple[int, ...]       dtype: DataType      type: Type
 #   shape: tuple[int]   comb: str | Value            padmode: str         pairs: tuple[(int, int)]
 #   keys: tuple[ElementKey]   successor: Successor   cases: tuple[(str, Block), ...]
-ATTR_KINDS = ("int", "ints", "dtype", "type", "shape", "comb", "padmode", "pairs", "keys",
-              "successor", "cases")  # fmt: skip
+ATTR_KINDS = (
+    "int",
+    "ints",
+    "dtype",
+    "type",
+    "shape",
+    "comb",
+    "padmode",
+    "pairs",
+    "keys",
+    "successor",
+    "cases",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +172,39 @@ def lookup(name: str) -> OpDef | None:
 
 # Elementwise families: one row per operation ---------------------------------------------------
 
-UNARY_FLOAT = ["sinh", "cosh", "tanh", "log", "exp", "sqrt", "rsqrt", "tan", "cos", "sin", "acos", "asin", "atan", "lgamma", "digamma", "erf", "erfc"]  # fmt: skip
+UNARY_FLOAT = [
+    "sinh",
+    "cosh",
+    "tanh",
+    "log",
+    "exp",
+    "sqrt",
+    "rsqrt",
+    "tan",
+    "cos",
+    "sin",
+    "acos",
+    "asin",
+    "atan",
+    "lgamma",
+    "digamma",
+    "erf",
+    "erfc",
+]
 UNARY_NUMERIC = ["negate", "sign", "square", "round", "ceil", "floor", "rint"]
 NON_SMOOTH = {"sign", "round", "ceil", "floor", "rint"}  # derivative zero or undefined
-BINARY = ["add", "subtract", "multiply", "divide", "min", "max", "truncateDivide", "floorDivide", "modulo", "power"]
+BINARY = [
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "min",
+    "max",
+    "truncateDivide",
+    "floorDivide",
+    "modulo",
+    "power",
+]
 BINARY_DIFFERENTIABLE = {"add", "subtract", "multiply", "divide", "min", "max", "power"}
 COMMUTATIVE = {"add", "multiply", "min", "max", "and", "or", "equal", "notEqual"}
 COMPARE = ["lessThan", "lessThanOrEqual", "greaterThan", "greaterThanOrEqual", "equal", "notEqual"]
@@ -174,8 +214,16 @@ for _n in UNARY_FLOAT:
 for _n in UNARY_NUMERIC:
     declare(OpDef(_n, "unary", "$0", R.unary_numeric, differentiable=_n not in NON_SMOOTH))
 for _n in BINARY:
-    declare(OpDef(_n, "binary", "$0, $1", R.binary_numeric,
-                  differentiable=_n in BINARY_DIFFERENTIABLE, commutative=_n in COMMUTATIVE))  # fmt: skip
+    declare(
+        OpDef(
+            _n,
+            "binary",
+            "$0, $1",
+            R.binary_numeric,
+            differentiable=_n in BINARY_DIFFERENTIABLE,
+            commutative=_n in COMMUTATIVE,
+        )
+    )
 for _n in ("and", "or"):
     declare(OpDef(_n, "boolean", "$0, $1", R.binary_bool, commutative=True))
 declare(OpDef("not", "boolean", "$0", R.unary_bool))
@@ -188,25 +236,44 @@ del _n
 
 declare(OpDef("literal", "literal", "$0:literal", R.literal, differentiable=True))
 declare(OpDef("select", "select", "$0, $1 by $2", R.select, differentiable=True))
-declare(OpDef("dataTypeCast", "cast", "$0 to {dtype:dtype}", R.data_type_cast,
-              differentiable=True))  # fmt: skip
+declare(OpDef("dataTypeCast", "cast", "$0 to {dtype:dtype}", R.data_type_cast, differentiable=True))
 declare(OpDef("bitCast", "cast", "$0 to {type:type}", R.bit_cast))
 declare(OpDef("dot", "linalg", "$0, $1", R.dot, aliases=("matrixMultiply",), differentiable=True))
 declare(OpDef("transpose", "shape", "$0", R.transpose, differentiable=True))
 declare(OpDef("reverse", "shape", "$0 along {dims:ints}", R.reverse, differentiable=True))
 declare(OpDef("concatenate", "shape", "$* along {axis:int}", R.concatenate, differentiable=True))
 declare(OpDef("slice", "shape", "$0 from {lo:int} upto {hi:int}", R.slice_, differentiable=True))
-declare(OpDef("reduce", "reduce", "$0 by {comb:comb} init $1 along {dims:ints}", R.reduce,
-              differentiable=True))  # fmt: skip
-declare(OpDef("scan", "reduce", "$0 by {comb:comb} along {dims:ints}", R.scan,
-              differentiable=True))  # fmt: skip
-declare(OpDef("reduceWindow", "reduce",
-              "$0 by {comb:comb} init $1 dims {dims:ints} strides {strides:ints} "
-              "padding {padding:padmode}", R.reduce_window, differentiable=True))  # fmt: skip
-declare(OpDef("convolve", "linalg",
-              "$0 kernel $1 [ strides {strides:ints} ] [ padding {padding:pairs} ] "
-              "[ leftDilation {leftDilation:ints} ] [ rightDilation {rightDilation:ints} ] "
-              "[ groups {groups:int} ]", R.convolve, differentiable=True))  # fmt: skip
+declare(
+    OpDef(
+        "reduce",
+        "reduce",
+        "$0 by {comb:comb} init $1 along {dims:ints}",
+        R.reduce,
+        differentiable=True,
+    )
+)
+declare(OpDef("scan", "reduce", "$0 by {comb:comb} along {dims:ints}", R.scan, differentiable=True))
+declare(
+    OpDef(
+        "reduceWindow",
+        "reduce",
+        "$0 by {comb:comb} init $1 dims {dims:ints} strides {strides:ints} "
+        "padding {padding:padmode}",
+        R.reduce_window,
+        differentiable=True,
+    )
+)
+declare(
+    OpDef(
+        "convolve",
+        "linalg",
+        "$0 kernel $1 [ strides {strides:ints} ] [ padding {padding:pairs} ] "
+        "[ leftDilation {leftDilation:ints} ] [ rightDilation {rightDilation:ints} ] "
+        "[ groups {groups:int} ]",
+        R.convolve,
+        differentiable=True,
+    )
+)
 declare(OpDef("padShape", "shape", "$0 at {index:int}", R.pad_shape, differentiable=True))
 declare(OpDef("squeezeShape", "shape", "$0 at {index:int}", R.squeeze_shape, differentiable=True))
 declare(OpDef("shapeCast", "shape", "$0 to {shape:shape}", R.shape_cast, differentiable=True))
@@ -219,9 +286,15 @@ declare(OpDef("insert", "aggregate", "$0 to $1 at {keys:keys}", R.insert, differ
 declare(OpDef("apply", "call", "$0:name ( $* ) : $0:type", R.apply, differentiable=True))
 
 declare(OpDef("branch", "terminator", "{dest:successor}", R.terminator, terminator=True))
-declare(OpDef("conditional", "terminator",
-              "$0 then {then:successor} else {else:successor}", R.conditional,
-              terminator=True))  # fmt: skip
+declare(
+    OpDef(
+        "conditional",
+        "terminator",
+        "$0 then {then:successor} else {else:successor}",
+        R.conditional,
+        terminator=True,
+    )
+)
 declare(OpDef("branchEnum", "terminator", "$0 {cases:cases}", R.branch_enum, terminator=True))
 declare(OpDef("return", "terminator", "[ $0 ]", R.terminator, terminator=True))
 
@@ -230,8 +303,9 @@ declare(OpDef("destroyStack", "stack", "$0", R.destroy_stack, writes=True))
 declare(OpDef("push", "stack", "$0 to $1", R.push, writes=True))
 declare(OpDef("pop", "stack", "{type:type} from $0", R.pop, writes=True))
 
-declare(OpDef("allocateStack", "memory", "{type:type} count {count:int}", R.allocate_stack,
-              nondet=True))  # fmt: skip
+declare(
+    OpDef("allocateStack", "memory", "{type:type} count {count:int}", R.allocate_stack, nondet=True)
+)
 declare(OpDef("allocateHeap", "memory", "{type:type} count $0", R.allocate_heap, nondet=True))
 declare(OpDef("allocateBox", "memory", "{type:type}", R.allocate_box, nondet=True))
 declare(OpDef("projectBox", "memory", "$0", R.project_box))

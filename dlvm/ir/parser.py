@@ -422,9 +422,8 @@ class Parser:
                 ty.fields.append((name, member))
             else:
                 ty.cases.append((name, member))
-            if not self.accept(","):
-                if not self.at("}"):
-                    self.expect_newline()
+            if not self.accept(",") and not self.at("}"):
+                self.expect_newline()
             self.skip_newlines()
         self.expect("}")
         self.expect_newline()
@@ -549,7 +548,9 @@ class Parser:
         self.pos += 1
         for name, off in scope.block_refs.items():
             if name not in scope.defined_blocks:
-                self.diags.append(Diagnostic(f"unknown block '{name}", self.loc(off, len(name) + 1)))
+                self.diags.append(
+                    Diagnostic(f"unknown block '{name}", self.loc(off, len(name) + 1))
+                )
         self.settle_forward_uses(scope)
         if not fn.blocks and len(self.diags) == errors_before:
             self.diags.append(Diagnostic(f"function @{fn.name} has no blocks", fn.loc))
@@ -576,10 +577,12 @@ class Parser:
         if fwd is None:
             return
         if not same_type(fwd.type, value.type):
-            self.diags.append(Diagnostic(
-                f"{text} has type {value.type}, but an earlier use says {fwd.type}",
-                self.loc(fwd.offset, len(text)),
-            ))  # fmt: skip
+            self.diags.append(
+                Diagnostic(
+                    f"{text} has type {value.type}, but an earlier use says {fwd.type}",
+                    self.loc(fwd.offset, len(text)),
+                )
+            )
         scope.settled[fwd] = value
 
     def block_ref(self, scope: _FunctionScope) -> Block:
@@ -680,7 +683,7 @@ class Parser:
             end_pos = self.pos
             self.expect_newline()
             if op.name != "literal":
-                for i, v in enumerate(operands):
+                for v in operands:
                     if isinstance(v, LiteralValue):
                         try:
                             check_literal_operand(v, aggregate_ok=False)
@@ -701,8 +704,12 @@ class Parser:
                 except TypeRuleError as e:
                     self.error(f"literal: {e}", op_pos + 1)
             inst = Instruction(
-                op, operands, attrs, ty, result_name, self.loc(self.offsets[start],
-                                                                len(self.texts[start]))
+                op,
+                operands,
+                attrs,
+                ty,
+                result_name,
+                self.loc(self.offsets[start], len(self.texts[start])),
             )
             if (result_name is not None or anon is not None) and inst.is_void:
                 self.error(f"cannot name the result of '{opname}', which produces no value", start)

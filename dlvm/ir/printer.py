@@ -171,9 +171,7 @@ def type_decl_text(ty: Type) -> str:
         body = "".join(f"    #{n}: {t}\n" for n, t in ty.fields)
         return f"struct ${ty.name} {{\n{body}}}"
     if isinstance(ty, EnumType):
-        body = "".join(
-            f"    ?{c}(" + ", ".join(map(str, ts)) + ")\n" for c, ts in ty.cases
-        )
+        body = "".join(f"    ?{c}(" + ", ".join(map(str, ts)) + ")\n" for c, ts in ty.cases)
         return f"enum ${ty.name} {{\n{body}}}"
     assert isinstance(ty, AliasType)
     return f"type ${ty.name} = " + ("opaque" if ty.target is None else str(ty.target))

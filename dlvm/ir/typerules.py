@@ -149,8 +149,9 @@ def bit_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
     if isinstance(src, TensorType) and isinstance(dst, TensorType):
         bits = src.unit_count * src.dtype.bits, dst.unit_count * dst.dtype.bits
         if bits[0] != bits[1]:
-            raise TypeRuleError(f"cannot bit-cast {ops[0]} ({bits[0]} bits) to {attrs['type']} "
-                                f"({bits[1]} bits)")  # fmt: skip
+            raise TypeRuleError(
+                f"cannot bit-cast {ops[0]} ({bits[0]} bits) to {attrs['type']} ({bits[1]} bits)"
+            )
     return attrs["type"]
 
 
@@ -169,8 +170,7 @@ def dot(ops: list[Type], attrs: dict[str, Any]) -> Type:
         raise TypeRuleError(f"batch dimensions differ: {a} and {b}")
     if a.shape[-1] != b.shape[-2]:
         raise TypeRuleError(
-            f"inner dimensions differ: {a} has {a.shape[-1]} columns, "
-            f"{b} has {b.shape[-2]} rows"
+            f"inner dimensions differ: {a} has {a.shape[-1]} columns, {b} has {b.shape[-2]} rows"
         )
     return TensorType(a.shape[:-1] + (b.shape[-1],), a.dtype)
 
@@ -305,8 +305,7 @@ def convolve(ops: list[Type], attrs: dict[str, Any]) -> Type:
     # Truncating division, as in the original DLVM (its convolve.dl relies on 10 // 6 == 1).
     if not 1 <= groups <= k.shape[0] or x.shape[1] // groups != k.shape[1]:
         raise TypeRuleError(
-            f"input channels {x.shape[1]} / groups {groups} must equal kernel channels "
-            f"{k.shape[1]}"
+            f"input channels {x.shape[1]} / groups {groups} must equal kernel channels {k.shape[1]}"
         )
     out = [x.shape[0], (k.shape[0] // groups) * groups]
     for i in range(n):
@@ -438,7 +437,9 @@ def apply(ops: list[Type], attrs: dict[str, Any]) -> Type:
         raise TypeRuleError(f"callee must be a function, found {ops[0]}")
     args = ops[1:]
     if len(args) != len(fty.arguments):
-        raise TypeRuleError(f"callee takes {_count(len(fty.arguments), 'argument')}, {len(args)} given")
+        raise TypeRuleError(
+            f"callee takes {_count(len(fty.arguments), 'argument')}, {len(args)} given"
+        )
     for i, (a, p) in enumerate(zip(args, fty.arguments)):
         if not same_type(a, p):
             raise TypeRuleError(f"argument {i} has type {a}, the callee expects {p}")
@@ -604,7 +605,9 @@ def check_literal_operand(value: Any, aggregate_ok: bool) -> None:
 
     def expect(elements: tuple, types: list[Type]) -> None:
         if len(elements) != len(types):
-            raise TypeRuleError(f"literal has {_count(len(elements), 'element')}, {ty} needs {len(types)}")
+            raise TypeRuleError(
+                f"literal has {_count(len(elements), 'element')}, {ty} needs {len(types)}"
+            )
         for e, et in zip(elements, types):
             if not same_type(e.type, et):
                 raise TypeRuleError(f"element {e.ref_text()} has type {e.type}, expected {et}")
@@ -643,8 +646,13 @@ def check_literal_operand(value: Any, aggregate_ok: bool) -> None:
 # Gradient declarations -----------------------------------------------------------------------
 
 
-def gradient_type(of: FunctionType, source: int | None, wrt: tuple[int, ...] | None,
-                  keeping: tuple[int, ...], seedable: bool) -> FunctionType:  # fmt: skip
+def gradient_type(
+    of: FunctionType,
+    source: int | None,
+    wrt: tuple[int, ...] | None,
+    keeping: tuple[int, ...],
+    seedable: bool,
+) -> FunctionType:
     """The type `[gradient @f from S wrt … keeping … seedable]` must declare (IR.md section 5):
     `(args… [, seed]) -> (d_wrt…, kept…)`, derivatives first, always a tuple."""
     from dlvm.ir.types import is_differentiable
@@ -652,8 +660,10 @@ def gradient_type(of: FunctionType, source: int | None, wrt: tuple[int, ...] | N
     result = canonical(of.result)
     if isinstance(result, TupleType) and result.elements:
         if source is None:
-            raise TypeRuleError(f"the function returns a tuple {of.result}; say which element "
-                                "to differentiate with 'from'")  # fmt: skip
+            raise TypeRuleError(
+                f"the function returns a tuple {of.result}; say which element "
+                "to differentiate with 'from'"
+            )
         if not 0 <= source < len(result.elements):
             raise TypeRuleError(f"'from {source}' is out of range for {of.result}")
         src = result.elements[source]
@@ -676,10 +686,12 @@ def gradient_type(of: FunctionType, source: int | None, wrt: tuple[int, ...] | N
         raise TypeRuleError("'wrt' repeats an index")
     for i in indices:
         if not 0 <= i < len(args):
-            raise TypeRuleError(f"'wrt {i}' is out of range: the function takes {len(args)} "
-                                "arguments")  # fmt: skip
+            raise TypeRuleError(
+                f"'wrt {i}' is out of range: the function takes {len(args)} arguments"
+            )
         if not is_differentiable(args[i]):
             raise TypeRuleError(f"argument {i} has type {args[i]}, which is not differentiable")
     params = tuple(args) + ((src,) if seedable else ())
-    return FunctionType(params, TupleType(tuple(args[i] for i in indices) +
-                                          tuple(outputs[k] for k in keeping)))  # fmt: skip
+    return FunctionType(
+        params, TupleType(tuple(args[i] for i in indices) + tuple(outputs[k] for k in keeping))
+    )

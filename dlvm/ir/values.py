@@ -380,9 +380,16 @@ class Function(Value):
     """A function definition, an `[extern]` declaration or a gradient declaration."""
 
     __slots__ = (
-        "name", "type", "blocks", "attributes", "declaration", "module", "revision", "loc",
+        "name",
+        "type",
+        "blocks",
+        "attributes",
+        "declaration",
+        "module",
+        "revision",
+        "loc",
         "analyses",
-    )  # fmt: skip
+    )
 
     def __init__(self, name: str, type: FunctionType, loc: Location | None = None) -> None:
         self.name = name

@@ -165,8 +165,9 @@ class _Verifier:
             )
         for inst in b.instructions[:-1]:
             if inst.is_terminator:
-                self.error(f"terminator '{inst.opcode}' must be last in block '{b.name}",
-                           inst.loc, ctx)  # fmt: skip
+                self.error(
+                    f"terminator '{inst.opcode}' must be last in block '{b.name}", inst.loc, ctx
+                )
         reachable = dom.cfg.reachable(b)
         # The instructions before the current one: a same-block definition dominates a use
         # exactly when it is among them (a set, not list.index, keeps big blocks linear).
@@ -177,8 +178,14 @@ class _Verifier:
             self.instruction(fn, inst, dom if reachable else None, ctx, earlier)
             earlier.add(inst)
 
-    def instruction(self, fn: Function, inst: Instruction, dom, ctx: str,
-                    earlier: set[Instruction] | None = None) -> None:  # fmt: skip
+    def instruction(
+        self,
+        fn: Function,
+        inst: Instruction,
+        dom,
+        ctx: str,
+        earlier: set[Instruction] | None = None,
+    ) -> None:
         loc = inst.loc
         op = inst.op
         for v in inst.uses():
@@ -203,13 +210,21 @@ class _Verifier:
         if op.terminator:
             self.terminator(fn, inst, ctx)
 
-    def operand(self, fn: Function, inst: Instruction, v: Value, dom, ctx: str,
-                earlier: set[Instruction] | None = None) -> None:  # fmt: skip
+    def operand(
+        self,
+        fn: Function,
+        inst: Instruction,
+        v: Value,
+        dom,
+        ctx: str,
+        earlier: set[Instruction] | None = None,
+    ) -> None:
         if isinstance(v, (Argument, Instruction)):
             owner = v.block.function if v.block is not None else None
             if owner is not fn:
-                self.error(f"{v.ref_text()} is not defined in @{fn.name}", use_location(inst, v),
-                           ctx)  # fmt: skip
+                self.error(
+                    f"{v.ref_text()} is not defined in @{fn.name}", use_location(inst, v), ctx
+                )
                 return
             if dom is None:  # an unreachable block: dominance says nothing
                 dominates = True
@@ -234,8 +249,9 @@ class _Verifier:
             if inst.operands:
                 got = inst.operands[0].type
                 if not same_type(got, want):
-                    self.error(f"return of {got} from @{fn.name}, which returns {want}",
-                               inst.loc, ctx)  # fmt: skip
+                    self.error(
+                        f"return of {got} from @{fn.name}, which returns {want}", inst.loc, ctx
+                    )
             elif not is_void(want):
                 self.error(f"bare return from @{fn.name}, which returns {want}", inst.loc, ctx)
             return
@@ -253,13 +269,15 @@ class _Verifier:
 
     def target_block(self, fn: Function, inst: Instruction, target: Block, ctx: str) -> None:
         if target.function is not fn:
-            self.error(f"branch to '{target.name}, which is not a block of @{fn.name}",
-                       inst.loc, ctx)  # fmt: skip
+            self.error(
+                f"branch to '{target.name}, which is not a block of @{fn.name}", inst.loc, ctx
+            )
         elif fn.blocks and target is fn.blocks[0]:
             self.error(f"branch to the entry block '{target.name}", inst.loc, ctx)
 
-    def arguments(self, inst: Instruction, target: Block, given: list[Type], what: str,
-                  ctx: str) -> None:  # fmt: skip
+    def arguments(
+        self, inst: Instruction, target: Block, given: list[Type], what: str, ctx: str
+    ) -> None:
         params = [a.type for a in target.arguments]
         if len(given) != len(params):
             self.error(
@@ -304,5 +322,3 @@ def verify_or_raise(module: Module) -> None:
     diags = verify(module)
     if diags:
         raise DiagnosticError(diags)
-
-

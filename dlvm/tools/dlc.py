@@ -20,8 +20,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--output", metavar="OUT")
     args = ap.parse_args(argv)
     if args.emit not in EMIT_KINDS:
-        report([Diagnostic(f"dlc cannot emit '{args.emit}' yet; it can emit: "
-                           + ", ".join(EMIT_KINDS))])  # fmt: skip
+        report(
+            [
+                Diagnostic(
+                    f"dlc cannot emit '{args.emit}' yet; it can emit: " + ", ".join(EMIT_KINDS)
+                )
+            ]
+        )
         return EXIT_USAGE
     try:
         module = load_module(args.input)

@@ -37,22 +37,49 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("inputs", nargs="+", metavar="FILE", help=".dl files to process")
-    ap.add_argument("-p", "--passes", nargs="+", default=[], metavar="PASS",
-                    help="passes to run, in order, by name or alias")  # fmt: skip
-    ap.add_argument("-o", "--outputs", nargs="+", default=[], metavar="OUT",
-                    help="where to write each module (one per input)")  # fmt: skip
+    ap.add_argument(
+        "-p",
+        "--passes",
+        nargs="+",
+        default=[],
+        metavar="PASS",
+        help="passes to run, in order, by name or alias",
+    )
+    ap.add_argument(
+        "-o",
+        "--outputs",
+        nargs="+",
+        default=[],
+        metavar="OUT",
+        help="where to write each module (one per input)",
+    )
     ap.add_argument("--print-ir", action="store_true", help="print each module after the passes")
-    ap.add_argument("--print-after", nargs="+", default=[], metavar="PASS",
-                    help="print the IR after these passes ('all' for every pass)")  # fmt: skip
-    ap.add_argument("--no-verify", action="store_true",
-                    help="do not verify after each pass")  # fmt: skip
-    ap.add_argument("--verify-diagnostics", action="store_true",
-                    help="check the diagnostics against expected-error comments")  # fmt: skip
-    ap.add_argument("--split-input-file", action="store_true",
-                    help="treat '// -----' lines as separators between modules")  # fmt: skip
+    ap.add_argument(
+        "--print-after",
+        nargs="+",
+        default=[],
+        metavar="PASS",
+        help="print the IR after these passes ('all' for every pass)",
+    )
+    ap.add_argument("--no-verify", action="store_true", help="do not verify after each pass")
+    ap.add_argument(
+        "--verify-diagnostics",
+        action="store_true",
+        help="check the diagnostics against expected-error comments",
+    )
+    ap.add_argument(
+        "--split-input-file",
+        action="store_true",
+        help="treat '// -----' lines as separators between modules",
+    )
     ap.add_argument("--run", metavar="@FUNC", help="run a function with the interpreter")
-    ap.add_argument("--args", nargs="*", default=[], metavar="ARG",
-                    help="arguments for --run: numbers, nested lists, or .npy files")  # fmt: skip
+    ap.add_argument(
+        "--args",
+        nargs="*",
+        default=[],
+        metavar="ARG",
+        help="arguments for --run: numbers, nested lists, or .npy files",
+    )
     ap.add_argument("--float64", action="store_true", help="with --run, compute in float64")
     return ap
 

@@ -11,8 +11,16 @@ from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.types import TensorType, TupleType, canonical
 from dlvm.ir.values import Module
 
-NUMPY_DTYPES = {"bool": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32,
-                "i64": np.int64, "f16": np.float16, "f32": np.float32, "f64": np.float64}  # fmt: skip
+NUMPY_DTYPES = {
+    "bool": np.bool_,
+    "i8": np.int8,
+    "i16": np.int16,
+    "i32": np.int32,
+    "i64": np.int64,
+    "f16": np.float16,
+    "f32": np.float32,
+    "f64": np.float64,
+}
 
 
 def _fail(message: str) -> DiagnosticError:
@@ -72,7 +80,7 @@ def run_and_print(module: Module, func: str, texts: list[str], float64: bool) ->
     name = func.lstrip("@")
     fn = module.function_named(name)
     if fn is None:
-        raise _fail(f"no function @{name} in module \"{module.name}\"")
+        raise _fail(f'no function @{name} in module "{module.name}"')
     params = fn.type.arguments
     if len(texts) != len(params):
         raise _fail(f"@{name} takes {len(params)} arguments, {len(texts)} given")

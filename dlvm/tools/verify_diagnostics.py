@@ -70,8 +70,12 @@ def verify_diagnostics(text: str, path: str, split: bool) -> list[Diagnostic]:
         for d in diagnostics_of(chunk, path):
             line, col = d.loc.line_col if d.loc is not None else (0, 0)
             for e in expected:
-                if (not e.matched and e.line == line and (e.col is None or e.col == col)
-                        and e.text in d.message):  # fmt: skip
+                if (
+                    not e.matched
+                    and e.line == line
+                    and (e.col is None or e.col == col)
+                    and e.text in d.message
+                ):
                     e.matched = True
                     break
             else:
@@ -80,8 +84,10 @@ def verify_diagnostics(text: str, path: str, split: bool) -> list[Diagnostic]:
         for e in expected:
             if not e.matched:
                 at = f"line {e.line}" + (f", column {e.col}" if e.col else "")
-                problems.append(Diagnostic(
-                    f"{path}:{e.comment_line}: expected error at {at} was not produced: "
-                    f"{{{{{e.text}}}}}"
-                ))  # fmt: skip
+                problems.append(
+                    Diagnostic(
+                        f"{path}:{e.comment_line}: expected error at {at} was not produced: "
+                        f"{{{{{e.text}}}}}"
+                    )
+                )
     return problems

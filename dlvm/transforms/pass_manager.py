@@ -45,10 +45,9 @@ class PassManager:
         results = []
         for cls in passes:
             if module.stage not in cls.stages:
-                raise DiagnosticError([Diagnostic(
-                    f"pass {cls.name} ({cls.alias}) cannot run at stage {module.stage}; it runs at "
-                    + ", ".join(cls.stages)
-                )])  # fmt: skip
+                allowed = ", ".join(cls.stages)
+                message = f"pass {cls.name} ({cls.alias}) cannot run at stage {module.stage}"
+                raise DiagnosticError([Diagnostic(f"{message}; it runs at {allowed}")])
             changed = cls().run(module)
             if changed:
                 invalidate()

@@ -33,56 +33,58 @@ for _op in BINARY:
     EXAMPLES[_op] = f"%r = {_op} %m: {M}, %row: <1 x 3 x f32>"
 for _op in COMPARE:
     EXAMPLES[_op] = f"%r = {_op} %m: {M}, 0.5: f32"
-EXAMPLES.update({
-    "and": "%r = and %flags: <2 x 3 x bool>, true: bool",
-    "or": "%r = or %flags: <2 x 3 x bool>, %flags: <2 x 3 x bool>",
-    "not": "%r = not %flags: <2 x 3 x bool>",
-    "literal": "%r = literal <1: f32, 2.5: f32>: <2 x f32>",
-    "select": f"%r = select %m: {M}, 0: f32 by %flags: <2 x 3 x bool>",
-    "dataTypeCast": f"%r = dataTypeCast %m: {M} to f64",
-    "bitCast": f"%r = bitCast %m: {M} to <2 x 3 x i32>",
-    "dot": f"%r = dot %m: {M}, %k: <3 x 4 x f32>",
-    "transpose": f"%r = transpose %m: {M}",
-    "reverse": f"%r = reverse %m: {M} along 0, 1",
-    "concatenate": f"%r = concatenate %m: {M}, %m: {M} along 1",
-    "slice": f"%r = slice %m: {M} from 1 upto 1",
-    "reduce": f"%r = reduce %m: {M} by add init 0: f32 along 1",
-    "scan": f"%r = scan %m: {M} by @comb: (f32, f32) -> f32 along 0",
-    "reduceWindow": f"%r = reduceWindow %m: {M} by max init -1: f32 dims 1, 2 strides 1, 1 "
-                    "padding half",
-    "convolve": "%r = convolve %img: <1 x 2 x 5 x 5 x f32> kernel %ker: <4 x 1 x 3 x 3 x f32> "
-                "strides 2, 1 padding (1, 1), (0, 2) leftDilation 1, 2 rightDilation 2, 1 groups 2",
-    "padShape": f"%r = padShape %m: {M} at 2",
-    "squeezeShape": "%r = squeezeShape %row: <1 x 3 x f32> at 0",
-    "shapeCast": f"%r = shapeCast %m: {M} to 3 x 2",
-    "random": "%r = random 2 x 2 from 0: f32 upto 1: f32",
-    "rank": f"%r = rank of %m: {M}",
-    "shape": f"%r = shape of %m: {M}",
-    "unitCount": f"%r = unitCount of %m: {M}",
-    "extract": "%r = extract #b, 1 from %s: $S",
-    "insert": "%r = insert 1: f32 to %s: $S at #a",
-    "apply": "%r = apply @comb(1: f32, 2: f32): (f32, f32) -> f32",
-    "branch": "branch 'next(1: f32)",
-    "conditional": "conditional true: bool then 'next(1: f32) else 'next(2: f32)",
-    "branchEnum": "branchEnum %e: $E case ?some 'next case ?none 'other",
-    "return": "return",
-    "createStack": "%r = createStack",
-    "destroyStack": "destroyStack %r0: stack",
-    "push": "push 1: f32 to %r0: stack",
-    "pop": "%r = pop f32 from %r0: stack",
-    "allocateStack": "%r = allocateStack f32 count 4",
-    "allocateHeap": "%r = allocateHeap <2 x f32> count %n: i64",
-    "allocateBox": "%r = allocateBox f32",
-    "projectBox": "%r = projectBox %r0: box{f32}",
-    "retain": "retain %r0: box{f32}",
-    "release": "release %r0: box{f32}",
-    "deallocate": "deallocate %r0: box{f32}",
-    "load": "%r = load @g: *f32",
-    "store": "store 1: f32 to @g: *f32",
-    "elementPointer": "%r = elementPointer %p: *$S at 0, #b",
-    "copy": "copy from @g: *f32 to @g: *f32 count 1: i64",
-    "trap": "trap",
-})
+EXAMPLES.update(
+    {
+        "and": "%r = and %flags: <2 x 3 x bool>, true: bool",
+        "or": "%r = or %flags: <2 x 3 x bool>, %flags: <2 x 3 x bool>",
+        "not": "%r = not %flags: <2 x 3 x bool>",
+        "literal": "%r = literal <1: f32, 2.5: f32>: <2 x f32>",
+        "select": f"%r = select %m: {M}, 0: f32 by %flags: <2 x 3 x bool>",
+        "dataTypeCast": f"%r = dataTypeCast %m: {M} to f64",
+        "bitCast": f"%r = bitCast %m: {M} to <2 x 3 x i32>",
+        "dot": f"%r = dot %m: {M}, %k: <3 x 4 x f32>",
+        "transpose": f"%r = transpose %m: {M}",
+        "reverse": f"%r = reverse %m: {M} along 0, 1",
+        "concatenate": f"%r = concatenate %m: {M}, %m: {M} along 1",
+        "slice": f"%r = slice %m: {M} from 1 upto 1",
+        "reduce": f"%r = reduce %m: {M} by add init 0: f32 along 1",
+        "scan": f"%r = scan %m: {M} by @comb: (f32, f32) -> f32 along 0",
+        "reduceWindow": f"%r = reduceWindow %m: {M} by max init -1: f32 dims 1, 2 strides 1, 1 "
+        "padding half",
+        "convolve": "%r = convolve %img: <1 x 2 x 5 x 5 x f32> kernel %ker: <4 x 1 x 3 x 3 x f32> "
+        "strides 2, 1 padding (1, 1), (0, 2) leftDilation 1, 2 rightDilation 2, 1 groups 2",
+        "padShape": f"%r = padShape %m: {M} at 2",
+        "squeezeShape": "%r = squeezeShape %row: <1 x 3 x f32> at 0",
+        "shapeCast": f"%r = shapeCast %m: {M} to 3 x 2",
+        "random": "%r = random 2 x 2 from 0: f32 upto 1: f32",
+        "rank": f"%r = rank of %m: {M}",
+        "shape": f"%r = shape of %m: {M}",
+        "unitCount": f"%r = unitCount of %m: {M}",
+        "extract": "%r = extract #b, 1 from %s: $S",
+        "insert": "%r = insert 1: f32 to %s: $S at #a",
+        "apply": "%r = apply @comb(1: f32, 2: f32): (f32, f32) -> f32",
+        "branch": "branch 'next(1: f32)",
+        "conditional": "conditional true: bool then 'next(1: f32) else 'next(2: f32)",
+        "branchEnum": "branchEnum %e: $E case ?some 'next case ?none 'other",
+        "return": "return",
+        "createStack": "%r = createStack",
+        "destroyStack": "destroyStack %r0: stack",
+        "push": "push 1: f32 to %r0: stack",
+        "pop": "%r = pop f32 from %r0: stack",
+        "allocateStack": "%r = allocateStack f32 count 4",
+        "allocateHeap": "%r = allocateHeap <2 x f32> count %n: i64",
+        "allocateBox": "%r = allocateBox f32",
+        "projectBox": "%r = projectBox %r0: box{f32}",
+        "retain": "retain %r0: box{f32}",
+        "release": "release %r0: box{f32}",
+        "deallocate": "deallocate %r0: box{f32}",
+        "load": "%r = load @g: *f32",
+        "store": "store 1: f32 to @g: *f32",
+        "elementPointer": "%r = elementPointer %p: *$S at 0, #b",
+        "copy": "copy from @g: *f32 to @g: *f32 count 1: i64",
+        "trap": "trap",
+    }
+)
 
 # Instructions that need a value made first, named %r0.
 SETUP = {
@@ -117,7 +119,7 @@ def module_for(opname: str) -> str:
         lines.append("    return")
     tail = ""
     if opname in {"branch", "conditional", "branchEnum"}:
-        tail = ("'next(%v: f32):\n    return\n'other():\n    return\n")
+        tail = "'next(%v: f32):\n    return\n'other():\n    return\n"
     return (
         'module "example"\nstage raw\n\n' + PRELUDE + f"\nfunc @test: {ARG_TYPES} -> () {{\n"
         f"'entry({ARGS}):\n" + "\n".join(lines) + "\n" + tail + "}\n"

@@ -44,11 +44,25 @@ INT_BINARY = ("add", "subtract", "multiply", "min", "max")
 COMBINATORS = ("add", "multiply", "max", "min")
 # The instruction mix: an IRGen method and its share of the instructions, in percent.
 MIX = (
-    ("unary", 16), ("binary", 20), ("compare", 6), ("select", 4), ("boolean", 3), ("dot", 8),
-    ("transpose", 3), ("reduce", 7), ("concatenate", 3), ("slice", 3), ("shape_cast", 4),
-    ("pad_or_squeeze", 3), ("cast", 3), ("literal", 4), ("tuple_ops", 4), ("apply", 4),
-    ("repeat", 3), ("misc", 2),
-)  # fmt: skip
+    ("unary", 16),
+    ("binary", 20),
+    ("compare", 6),
+    ("select", 4),
+    ("boolean", 3),
+    ("dot", 8),
+    ("transpose", 3),
+    ("reduce", 7),
+    ("concatenate", 3),
+    ("slice", 3),
+    ("shape_cast", 4),
+    ("pad_or_squeeze", 3),
+    ("cast", 3),
+    ("literal", 4),
+    ("tuple_ops", 4),
+    ("apply", 4),
+    ("repeat", 3),
+    ("misc", 2),
+)
 
 
 def _factor(n: int) -> list[int]:

@@ -186,9 +186,7 @@ def test_nested_loops():
     assert li.top_level == [outer] and outer.subloops == [inner1, inner2]
     assert inner1.parent is outer and inner2.parent is outer
     assert inner1.depth == 2 and inner2.depth == 2 and outer.depth == 1
-    assert names(outer.blocks) == [
-        "outer", "inner1", "mid", "inner2", "inner2_body", "latch"
-    ]  # fmt: skip
+    assert names(outer.blocks) == ["outer", "inner1", "mid", "inner2", "inner2_body", "latch"]
     assert names(inner1.blocks) == ["inner1"]
     assert names(inner2.blocks) == ["inner2", "inner2_body"]
     assert li.loop_for(bb(f, "inner2_body")) is inner2

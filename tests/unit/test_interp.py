@@ -13,8 +13,16 @@ from dlvm.interp import IMPLS, Interpreter, run_function
 from dlvm.ir import parse_module
 from dlvm.ir.ops import OPS
 
-DT = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i8": np.int8, "i16": np.int16,
-      "i32": np.int32, "i64": np.int64, "bool": np.bool_}  # fmt: skip
+DT = {
+    "f16": np.float16,
+    "f32": np.float32,
+    "f64": np.float64,
+    "i8": np.int8,
+    "i16": np.int16,
+    "i32": np.int32,
+    "i64": np.int64,
+    "bool": np.bool_,
+}
 
 
 def module(src: str):
@@ -68,14 +76,24 @@ def _digamma_ref(x):
 
 
 UNARY_FLOAT = [
-    ("sinh", UNIT, np.sinh), ("cosh", UNIT, np.cosh), ("tanh", UNIT, np.tanh),
-    ("log", POSITIVE, np.log), ("exp", UNIT, np.exp), ("sqrt", POSITIVE, np.sqrt),
-    ("rsqrt", POSITIVE, lambda x: 1 / np.sqrt(x)), ("tan", UNIT, np.tan), ("cos", UNIT, np.cos),
-    ("sin", UNIT, np.sin), ("acos", UNIT, np.arccos), ("asin", UNIT, np.arcsin),
-    ("atan", UNIT, np.arctan), ("lgamma", POSITIVE, np.vectorize(math.lgamma)),
-    ("digamma", POSITIVE, _digamma_ref), ("erf", UNIT, np.vectorize(math.erf)),
+    ("sinh", UNIT, np.sinh),
+    ("cosh", UNIT, np.cosh),
+    ("tanh", UNIT, np.tanh),
+    ("log", POSITIVE, np.log),
+    ("exp", UNIT, np.exp),
+    ("sqrt", POSITIVE, np.sqrt),
+    ("rsqrt", POSITIVE, lambda x: 1 / np.sqrt(x)),
+    ("tan", UNIT, np.tan),
+    ("cos", UNIT, np.cos),
+    ("sin", UNIT, np.sin),
+    ("acos", UNIT, np.arccos),
+    ("asin", UNIT, np.arcsin),
+    ("atan", UNIT, np.arctan),
+    ("lgamma", POSITIVE, np.vectorize(math.lgamma)),
+    ("digamma", POSITIVE, _digamma_ref),
+    ("erf", UNIT, np.vectorize(math.erf)),
     ("erfc", UNIT, np.vectorize(math.erfc)),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("op,x,ref", UNARY_FLOAT, ids=[u[0] for u in UNARY_FLOAT])
@@ -94,16 +112,27 @@ def test_unary_float_scalar_and_f16():
 
 EULER = 0.5772156649015329
 SPECIAL_VALUES = [
-    ("digamma", [1.0, 0.5, 0.25, 10.0, -0.5, 1e-3],
-     [-EULER, -EULER - 2 * math.log(2), -EULER - math.pi / 2 - 3 * math.log(2),
-      sum(1 / k for k in range(1, 10)) - EULER, 2 - EULER - 2 * math.log(2),
-      -1000.5755719318103]),
+    (
+        "digamma",
+        [1.0, 0.5, 0.25, 10.0, -0.5, 1e-3],
+        [
+            -EULER,
+            -EULER - 2 * math.log(2),
+            -EULER - math.pi / 2 - 3 * math.log(2),
+            sum(1 / k for k in range(1, 10)) - EULER,
+            2 - EULER - 2 * math.log(2),
+            -1000.5755719318103,
+        ],
+    ),
     ("digamma", [0.0, -2.0, np.inf], [-np.inf, np.nan, np.inf]),
-    ("lgamma", [0.5, 5.0, -0.5, 0.0, -3.0], [0.5 * math.log(math.pi), math.log(24),
-                                            math.log(2 * math.sqrt(math.pi)), np.inf, np.inf]),
+    (
+        "lgamma",
+        [0.5, 5.0, -0.5, 0.0, -3.0],
+        [0.5 * math.log(math.pi), math.log(24), math.log(2 * math.sqrt(math.pi)), np.inf, np.inf],
+    ),
     ("erf", [0.0, 0.5, -2.0, np.inf], [0.0, math.erf(0.5), math.erf(-2.0), 1.0]),
     ("erfc", [0.0, 3.0, -np.inf], [1.0, math.erfc(3.0), 2.0]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("op,x,want", SPECIAL_VALUES)
@@ -115,11 +144,14 @@ def test_special_function_values(op, x, want):
 
 HALVES = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.4, -0.6], np.float32)
 UNARY_NUMERIC = [
-    ("negate", HALVES, -HALVES), ("sign", HALVES, np.sign(HALVES)), ("square", HALVES, HALVES**2),
+    ("negate", HALVES, -HALVES),
+    ("sign", HALVES, np.sign(HALVES)),
+    ("square", HALVES, HALVES**2),
     ("round", HALVES, [-3, -2, -1, 1, 2, 3, 0, -1]),  # halfway away from zero
     ("rint", HALVES, [-2, -2, -0, 0, 2, 2, 0, -1]),  # halfway to even
-    ("ceil", HALVES, np.ceil(HALVES)), ("floor", HALVES, np.floor(HALVES)),
-]  # fmt: skip
+    ("ceil", HALVES, np.ceil(HALVES)),
+    ("floor", HALVES, np.floor(HALVES)),
+]
 
 
 @pytest.mark.parametrize("op,x,want", UNARY_NUMERIC, ids=[u[0] for u in UNARY_NUMERIC])
@@ -137,10 +169,17 @@ def test_unary_numeric_int(op):
 A = np.array([[-7.5, 2.0, 3.25], [4.0, -5.0, 0.5]], np.float32)
 B = np.array([[2.0, -3.0, 1.5], [-2.5, 2.0, 4.0]], np.float32)
 BINARY = {
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
-    "min": np.minimum, "max": np.maximum, "truncateDivide": lambda a, b: np.trunc(a / b),
-    "floorDivide": np.floor_divide, "modulo": np.fmod, "power": lambda a, b: np.abs(a) ** b,
-}  # fmt: skip
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "divide": np.divide,
+    "min": np.minimum,
+    "max": np.maximum,
+    "truncateDivide": lambda a, b: np.trunc(a / b),
+    "floorDivide": np.floor_divide,
+    "modulo": np.fmod,
+    "power": lambda a, b: np.abs(a) ** b,
+}
 # (shape of a, shape of b): equal shapes, scalar either side, 1s on both sides.
 BROADCASTS = [((2, 3), (2, 3)), ((2, 3), ()), ((), (2, 3)), ((2, 1), (1, 3)), ((1, 3), (2, 3))]
 
@@ -171,8 +210,12 @@ def test_binary_literal_operand():
 
 # -7 and 7 against 2 and -2: C-style truncation, Python-style floor, remainder with the sign of
 # the dividend.
-DIVISIONS = {"divide": [-3, 3, -3, 3], "truncateDivide": [-3, 3, -3, 3],
-             "floorDivide": [-4, 3, -4, 3], "modulo": [-1, 1, 1, -1]}  # fmt: skip
+DIVISIONS = {
+    "divide": [-3, 3, -3, 3],
+    "truncateDivide": [-3, 3, -3, 3],
+    "floorDivide": [-4, 3, -4, 3],
+    "modulo": [-1, 1, 1, -1],
+}
 
 
 @pytest.mark.parametrize("op", list(BINARY))
@@ -197,9 +240,14 @@ def test_float_modulo_and_division_conventions():
     check(run_op(f"truncateDivide %a: {t}, %b: {t}", [t, t], t, [a, b]), [-3, 3, 3, -3], "f64")
 
 
-COMPARE = {"lessThan": np.less, "lessThanOrEqual": np.less_equal, "greaterThan": np.greater,
-           "greaterThanOrEqual": np.greater_equal, "equal": np.equal,
-           "notEqual": np.not_equal}  # fmt: skip
+COMPARE = {
+    "lessThan": np.less,
+    "lessThanOrEqual": np.less_equal,
+    "greaterThan": np.greater,
+    "greaterThanOrEqual": np.greater_equal,
+    "equal": np.equal,
+    "notEqual": np.not_equal,
+}
 
 
 @pytest.mark.parametrize("op", list(COMPARE))
@@ -226,16 +274,25 @@ def test_boolean_ops():
 def test_select_broadcasts_all_three():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     flags = np.array([[True], [False]])
-    got = run_op("select %a: <2 x 3 x f32>, %b: f32 by %c: <2 x 1 x bool>",
-                 ["<2 x 3 x f32>", "f32", "<2 x 1 x bool>"], "<2 x 3 x f32>",
-                 [a, -1.0, flags])  # fmt: skip
+    got = run_op(
+        "select %a: <2 x 3 x f32>, %b: f32 by %c: <2 x 1 x bool>",
+        ["<2 x 3 x f32>", "f32", "<2 x 1 x bool>"],
+        "<2 x 3 x f32>",
+        [a, -1.0, flags],
+    )
     check(got, np.where(flags, a, -1.0), "f32")
 
 
-@pytest.mark.parametrize("src,dst,x", [
-    ("i32", "i64", [1, -2]), ("f16", "f32", [0.5, -1.25]), ("f32", "f64", [0.1, 3.0]),
-    ("i8", "i8", [-128, 127]), ("bool", "bool", [True, False]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "src,dst,x",
+    [
+        ("i32", "i64", [1, -2]),
+        ("f16", "f32", [0.5, -1.25]),
+        ("f32", "f64", [0.1, 3.0]),
+        ("i8", "i8", [-128, 127]),
+        ("bool", "bool", [True, False]),
+    ],
+)
 def test_data_type_cast(src, dst, x):
     a = np.array(x, DT[src])
     got = run_op(f"dataTypeCast %a: <2 x {src}> to {dst}", [f"<2 x {src}>"], f"<2 x {dst}>", [a])
@@ -249,18 +306,25 @@ def test_bit_cast():
     got = run_op("bitCast %a: <2 x f32> to <8 x i8>", ["<2 x f32>"], "<8 x i8>", [a])
     check(got, a.view(np.int8), "i8")
     # float64 mode reinterprets the declared f32 bits, not the widened f64 ones.
-    got = run_op("bitCast %a: <2 x f32> to <2 x i32>", ["<2 x f32>"], "<2 x i32>", [a],
-                 float64=True)  # fmt: skip
+    got = run_op(
+        "bitCast %a: <2 x f32> to <2 x i32>", ["<2 x f32>"], "<2 x i32>", [a], float64=True
+    )
     check(got, a.view(np.int32), "i32")
 
 
 # Linear algebra and shapes -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sa,sb,dt", [
-    ((2, 3), (3, 4), "f32"), ((5, 2, 3), (5, 3, 2), "f64"), ((3,), (3,), "f32"),
-    ((2, 3), (3, 1), "i32"), ((1, 784), (784, 10), "f32"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "sa,sb,dt",
+    [
+        ((2, 3), (3, 4), "f32"),
+        ((5, 2, 3), (5, 3, 2), "f64"),
+        ((3,), (3,), "f32"),
+        ((2, 3), (3, 1), "i32"),
+        ((1, 784), (784, 10), "f32"),
+    ],
+)
 def test_dot(sa, sb, dt):
     a = RNG.integers(-3, 4, sa).astype(DT[dt])
     b = RNG.integers(-3, 4, sb).astype(DT[dt])
@@ -274,22 +338,28 @@ X = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
 TX = "<2 x 3 x 4 x f32>"
 
 
-@pytest.mark.parametrize("line,result,want", [
-    (f"transpose %a: {TX}", "<4 x 3 x 2 x f32>", X.transpose()),
-    (f"reverse %a: {TX} along 0, 2", TX, X[::-1, :, ::-1]),
-    (f"reverse %a: {TX} along 1", TX, X[:, ::-1]),
-    (f"slice %a: {TX} from 1 upto 1", "<1 x 3 x 4 x f32>", X[1:2]),
-    (f"slice %a: {TX} from 0 upto 1", TX, X),
-    (f"padShape %a: {TX} at 0", "<1 x 2 x 3 x 4 x f32>", X[None]),
-    (f"padShape %a: {TX} at 3", "<2 x 3 x 4 x 1 x f32>", X[..., None]),
-    (f"shapeCast %a: {TX} to 6 x 4", "<6 x 4 x f32>", X.reshape(6, 4)),
-    (f"shapeCast %a: {TX} to 24", "<24 x f32>", X.reshape(24)),
-    (f"rank of %a: {TX}", "i64", 3),
-    (f"shape of %a: {TX}", "<3 x i64>", [2, 3, 4]),
-    (f"unitCount of %a: {TX}", "i64", 24),
-    (f"concatenate %a: {TX}, %a: {TX}, %a: {TX} along 1", "<2 x 9 x 4 x f32>",
-     np.concatenate([X, X, X], axis=1)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "line,result,want",
+    [
+        (f"transpose %a: {TX}", "<4 x 3 x 2 x f32>", X.transpose()),
+        (f"reverse %a: {TX} along 0, 2", TX, X[::-1, :, ::-1]),
+        (f"reverse %a: {TX} along 1", TX, X[:, ::-1]),
+        (f"slice %a: {TX} from 1 upto 1", "<1 x 3 x 4 x f32>", X[1:2]),
+        (f"slice %a: {TX} from 0 upto 1", TX, X),
+        (f"padShape %a: {TX} at 0", "<1 x 2 x 3 x 4 x f32>", X[None]),
+        (f"padShape %a: {TX} at 3", "<2 x 3 x 4 x 1 x f32>", X[..., None]),
+        (f"shapeCast %a: {TX} to 6 x 4", "<6 x 4 x f32>", X.reshape(6, 4)),
+        (f"shapeCast %a: {TX} to 24", "<24 x f32>", X.reshape(24)),
+        (f"rank of %a: {TX}", "i64", 3),
+        (f"shape of %a: {TX}", "<3 x i64>", [2, 3, 4]),
+        (f"unitCount of %a: {TX}", "i64", 24),
+        (
+            f"concatenate %a: {TX}, %a: {TX}, %a: {TX} along 1",
+            "<2 x 9 x 4 x f32>",
+            np.concatenate([X, X, X], axis=1),
+        ),
+    ],
+)
 def test_shape_instructions(line, result, want):
     got = run_op(line, [TX], result, [X])
     check(got, want, "i64" if "i64" in result else "f32")

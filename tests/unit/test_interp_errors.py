@@ -194,19 +194,22 @@ def fails(name: str, args: list, *fragments: str, module=M, **kw) -> Interpreter
     return info.value
 
 
-@pytest.mark.parametrize("name,args,fragments", [
-    ("nope", [], ["no function @nope"]),
-    ("f", [V2], ["@f takes 2 arguments, 1 given"]),
-    ("f", [np.zeros(3, np.float32), 0], ["argument 0 of @f", "<2 x f32>", "shape (3,)"]),
-    ("f", [np.zeros(2, np.float64), 0], ["argument 0 of @f", "dtype float64"]),
-    ("f", [V2, 1.5], ["argument 1 of @f", "expected i32", "dtype float64"]),
-    ("f", [V2, "x"], ["argument 1 of @f", "expected i32"]),
-    ("f", [[[1.0, 2.0], [3.0]], 0], ["argument 0 of @f", "irregular"]),
-    ("takes", [{"b": 1.0}, ("two", ()), (1.0, 2)], ["argument 0 of @takes", "$P"]),
-    ("takes", [{"a": 1.0}, ("three", ()), (1.0, 2)], ["argument 1", "no case ?three"]),
-    ("takes", [{"a": 1.0}, ("one", ()), (1.0, 2)], ["?one takes 1 values, got 0"]),
-    ("takes", [{"a": 1.0}, ("two", ()), (1.0,)], ["argument 2", "got 1 elements"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,args,fragments",
+    [
+        ("nope", [], ["no function @nope"]),
+        ("f", [V2], ["@f takes 2 arguments, 1 given"]),
+        ("f", [np.zeros(3, np.float32), 0], ["argument 0 of @f", "<2 x f32>", "shape (3,)"]),
+        ("f", [np.zeros(2, np.float64), 0], ["argument 0 of @f", "dtype float64"]),
+        ("f", [V2, 1.5], ["argument 1 of @f", "expected i32", "dtype float64"]),
+        ("f", [V2, "x"], ["argument 1 of @f", "expected i32"]),
+        ("f", [[[1.0, 2.0], [3.0]], 0], ["argument 0 of @f", "irregular"]),
+        ("takes", [{"b": 1.0}, ("two", ()), (1.0, 2)], ["argument 0 of @takes", "$P"]),
+        ("takes", [{"a": 1.0}, ("three", ()), (1.0, 2)], ["argument 1", "no case ?three"]),
+        ("takes", [{"a": 1.0}, ("one", ()), (1.0, 2)], ["?one takes 1 values, got 0"]),
+        ("takes", [{"a": 1.0}, ("two", ()), (1.0,)], ["argument 2", "got 1 elements"]),
+    ],
+)
 def test_bad_arguments(name, args, fragments):
     fails(name, args, *fragments)
 
@@ -222,13 +225,16 @@ def test_trap_names_its_location():
     assert run_function(M, "trapping", [False]) == 1.0
 
 
-@pytest.mark.parametrize("name,args,fragments", [
-    ("f", [V2, 2], ["t.dl:", "in @f, extract", "index 2 is out of bounds"]),
-    ("f", [V2, -1], ["index -1 is out of bounds"]),
-    ("insert_at", [[1.0, 2.0, 3.0], 3], ["in @insert_at, insert", "out of bounds for array"]),
-    ("past_end", [2], ["in @past_end, load", "out of bounds"]),
-    ("past_end", [-1], ["out of bounds"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,args,fragments",
+    [
+        ("f", [V2, 2], ["t.dl:", "in @f, extract", "index 2 is out of bounds"]),
+        ("f", [V2, -1], ["index -1 is out of bounds"]),
+        ("insert_at", [[1.0, 2.0, 3.0], 3], ["in @insert_at, insert", "out of bounds for array"]),
+        ("past_end", [2], ["in @past_end, load", "out of bounds"]),
+        ("past_end", [-1], ["out of bounds"]),
+    ],
+)
 def test_out_of_bounds(name, args, fragments):
     fails(name, args, *fragments)
     assert run_function(M, "f", [np.array([1, 2], np.float32), 1]) == 2
@@ -241,11 +247,14 @@ def test_errors_in_callees_say_where_they_were_called_from():
     assert err.loc is not None and err.opcode == "divide"
 
 
-@pytest.mark.parametrize("name,fragments", [
-    ("call_ext", ["cannot call @ext", "[extern]"]),
-    ("divide_f_grad", ["gradient declaration without a body"]),
-    ("call_null", ["null function"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,fragments",
+    [
+        ("call_ext", ["cannot call @ext", "[extern]"]),
+        ("divide_f_grad", ["gradient declaration without a body"]),
+        ("call_null", ["null function"]),
+    ],
+)
 def test_calls_without_a_body(name, fragments):
     args = [1.0, 2.0] if name == "divide_f_grad" else [1.0]
     fails(name, args, *fragments)
@@ -257,16 +266,19 @@ def test_runaway_recursion():
     fails("forever", [0], "call depth limit 20 exceeded", max_depth=20)
 
 
-@pytest.mark.parametrize("name,args,fragments", [
-    ("dangling", [], ["in @dangling, load", "use of stack memory after it was deallocated"]),
-    ("double_free", [], ["deallocated twice"]),
-    ("release_twice", [], ["in @release_twice, release", "after it was deallocated"]),
-    ("pop_empty", [], ["pop from an empty AD stack"]),
-    ("pop_wrong", [V2], ["popped value: expected f32"]),
-    ("after_destroy", [1.0], ["after destroyStack"]),
-    ("too_big", [], ["in @too_big, add", "literal 300 does not fit i8"]),
-    ("bad_random", [], ["random range [5, 5) is empty"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,args,fragments",
+    [
+        ("dangling", [], ["in @dangling, load", "use of stack memory after it was deallocated"]),
+        ("double_free", [], ["deallocated twice"]),
+        ("release_twice", [], ["in @release_twice, release", "after it was deallocated"]),
+        ("pop_empty", [], ["pop from an empty AD stack"]),
+        ("pop_wrong", [V2], ["popped value: expected f32"]),
+        ("after_destroy", [1.0], ["after destroyStack"]),
+        ("too_big", [], ["in @too_big, add", "literal 300 does not fit i8"]),
+        ("bad_random", [], ["random range [5, 5) is empty"]),
+    ],
+)
 def test_memory_and_stack_errors(name, args, fragments):
     fails(name, args, *fragments)
 

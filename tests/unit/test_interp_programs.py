@@ -110,11 +110,20 @@ func @nothing: () -> () {
 """)  # noqa: E501
 
 
-@pytest.mark.parametrize("name,arg,want", [
-    ("sum_below", 10, 45), ("sum_below", 0, 0), ("factorial_loop", 10.0, 3628800.0),
-    ("fib", 15, 610), ("fib", 1, 1), ("is_even", 10, True), ("is_even", 7, False),
-    ("is_odd", 7, True), ("is_odd", 300, False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,arg,want",
+    [
+        ("sum_below", 10, 45),
+        ("sum_below", 0, 0),
+        ("factorial_loop", 10.0, 3628800.0),
+        ("fib", 15, 610),
+        ("fib", 1, 1),
+        ("is_even", 10, True),
+        ("is_even", 7, False),
+        ("is_odd", 7, True),
+        ("is_odd", 300, False),
+    ],
+)
 def test_programs(name, arg, want):
     got = run_function(PROGRAMS, name, [arg])
     assert isinstance(got, np.ndarray) and got.shape == () and got == want
@@ -212,10 +221,14 @@ func @partial: ($Shape) -> f32 {
 """)
 
 
-@pytest.mark.parametrize("shape,want", [
-    (EnumValue("circle", (2.0,)), 12.0), (EnumValue("rect", (2.0, 3.5)), 7.0),
-    (("empty", ()), 0.0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "shape,want",
+    [
+        (EnumValue("circle", (2.0,)), 12.0),
+        (EnumValue("rect", (2.0, 3.5)), 7.0),
+        (("empty", ()), 0.0),
+    ],
+)
 def test_branch_enum_binds_associated_values(shape, want):
     assert run_function(AGGREGATES, "area", [shape]) == want
 

@@ -48,8 +48,15 @@ def fold(fn, init, values):
 
 
 X = np.arange(1, 25, dtype=np.float32).reshape(2, 3, 4) / 8
-OPS = {"add": np.add, "multiply": np.multiply, "max": np.maximum, "min": np.minimum,
-       "subtract": np.subtract, "divide": np.divide, "mulAdd": lambda a, b: 2 * a + b}  # fmt: skip
+OPS = {
+    "add": np.add,
+    "multiply": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+    "subtract": np.subtract,
+    "divide": np.divide,
+    "mulAdd": lambda a, b: 2 * a + b,
+}
 
 
 def comb_text(name: str) -> str:
@@ -79,18 +86,21 @@ def test_reduce(comb, dims):
 @pytest.mark.parametrize("comb,want", [("and", [False, True]), ("or", [True, True])])
 def test_reduce_boolean(comb, want):
     x = np.array([[True, False], [True, True]])
-    got = run_op(f"reduce %x: <2 x 2 x bool> by {comb} init true: bool along 1", x,
-                 "<2 x bool>", dt="bool")  # fmt: skip
+    got = run_op(
+        f"reduce %x: <2 x 2 x bool> by {comb} init true: bool along 1", x, "<2 x bool>", dt="bool"
+    )
     np.testing.assert_array_equal(got, want)
 
 
 def test_reduce_int_and_float64_mode():
     x = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
-    got = run_op("reduce %x: <2 x 3 x i32> by multiply init 1: i32 along 1", x, "<2 x i32>",
-                 dt="i32")  # fmt: skip
+    got = run_op(
+        "reduce %x: <2 x 3 x i32> by multiply init 1: i32 along 1", x, "<2 x i32>", dt="i32"
+    )
     assert got.dtype == np.int32 and got.tolist() == [6, 120]
-    got = run_op("reduce %x: <2 x 3 x 4 x f32> by add init 0: f32 along 0, 1, 2", X, "f32",
-                 float64=True)  # fmt: skip
+    got = run_op(
+        "reduce %x: <2 x 3 x 4 x f32> by add init 0: f32 along 0, 1, 2", X, "f32", float64=True
+    )
     assert got.dtype == np.float64 and got == X.astype(np.float64).sum()
 
 
@@ -127,8 +137,11 @@ def test_scan_is_inclusive_cumulative():
 
 
 def out_size(n: int, d: int, s: int, mode: str) -> int:
-    return {"none": max((n - d) // s + 1, 0), "half": (n - 1) // s + 1,
-            "full": (n + d - 2) // s + 1}[mode]  # fmt: skip
+    return {
+        "none": max((n - d) // s + 1, 0),
+        "half": (n - 1) // s + 1,
+        "full": (n + d - 2) // s + 1,
+    }[mode]
 
 
 def reduce_window_ref(fn, init, x, dims, strides, mode):
@@ -149,8 +162,12 @@ def reduce_window_ref(fn, init, x, dims, strides, mode):
     return out
 
 
-WINDOWS = [((1, 2, 2), (1, 2, 2)), ((2, 3, 3), (1, 1, 2)), ((1, 3, 2), (1, 3, 1)),
-           ((2, 1, 4), (2, 1, 3))]  # fmt: skip
+WINDOWS = [
+    ((1, 2, 2), (1, 2, 2)),
+    ((2, 3, 3), (1, 1, 2)),
+    ((1, 3, 2), (1, 3, 1)),
+    ((2, 1, 4), (2, 1, 3)),
+]
 
 
 @pytest.mark.parametrize("mode", ["none", "half", "full"])
@@ -170,8 +187,12 @@ def test_reduce_window(mode, comb, dims, strides):
 
 def test_reduce_window_max_pool_2x2():
     x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
-    got = run_op("reduceWindow %x: <1 x 1 x 4 x 4 x f32> by max init -1000: f32 dims 1, 1, 2, 2 "
-                 "strides 1, 1, 2, 2 padding none", x, "<1 x 1 x 2 x 2 x f32>")  # fmt: skip
+    got = run_op(
+        "reduceWindow %x: <1 x 1 x 4 x 4 x f32> by max init -1000: f32 dims 1, 1, 2, 2 "
+        "strides 1, 1, 2, 2 padding none",
+        x,
+        "<1 x 1 x 2 x 2 x f32>",
+    )
     assert got.reshape(-1).tolist() == [5, 7, 13, 15]
 
 
@@ -221,7 +242,7 @@ CONV_CASES = [
     ((1, 6, 9, 8), (8, 1, 3, 3), (2, 1), ((1, 0), (2, 2)), (1, 2), (2, 1), 6),
     ((2, 3, 11), (4, 3, 4), (3,), ((2, 1),), (2,), (2,), None),
     ((1, 2, 4, 3, 5), (2, 2, 2, 2, 3), (1, 2, 2), ((1, 0), (0, 1), (1, 1)), None, (1, 1, 2), None),
-]  # fmt: skip
+]
 
 
 def _conv_line(xs, ks, strides, padding, ld, rd, groups, rs):

@@ -25,7 +25,8 @@ def test_instruction_round_trips(opname):
 
 
 def test_sample_module_prints_byte_for_byte():
-    text = open("samples/ir/inference.dl").read()
+    with open("samples/ir/inference.dl") as f:
+        text = f.read()
     printed = module_text(parse_module(text))
     # The only differences from the hand-written file are comments and the wrapped signature.
     assert printed.startswith('module "mnist"\nstage raw\n\nstruct $Classifier {\n')
