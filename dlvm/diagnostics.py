@@ -36,17 +36,36 @@ class Source:
         return lines[line - 1].rstrip("\r") if 0 < line <= len(lines) else ""
 
 
-@dataclass(frozen=True, slots=True)
 class Location:
-    """A span start in a source: character offset plus length (for the caret run)."""
+    """A span start in a source: character offset plus length (for the caret run).
 
-    source: Source
-    offset: int
-    length: int = 1
+    A plain slotted class rather than a dataclass: the parser makes one per instruction, and
+    this is several times cheaper to create.
+    """
+
+    __slots__ = ("source", "offset", "length")
+
+    def __init__(self, source: Source, offset: int, length: int = 1) -> None:
+        self.source = source
+        self.offset = offset
+        self.length = length
 
     @property
     def line_col(self) -> tuple[int, int]:
         return self.source.position(self.offset)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Location)
+            and self.source is other.source
+            and (self.offset, self.length) == (other.offset, other.length)
+        )
+
+    def __hash__(self) -> int:
+        return hash((id(self.source), self.offset, self.length))
+
+    def __repr__(self) -> str:
+        return f"Location({self}, length={self.length})"
 
     def __str__(self) -> str:
         line, col = self.line_col

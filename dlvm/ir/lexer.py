@@ -18,6 +18,7 @@ STRING = "string"
 INT = "int"
 FLOAT = "float"
 TENSOR = "tensor"  # a whole tensor type on one line
+USE = "use"  # `%x: <2 x f32>` or `%0.1: f32`: a local and its tensor type, on one line
 GLOBAL = "global"  # @name
 LOCAL = "local"  # %name
 ANON = "anon"  # %B.I
@@ -36,11 +37,15 @@ _DTYPES = "|".join(DATA_TYPES)
 # Alternatives are tried in order, the most frequent first (this order makes the lexer a third
 # faster). Only a few orders matter: a tensor type before the '<' punctuation, a float before an
 # integer, and the catch-all error last.
+_TENSOR_RX = rf"<[ \t]*[0-9]+(?:[ \t]+x[ \t]+[0-9]+)*[ \t]+x[ \t]+(?:{_DTYPES})[ \t]*>"
 _SPEC = [
+    # A local use with a tensor or scalar type, `%x: <2 x f32>`, is one token: uses are most
+    # of the text, and one token instead of three makes parsing a fifth faster.
+    (USE, rf"%(?:{_IDENT}|[0-9]+\.[0-9]+):[ \t]*(?:{_TENSOR_RX}|(?:{_DTYPES})(?![A-Za-z0-9_.]))"),
     (PUNCT, r"[>()\[\]{},:=*]"),
     (LOCAL, rf"%{_IDENT}"),
     (ANON, r"%[0-9]+\.[0-9]+"),
-    (TENSOR, rf"<[ \t]*[0-9]+(?:[ \t]+x[ \t]+[0-9]+)*[ \t]+x[ \t]+(?:{_DTYPES})[ \t]*>"),
+    (TENSOR, _TENSOR_RX),
     (WORD, _IDENT),
     (NL, r"(?:\r\n|\r|\n)"),
     (FLOAT, r"-?[0-9]+(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)"),

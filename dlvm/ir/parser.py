@@ -107,6 +107,23 @@ class _Forward(Value):
         return self.text
 
 
+_USE_TYPES: dict[str, TensorType] = {}
+
+
+def _split_use(text: str) -> tuple[str, int, TensorType]:
+    """A USE token's name, the offset of its type within the token, and the type."""
+    colon = text.index(":")
+    start = colon + 1
+    while text[start] in " \t":
+        start += 1
+    tytext = text[start:]
+    ty = _USE_TYPES.get(tytext)
+    if ty is None:
+        ty = _tensor_token(tytext) if tytext[0] == "<" else TensorType((), DATA_TYPES[tytext])
+        _USE_TYPES[tytext] = ty
+    return text[:colon], start, ty
+
+
 class _FunctionScope:
     """Names visible inside one function body."""
 
@@ -611,9 +628,16 @@ class Parser:
             self.expect("(")
             while not self.at(")"):
                 apos = self.pos
-                aname = self.expect_kind(L.LOCAL, "an argument (%name: type)")[1:]
-                self.expect(":")
-                aty = self.type_()
+                if self.kinds[apos] == L.USE:
+                    aname, _, aty = _split_use(self.texts[apos])
+                    aname = aname[1:]
+                    if aname[0].isdigit():
+                        self.error(f"expected an argument (%name: type), found %{aname}", apos)
+                    self.pos += 1
+                else:
+                    aname = self.expect_kind(L.LOCAL, "an argument (%name: type)")[1:]
+                    self.expect(":")
+                    aty = self.type_()
                 arg = Argument(aname, aty, self.loc(self.offsets[apos], len(aname) + 1))
                 self.define(scope, aname, arg, apos)
                 b.add_argument(arg)
@@ -677,9 +701,19 @@ class Parser:
             op = lookup(opname)
             if op is None:
                 self.error(f"unknown instruction '{opname}'{_suggest(opname)}", op_pos)
-            operands: list[Value] = []
-            attrs: dict[str, Any] = dict.fromkeys(op.attr_kinds)
-            self.pieces(op.pieces, op, operands, attrs, scope)
+            arity = _PLAIN_OPERANDS.get(op.syntax)
+            if arity is not None:  # `$0` or `$0, $1`: most instructions, so a direct path
+                attrs: dict[str, Any] = {}
+                operands: list[Value] = [self.use(scope)]
+                if arity == 2:
+                    if self.texts[self.pos] != "," or self.kinds[self.pos] != L.PUNCT:
+                        self.error(f"expected ',', found {self.describe()}")
+                    self.pos += 1
+                    operands.append(self.use(scope))
+            else:
+                operands = []
+                attrs = dict.fromkeys(op.attr_kinds)
+                self.pieces(op.pieces, op, operands, attrs, scope)
             end_pos = self.pos
             self.expect_newline()
             if op.name != "literal":
@@ -875,6 +909,13 @@ class Parser:
         pos = self.pos
         kind = self.kinds[pos]
         text = self.texts[pos]
+        if kind == L.USE:
+            self.pos = pos + 1
+            name, ty_start, ty = _split_use(text)
+            name_kind = L.ANON if name[1].isdigit() else L.LOCAL
+            start = self.offsets[pos]
+            return self.resolve(name, pos, ty, scope, pos, name_kind, start + ty_start,
+                                len(text) - ty_start)  # fmt: skip
         if kind in (L.LOCAL, L.ANON, L.GLOBAL):
             self.pos = ty_pos = pos + 2
             if self.texts[pos + 1] != ":":  # only a PUNCT token reads ':'
@@ -887,16 +928,28 @@ class Parser:
         return LiteralValue(lit, self.type_())
 
     def resolve(
-        self, text: str, pos: int, ty: Type, scope: _FunctionScope | None, ty_pos: int
+        self,
+        text: str,
+        pos: int,
+        ty: Type,
+        scope: _FunctionScope | None,
+        ty_pos: int,
+        kind: str | None = None,
+        ty_offset: int | None = None,
+        ty_length: int = 1,
     ) -> Value:
-        kind = self.kinds[pos]
+        """The value named `text` (at token pos), checked against its annotated type."""
+        if kind is None:
+            kind = self.kinds[pos]
         if kind == L.GLOBAL:
             v = self.globals.get(text[1:])
             if v is None:
                 hint = _suggest(text[1:], self.globals, "@")
-                self.error(f"unknown function or global {text}{hint}", pos)
+                raise _Error(f"unknown function or global {text}{hint}", self.offsets[pos],
+                             len(text))  # fmt: skip
         elif scope is None:
-            self.error(f"{text} cannot be used outside a function body", pos)
+            raise _Error(f"{text} cannot be used outside a function body", self.offsets[pos],
+                         len(text))  # fmt: skip
         elif kind == L.ANON:
             if text[1:] in scope.poisoned:
                 raise _Poisoned
@@ -917,7 +970,10 @@ class Parser:
             if v is None:
                 v = self.forward_use(scope, text, ty, pos)
         if v.type is not ty and not same_type(v.type, ty):
-            self.error(f"{text} has type {v.type}, but this use says {ty}", ty_pos)
+            message = f"{text} has type {v.type}, but this use says {ty}"
+            if ty_offset is not None:
+                raise _Error(message, ty_offset, ty_length)
+            self.error(message, ty_pos)
         return v
 
     def forward_use(self, scope: _FunctionScope, text: str, ty: Type, pos: int) -> Value:
@@ -1069,6 +1125,9 @@ class Parser:
             if not self.accept(","):
                 break
         return tuple(out)
+
+
+_PLAIN_OPERANDS = {"$0": 1, "$0, $1": 2}
 
 
 def _next_word(pieces: tuple[Piece, ...], idx: int) -> str:

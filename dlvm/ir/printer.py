@@ -133,9 +133,17 @@ def instruction_text(inst: Instruction, names: _Names | None = None) -> str:
     """One instruction without indentation: `%0.1 = add %x: f32, 1: f32`."""
     if names is None:
         names = _Names(inst.function)
-    tokens: list[str] = [inst.op.name]
-    _pieces(inst.op.pieces, inst, names, tokens)
-    body = _join(tokens)
+    op = inst.op
+    syntax = op.syntax
+    if syntax == "$0, $1":  # most instructions: skip the template walk
+        ops = inst.operands
+        body = f"{op.name} {names.use(ops[0])}, {names.use(ops[1])}"
+    elif syntax == "$0":
+        body = f"{op.name} {names.use(inst.operands[0])}"
+    else:
+        tokens: list[str] = [op.name]
+        _pieces(op.pieces, inst, names, tokens)
+        body = _join(tokens)
     if inst.name is not None:
         return f"%{inst.name} = {body}"
     if not inst.is_void:

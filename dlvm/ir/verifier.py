@@ -188,7 +188,22 @@ class _Verifier:
     ) -> None:
         loc = inst.loc
         op = inst.op
+        block = inst.block
         for v in inst.uses():
+            # The common case inline (an earlier value of this block, or of a dominating one);
+            # `operand` handles everything else and reports problems.
+            t = type(v)
+            if dom is not None and (t is Instruction or t is Argument):
+                vb = v.block
+                if vb is block and earlier is not None and (t is Argument or v in earlier):
+                    continue
+                if (
+                    vb is not None
+                    and vb is not block
+                    and vb.function is fn
+                    and dom.dominates(vb, block)
+                ):
+                    continue
             self.operand(fn, inst, v, dom, ctx, earlier)
         if op.name == "literal" and not isinstance(inst.operands[0], LiteralValue):
             self.error("literal: the operand must be a literal, not a value", loc, ctx)
