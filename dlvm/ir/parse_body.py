@@ -1,0 +1,584 @@
+"""Function bodies: blocks, instructions read through their syntax templates, typed uses,
+literals, and uses of values defined later in the text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlvm.diagnostics import Diagnostic
+from dlvm.ir import lexer as L
+from dlvm.ir.literals import (
+    AggregateLiteral,
+    EnumLiteral,
+    ScalarLiteral,
+    StructLiteral,
+)
+from dlvm.ir.ops import OPS, OpDef, Piece, lookup
+from dlvm.ir.parse_tokens import (
+    _INF,
+    _PADMODES,
+    _SPECIAL_LITERALS,
+    TokenReader,
+    _Error,
+    _Poisoned,
+    _split_use,
+    _suggest,
+)
+from dlvm.ir.typerules import TypeRuleError, check_literal_operand
+from dlvm.ir.types import (
+    DATA_TYPES,
+    Type,
+    same_type,
+)
+from dlvm.ir.values import (
+    Argument,
+    Block,
+    ElementKey,
+    Function,
+    Instruction,
+    LiteralValue,
+    Successor,
+    Value,
+)
+
+
+class _Forward(Value):
+    """A use of a local value whose definition comes later in the text. Valid SSA may do this
+    (a dominating block may be printed after the blocks it dominates); the placeholder is
+    replaced when the body ends."""
+
+    __slots__ = ("text", "type", "offset")
+
+    def __init__(self, text: str, type: Type, offset: int) -> None:
+        self.text = text
+        self.type = type
+        self.offset = offset
+
+    def ref_text(self) -> str:
+        return self.text
+
+
+class _FunctionScope:
+    """Names visible inside one function body."""
+
+    def __init__(self, fn: Function) -> None:
+        self.fn = fn
+        self.values: dict[str, Value] = {}
+        self.anon: dict[tuple[int, int], Instruction] = {}
+        self.anon_text: dict[str, Instruction] = {}  # the same, keyed by the defining `%B.I`
+        self.blocks: dict[str, Block] = {}
+        self.block_refs: dict[str, int] = {}  # first reference offset of a not-yet-seen block
+        self.defined_blocks: set[str] = set()
+        self.poisoned: set[str] = set()
+        self.forward: dict[str, _Forward] = {}  # uses before definitions, by spelling
+        self.settled: dict[Value, Value] = {}  # placeholder -> definition
+        # Position of the next instruction as written (failed lines count too, so one error
+        # does not make every later %B.I look misplaced).
+        self.block_index = -1
+        self.inst_index = 0
+
+
+class BodyParser(TokenReader):
+    """Reads function bodies into blocks and instructions."""
+
+    def body(self, fn: Function) -> None:
+        self.expect("{")
+        self.skip_newlines()
+        errors_before = len(self.diags)
+        scope = self.scope = _FunctionScope(fn)
+        while not self.at("}"):
+            if self.kinds[self.pos] == L.EOF:
+                self.error(f"expected '}}' to close the body of @{fn.name}, found end of file")
+            self.block(scope)
+            self.skip_newlines()
+        self.pos += 1
+        for name, off in scope.block_refs.items():
+            if name not in scope.defined_blocks:
+                self.diags.append(
+                    Diagnostic(f"unknown block '{name}", self.loc(off, len(name) + 1))
+                )
+        self.settle_forward_uses(scope)
+        if not fn.blocks and len(self.diags) == errors_before:
+            self.diags.append(Diagnostic(f"function @{fn.name} has no blocks", fn.loc))
+        self.scope = None
+
+    def settle_forward_uses(self, scope: _FunctionScope) -> None:
+        """Replaces placeholders by their definitions; reports the names never defined."""
+        for text, fwd in scope.forward.items():
+            if text[1:] in scope.poisoned:
+                continue
+            hint = _suggest(text[1:], scope.values, "%") if not text[1].isdigit() else ""
+            self.diags.append(
+                Diagnostic(f"use of undefined value {text}{hint}", self.loc(fwd.offset, len(text)))
+            )
+        if scope.settled:
+            settled = scope.settled
+            for inst in scope.fn.instructions():
+                if any(type(v) is _Forward for v in inst.uses()):
+                    inst.map_values(lambda v: settled.get(v, v))
+
+    def defined(self, scope: _FunctionScope, text: str, value: Value) -> None:
+        """Settles earlier uses of `text`, now that it is defined."""
+        fwd = scope.forward.pop(text, None)
+        if fwd is None:
+            return
+        if not same_type(fwd.type, value.type):
+            self.diags.append(
+                Diagnostic(
+                    f"{text} has type {value.type}, but an earlier use says {fwd.type}",
+                    self.loc(fwd.offset, len(text)),
+                )
+            )
+        scope.settled[fwd] = value
+
+    def block_ref(self, scope: _FunctionScope) -> Block:
+        pos = self.pos
+        name = self.expect_kind(L.BLOCK, "a block name ('name)")[1:]
+        b = scope.blocks.get(name)
+        if b is None:
+            b = scope.blocks[name] = Block(name)
+            scope.block_refs[name] = self.offsets[pos]
+        return b
+
+    def block(self, scope: _FunctionScope) -> None:
+        pos = self.pos
+        scope.block_index += 1
+        scope.inst_index = 0
+        try:
+            if self.kinds[pos] != L.BLOCK:
+                self.error(f"expected a block label ('name(...):), found {self.describe()}")
+            name = self.texts[pos][1:]
+            if name in scope.defined_blocks:
+                self.error(f"block '{name} is already defined", pos)
+            b = self.block_ref(scope)
+            b.loc = self.loc(self.offsets[pos], len(self.texts[pos]))
+            scope.defined_blocks.add(name)
+            scope.fn.add_block(b)
+            self.expect("(")
+            while not self.at(")"):
+                apos = self.pos
+                if self.kinds[apos] == L.USE:
+                    aname, _, aty = _split_use(self.texts[apos])
+                    aname = aname[1:]
+                    if aname[0].isdigit():
+                        self.error(f"expected an argument (%name: type), found %{aname}", apos)
+                    self.pos += 1
+                else:
+                    aname = self.expect_kind(L.LOCAL, "an argument (%name: type)")[1:]
+                    self.expect(":")
+                    aty = self.type_()
+                arg = Argument(aname, aty, self.loc(self.offsets[apos], len(aname) + 1))
+                self.define(scope, aname, arg, apos)
+                b.add_argument(arg)
+                if not self.accept(","):
+                    break
+            self.expect(")")
+            self.expect(":")
+            self.expect_newline()
+        except _Error as e:
+            self.record(e)
+            self.skip_line()
+            if self.kinds[pos] != L.BLOCK:
+                # Lines before the next label belong to no block: skip them quietly.
+                while self.kinds[self.pos] not in (L.BLOCK, L.EOF) and not self.at("}"):
+                    self.skip_line()
+                return
+        self.skip_newlines()
+        b = scope.fn.blocks[-1] if scope.fn.blocks else None
+        while b is not None and self.kinds[self.pos] not in (L.BLOCK, L.EOF) and not self.at("}"):
+            self.instruction(scope, b)
+            self.skip_newlines()
+
+    def define(self, scope: _FunctionScope, name: str, value: Value, pos: int) -> None:
+        if name in scope.values or name in scope.poisoned:
+            self.error(f"%{name} is already defined in @{scope.fn.name}", pos)
+        scope.values[name] = value
+        if scope.forward:
+            self.defined(scope, "%" + name, value)
+
+    # Instructions ----------------------------------------------------------------------------
+
+    def instruction(self, scope: _FunctionScope, block: Block) -> None:
+        start = self.pos
+        result_name: str | None = None
+        anon: tuple[int, int] | None = None
+        position = (scope.block_index, scope.inst_index)
+        scope.inst_index += 1
+        try:
+            kind = self.kinds[start]
+            if kind in (L.LOCAL, L.ANON) and self.texts[start + 1] == "=":
+                text = self.texts[start]
+                if kind == L.LOCAL:
+                    result_name = text[1:]
+                    if result_name in scope.values or result_name in scope.poisoned:
+                        self.error(f"%{result_name} is already defined in @{scope.fn.name}")
+                else:
+                    b, _, i = text[1:].partition(".")
+                    try:
+                        anon = (int(b), int(i))
+                    except ValueError:
+                        self.too_long(start)
+                    expected = position
+                    if anon != expected:
+                        self.error(
+                            f"anonymous name {text} does not match its position; "
+                            f"it must be %{expected[0]}.{expected[1]}"
+                        )
+                self.pos += 2
+            op_pos = self.pos
+            opname = self.expect_kind(L.WORD, "an instruction")
+            op = lookup(opname)
+            if op is None:
+                self.error(f"unknown instruction '{opname}'{_suggest(opname)}", op_pos)
+            arity = _PLAIN_OPERANDS.get(op.syntax)
+            if arity is not None:  # `$0` or `$0, $1`: most instructions, so a direct path
+                attrs: dict[str, Any] = {}
+                operands: list[Value] = [self.use(scope)]
+                if arity == 2:
+                    if self.texts[self.pos] != "," or self.kinds[self.pos] != L.PUNCT:
+                        self.error(f"expected ',', found {self.describe()}")
+                    self.pos += 1
+                    operands.append(self.use(scope))
+            else:
+                operands = []
+                attrs = dict.fromkeys(op.attr_kinds)
+                self.pieces(op.pieces, op, operands, attrs, scope)
+            end_pos = self.pos
+            self.expect_newline()
+            if op.name != "literal":
+                for v in operands:
+                    if isinstance(v, LiteralValue):
+                        try:
+                            check_literal_operand(v, aggregate_ok=False)
+                        except TypeRuleError as e:
+                            self.error(f"{e}", op_pos)
+            try:
+                ty = op.infer([v.type for v in operands], attrs)
+            except TypeRuleError as e:
+                end = self.offsets[end_pos - 1] + len(self.texts[end_pos - 1])
+                raise _Error(
+                    f"{opname}: {e}", self.offsets[op_pos], max(1, end - self.offsets[op_pos])
+                ) from None
+            if op.name == "literal":
+                if not isinstance(operands[0], LiteralValue):
+                    self.error("literal: the operand must be a literal, not a value", op_pos + 1)
+                try:
+                    check_literal_operand(operands[0], aggregate_ok=True)
+                except TypeRuleError as e:
+                    self.error(f"literal: {e}", op_pos + 1)
+            inst = Instruction(
+                op,
+                operands,
+                attrs,
+                ty,
+                result_name,
+                self.loc(self.offsets[start], len(self.texts[start])),
+            )
+            if (result_name is not None or anon is not None) and inst.is_void:
+                self.error(f"cannot name the result of '{opname}', which produces no value", start)
+            block.append(inst)
+            if result_name is not None:
+                scope.values[result_name] = inst
+            else:
+                scope.anon[position] = inst
+                if anon is not None:
+                    scope.anon_text[self.texts[start]] = inst
+            if scope.forward:
+                text = "%" + result_name if result_name is not None else "%{}.{}".format(*position)
+                self.defined(scope, text, inst)
+        except _Error as e:
+            self.record(e)
+            self._poison(scope, result_name, anon)
+            self.pos = max(self.pos, start)
+            self._finish_line(start)
+        except _Poisoned:
+            self._poison(scope, result_name, anon)
+            self._finish_line(start)
+
+    def _finish_line(self, start: int) -> None:
+        # Errors found after the instruction's newline was consumed must not skip the next line.
+        if not (self.pos > start and self.kinds[self.pos - 1] == L.NL):
+            self.skip_line()
+
+    def _poison(self, scope: _FunctionScope, name: str | None, anon: tuple | None) -> None:
+        if name is not None and name not in scope.values:
+            scope.poisoned.add(name)
+        if anon is not None:
+            scope.poisoned.add(f"{anon[0]}.{anon[1]}")
+
+    def pieces(
+        self,
+        pieces: tuple[Piece, ...],
+        op: OpDef,
+        operands: list[Value],
+        attrs: dict[str, Any],
+        scope: _FunctionScope,
+    ) -> None:
+        for idx, p in enumerate(pieces):
+            kind = p.kind
+            if kind == "word":
+                self.expect(p.text)
+            elif kind == "operand":
+                mode = p.text
+                if mode == "name":
+                    self.pending_callee.append((self.texts[self.pos], self.pos))
+                    if self.kinds[self.pos] not in (L.GLOBAL, L.LOCAL, L.ANON):
+                        self.error(f"expected a callee (@name or %value), found {self.describe()}")
+                    self.pos += 1
+                    operands.append(None)  # type: ignore[arg-type]
+                elif mode == "type":
+                    text, pos = self.pending_callee.pop()
+                    ty_pos = self.pos
+                    ty = self.type_()
+                    operands[p.index] = self.resolve(text, pos, ty, scope, ty_pos)
+                else:
+                    operands.append(self.use(scope, aggregate=mode == "literal"))
+            elif kind == "operands":
+                stop = _next_word(pieces, idx)
+                if not self.at(stop):
+                    operands.append(self.use(scope))
+                    while self.accept(","):
+                        operands.append(self.use(scope))
+            elif kind == "attr":
+                attrs[p.name] = self.attr(p.text, scope)
+            else:
+                first = p.group[0]
+                if first.kind == "word":
+                    present = self.at(first.text)
+                else:
+                    present = self.kinds[self.pos] not in (L.NL, L.EOF) and not self.at("}")
+                if present:
+                    self.pieces(p.group, op, operands, attrs, scope)
+
+    def attr(self, kind: str, scope: _FunctionScope) -> Any:
+        if kind == "int":
+            return self.int_()
+        if kind == "ints":
+            return self.int_list()
+        if kind == "dtype":
+            pos = self.pos
+            word = self.expect_kind(L.WORD, "a data type")
+            dt = DATA_TYPES.get(word)
+            if dt is None:
+                self.error(f"unknown data type '{word}'", pos)
+            return dt
+        if kind == "type":
+            return self.type_()
+        if kind == "shape":
+            if self.accept("scalar"):
+                return ()
+            dims = [self.dimension()]
+            while self.accept("x"):
+                dims.append(self.dimension())
+            return tuple(dims)
+        if kind == "comb":
+            if self.kinds[self.pos] == L.WORD:
+                pos = self.pos
+                word = self.texts[pos]
+                op = OPS.get(word)
+                if op is None or op.family not in ("binary", "boolean"):
+                    self.error(f"'{word}' is not a binary operation usable as a combinator", pos)
+                self.pos += 1
+                return word
+            return self.use(scope)
+        if kind == "padmode":
+            pos = self.pos
+            word = self.expect_kind(L.WORD, "a padding mode (none, half or full)")
+            if word not in _PADMODES:
+                self.error(f"unknown padding mode '{word}' (expected none, half or full)", pos)
+            return word
+        if kind == "pairs":
+            pairs = []
+            while True:
+                self.expect("(")
+                lo = self.int_()
+                self.expect(",")
+                hi = self.int_()
+                self.expect(")")
+                pairs.append((lo, hi))
+                if not self.accept(","):
+                    return tuple(pairs)
+        if kind == "keys":
+            keys = [self.key(scope)]
+            while self.accept(","):
+                keys.append(self.key(scope))
+            return tuple(keys)
+        if kind == "successor":
+            b = self.block_ref(scope)
+            self.expect("(")
+            args: list[Value] = []
+            if not self.at(")"):
+                args.append(self.use(scope))
+                while self.accept(","):
+                    args.append(self.use(scope))
+            self.expect(")")
+            return Successor(b, args)
+        if kind == "cases":
+            cases = []
+            while self.accept("case"):
+                case = self.expect_kind(L.CASE, "an enum case (?name)")[1:]
+                cases.append((case, self.block_ref(scope)))
+            if not cases:
+                self.error(f"expected 'case ?name 'block', found {self.describe()}")
+            return tuple(cases)
+        raise AssertionError(kind)
+
+    def key(self, scope: _FunctionScope) -> ElementKey:
+        kind = self.kinds[self.pos]
+        if kind == L.INT and self.texts[self.pos + 1] != ":":
+            return ElementKey(index=self.int_())
+        if kind == L.KEY:
+            self.pos += 1
+            return ElementKey(field=self.texts[self.pos - 1][1:])
+        return ElementKey(value=self.use(scope))
+
+    # Uses ------------------------------------------------------------------------------------
+
+    def use(self, scope: _FunctionScope | None, aggregate: bool = True) -> Value:
+        pos = self.pos
+        kind = self.kinds[pos]
+        text = self.texts[pos]
+        if kind == L.USE:
+            self.pos = pos + 1
+            name, ty_start, ty = _split_use(text)
+            name_kind = L.ANON if name[1].isdigit() else L.LOCAL
+            start = self.offsets[pos]
+            return self.resolve(name, pos, ty, scope, pos, name_kind, start + ty_start,
+                                len(text) - ty_start)  # fmt: skip
+        if kind in (L.LOCAL, L.ANON, L.GLOBAL):
+            self.pos = ty_pos = pos + 2
+            if self.texts[pos + 1] != ":":  # only a PUNCT token reads ':'
+                self.pos = pos + 1
+                self.expect(":")
+            ty = self.type_()
+            return self.resolve(text, pos, ty, scope, ty_pos)
+        lit = self.literal_payload(scope)
+        self.expect(":", "':' and the literal's type")
+        return LiteralValue(lit, self.type_())
+
+    def resolve(
+        self,
+        text: str,
+        pos: int,
+        ty: Type,
+        scope: _FunctionScope | None,
+        ty_pos: int,
+        kind: str | None = None,
+        ty_offset: int | None = None,
+        ty_length: int = 1,
+    ) -> Value:
+        """The value named `text` (at token pos), checked against its annotated type."""
+        if kind is None:
+            kind = self.kinds[pos]
+        if kind == L.GLOBAL:
+            v = self.globals.get(text[1:])
+            if v is None:
+                hint = _suggest(text[1:], self.globals, "@")
+                raise _Error(f"unknown function or global {text}{hint}", self.offsets[pos],
+                             len(text))  # fmt: skip
+        elif scope is None:
+            raise _Error(f"{text} cannot be used outside a function body", self.offsets[pos],
+                         len(text))  # fmt: skip
+        elif kind == L.ANON:
+            if text[1:] in scope.poisoned:
+                raise _Poisoned
+            v = scope.anon_text.get(text)  # a use spelt as its definition: no int parsing
+            if v is None:
+                b, _, i = text[1:].partition(".")
+                try:
+                    v = scope.anon.get((int(b), int(i)))
+                except ValueError:
+                    self.too_long(pos)
+            if v is None:
+                v = self.forward_use(scope, text, ty, pos)
+        else:
+            name = text[1:]
+            if name in scope.poisoned:
+                raise _Poisoned
+            v = scope.values.get(name)
+            if v is None:
+                v = self.forward_use(scope, text, ty, pos)
+        if v.type is not ty and not same_type(v.type, ty):
+            message = f"{text} has type {v.type}, but this use says {ty}"
+            if ty_offset is not None:
+                raise _Error(message, ty_offset, ty_length)
+            self.error(message, ty_pos)
+        return v
+
+    def forward_use(self, scope: _FunctionScope, text: str, ty: Type, pos: int) -> Value:
+        """A placeholder for a value defined later in the body (or never: reported then)."""
+        fwd = scope.forward.get(text)
+        if fwd is None:
+            fwd = scope.forward[text] = _Forward(text, ty, self.offsets[pos])
+        return fwd
+
+    def literal_payload(self, scope: _FunctionScope | None) -> Any:
+        kind = self.kinds[self.pos]
+        text = self.texts[self.pos]
+        if kind == L.INT:
+            try:
+                value: int | float = int(text)
+            except ValueError:
+                self.too_long(self.pos)
+            self.pos += 1
+            return ScalarLiteral(value)
+        if kind == L.FLOAT:
+            value = float(text)
+            if value in (_INF, -_INF) and text != "-inf":
+                self.error(f"float literal {text} is out of range")
+            self.pos += 1
+            return ScalarLiteral(value)
+        if kind == L.WORD:
+            if text in ("inf", "nan"):
+                self.pos += 1
+                return ScalarLiteral(float(text))
+            if text in ("true", "false"):
+                self.pos += 1
+                return ScalarLiteral(text == "true")
+            if text in _SPECIAL_LITERALS:
+                self.pos += 1
+                return _SPECIAL_LITERALS[text]
+        if kind == L.PUNCT and text in ("<", "(", "["):
+            close = {"<": ">", "(": ")", "[": "]"}[text]
+            self.pos += 1
+            items = self.nested(self.use_list, close, scope)
+            return AggregateLiteral({"<": "tensor", "(": "tuple", "[": "array"}[text], items)
+        if kind == L.PUNCT and text == "{":
+            self.pos += 1
+            fields = []
+            while not self.at("}"):
+                name = self.expect_kind(L.KEY, "a field (#name)")[1:]
+                self.expect("=")
+                fields.append((name, self.nested(self.use, scope)))
+                if not self.accept(","):
+                    break
+            self.expect("}")
+            return StructLiteral(tuple(fields))
+        if kind == L.CASE:
+            self.pos += 1
+            self.expect("(")
+            return EnumLiteral(text[1:], self.nested(self.use_list, ")", scope))
+        if kind == L.TENSOR:
+            self.error("expected a value, found a type")
+        self.error(f"expected a value (%name, @name or a literal), found {self.describe()}")
+
+    def use_list(self, close: str, scope: _FunctionScope | None) -> tuple[Value, ...]:
+        items: list[Value] = []
+        while not self.at(close):
+            items.append(self.use(scope))
+            if not self.accept(","):
+                break
+        self.expect(close)
+        return tuple(items)
+
+    # Types -----------------------------------------------------------------------------------
+
+
+_PLAIN_OPERANDS = {"$0": 1, "$0, $1": 2}
+
+
+def _next_word(pieces: tuple[Piece, ...], idx: int) -> str:
+    for p in pieces[idx + 1 :]:
+        if p.kind == "word":
+            return p.text
+    return "\n"
