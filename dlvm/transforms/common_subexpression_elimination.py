@@ -10,21 +10,19 @@ from __future__ import annotations
 from dlvm.analysis.dominance import dominator_tree
 from dlvm.analysis.side_effects import side_effects
 from dlvm.ir.values import Function, Instruction, Module, Value
-from dlvm.transforms.pass_base import Pass
+from dlvm.transforms.pass_base import FunctionPass
 
 
-class CommonSubexpressionElimination(Pass):
+class CommonSubexpressionElimination(FunctionPass):
     name = "common-subexpression-elimination"
     alias = "CSE"
     summary = "merge identical instructions where one dominates the other"
 
-    def run(self, module: Module) -> bool:
-        effects = side_effects(module)
-        changed = False
-        for fn in module.functions:
-            if fn.blocks and not fn.is_declaration:
-                changed |= eliminate_common_subexpressions(fn, effects.may_merge)
-        return changed
+    def prepare(self, module: Module) -> None:
+        self.effects = side_effects(module)
+
+    def run_on_function(self, fn: Function) -> bool:
+        return eliminate_common_subexpressions(fn, self.effects.may_merge)
 
 
 def _key(inst: Instruction) -> tuple:

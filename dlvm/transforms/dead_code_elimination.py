@@ -7,21 +7,19 @@ from collections import Counter
 
 from dlvm.analysis.side_effects import side_effects
 from dlvm.ir.values import Function, Instruction, Module
-from dlvm.transforms.pass_base import Pass
+from dlvm.transforms.pass_base import FunctionPass
 
 
-class DeadCodeElimination(Pass):
+class DeadCodeElimination(FunctionPass):
     name = "dead-code-elimination"
     alias = "DCE"
     summary = "remove unused side-effect-free instructions"
 
-    def run(self, module: Module) -> bool:
-        effects = side_effects(module)
-        changed = False
-        for fn in module.functions:
-            if fn.blocks and not fn.is_declaration:
-                changed |= eliminate_dead_code(fn, effects.may_remove)
-        return changed
+    def prepare(self, module: Module) -> None:
+        self.effects = side_effects(module)
+
+    def run_on_function(self, fn: Function) -> bool:
+        return eliminate_dead_code(fn, self.effects.may_remove)
 
 
 def eliminate_dead_code(fn: Function, may_remove) -> bool:

@@ -20,9 +20,15 @@ class Pass:
 
 
 class FunctionPass(Pass):
-    """A pass applied to each function definition in turn (declarations are skipped)."""
+    """A pass applied to each function definition in turn (declarations are skipped).
+
+    `prepare` runs once first, for what the functions share (module-level analyses)."""
+
+    def prepare(self, module: Module) -> None:
+        pass
 
     def run(self, module: Module) -> bool:
+        self.prepare(module)
         changed = False
         for fn in list(module.functions):
             if fn.blocks and not fn.is_declaration:
