@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from dlvm.diagnostics import Diagnostic, DiagnosticError
+from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
 from dlvm.ir.parser import parse_module
 from dlvm.ir.values import Module
 from dlvm.ir.verifier import verify
@@ -40,9 +40,11 @@ def read_text(path: str) -> str:
     except IsADirectoryError:
         raise DiagnosticError([Diagnostic(f"{path}: is a directory")]) from None
     except UnicodeDecodeError as e:
-        raise DiagnosticError(
-            [Diagnostic(f"{path}: not UTF-8 text (byte {e.start} cannot be decoded)")]
-        ) from None
+        # Point at the bad byte: the text before it decodes, so its line and column are known.
+        before = e.object[: e.start].decode("utf-8", errors="replace")
+        source = Source(path, before + e.object[e.start :].decode("utf-8", errors="replace"))
+        message = "not UTF-8 text: this byte cannot be decoded"
+        raise DiagnosticError([Diagnostic(message, Location(source, len(before)))]) from None
     except OSError as e:
         raise DiagnosticError([Diagnostic(f"{path}: {e.strerror}")]) from None
 

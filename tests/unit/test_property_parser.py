@@ -134,6 +134,8 @@ def test_dlopt_reports_non_utf8_input(tmp_path, capsys):
         assert status == 1
         assert "Traceback" not in err + out
         assert "error:" in err and str(path) in err and "UTF-8" in err
+    # The bad byte is located: line 3 of the second file, after `var @g: f32 `.
+    assert f"{tmp_path / 'bad1.dl'}:3:13: error: not UTF-8 text" in err
 
 
 # Regressions found by the properties above ------------------------------------------------
