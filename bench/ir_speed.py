@@ -5,6 +5,7 @@ parse + verify + print together. Reports only; the exit status is always 0."""
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -68,6 +69,9 @@ def best(runs: int, setup: Callable[[], object], work: Callable[[object], object
     for _ in range(runs):
         arg = setup()
         invalidate()  # cold analysis caches, as in a fresh process
+        # Collect the previous runs' modules now: a fresh process has no such garbage, and the
+        # collector would otherwise walk it at a random point inside a later timed run.
+        gc.collect()
         start = time.perf_counter()
         work(arg)
         times.append(time.perf_counter() - start)

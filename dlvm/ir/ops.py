@@ -167,7 +167,8 @@ def declare(op: OpDef) -> OpDef:
 
 
 def lookup(name: str) -> OpDef | None:
-    return OPS.get(OP_ALIASES.get(name, name))
+    op = OPS.get(name)
+    return op if op is not None else OPS.get(OP_ALIASES.get(name, name))
 
 
 # Elementwise families: one row per operation ---------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlvm.diagnostics import Diagnostic
+from dlvm.diagnostics import Diagnostic, Location
 from dlvm.ir import lexer as L
 from dlvm.ir.literals import (
     AggregateLiteral,
@@ -27,6 +27,7 @@ from dlvm.ir.parse_tokens import (
 from dlvm.ir.typerules import TypeRuleError, check_literal_operand
 from dlvm.ir.types import (
     DATA_TYPES,
+    TensorType,
     Type,
     same_type,
 )
@@ -202,16 +203,17 @@ class BodyParser(TokenReader):
         start = self.pos
         result_name: str | None = None
         anon: tuple[int, int] | None = None
+        text = ""  # the result's name as spelt, `%x` or `%B.I`
         position = (scope.block_index, scope.inst_index)
         scope.inst_index += 1
         try:
-            kind = self.kinds[start]
-            if kind in (L.LOCAL, L.ANON) and self.texts[start + 1] == "=":
-                text = self.texts[start]
-                if kind == L.LOCAL:
+            if self.kinds[start] == L.DEF:
+                text = self.texts[start][:-1].rstrip(" \t")
+                if not text[1].isdigit():
                     result_name = text[1:]
                     if result_name in scope.values or result_name in scope.poisoned:
-                        self.error(f"%{result_name} is already defined in @{scope.fn.name}")
+                        raise _Error(f"{text} is already defined in @{scope.fn.name}",
+                                     self.offsets[start], len(text))  # fmt: skip
                 else:
                     b, _, i = text[1:].partition(".")
                     try:
@@ -220,11 +222,13 @@ class BodyParser(TokenReader):
                         self.too_long(start)
                     expected = position
                     if anon != expected:
-                        self.error(
+                        raise _Error(
                             f"anonymous name {text} does not match its position; "
-                            f"it must be %{expected[0]}.{expected[1]}"
+                            f"it must be %{expected[0]}.{expected[1]}",
+                            self.offsets[start],
+                            len(text),
                         )
-                self.pos += 2
+                self.pos += 1
             op_pos = self.pos
             opname = self.expect_kind(L.WORD, "an instruction")
             op = lookup(opname)
@@ -247,7 +251,7 @@ class BodyParser(TokenReader):
             self.expect_newline()
             if op.name != "literal":
                 for v in operands:
-                    if isinstance(v, LiteralValue):
+                    if v.__class__ is LiteralValue:
                         try:
                             check_literal_operand(v, aggregate_ok=False)
                         except TypeRuleError as e:
@@ -266,23 +270,21 @@ class BodyParser(TokenReader):
                     check_literal_operand(operands[0], aggregate_ok=True)
                 except TypeRuleError as e:
                     self.error(f"literal: {e}", op_pos + 1)
-            inst = Instruction(
-                op,
-                operands,
-                attrs,
-                ty,
-                result_name,
-                self.loc(self.offsets[start], len(self.texts[start])),
-            )
-            if (result_name is not None or anon is not None) and inst.is_void:
-                self.error(f"cannot name the result of '{opname}', which produces no value", start)
-            block.append(inst)
+            loc = Location(self.source, self.offsets[start], len(text) or len(opname))
+            inst = Instruction(op, operands, attrs, ty, result_name, loc)
+            named = result_name is not None or anon is not None
+            if named and ty.__class__ is not TensorType and inst.is_void:
+                raise _Error(f"cannot name the result of '{opname}', which produces no value",
+                             self.offsets[start], len(text))  # fmt: skip
+            # Block.append without its revision bump: the function is being built.
+            inst.block = block
+            block.instructions.append(inst)
             if result_name is not None:
                 scope.values[result_name] = inst
             else:
                 scope.anon[position] = inst
                 if anon is not None:
-                    scope.anon_text[self.texts[start]] = inst
+                    scope.anon_text[text] = inst
             if scope.forward:
                 text = "%" + result_name if result_name is not None else "%{}.{}".format(*position)
                 self.defined(scope, text, inst)

@@ -67,8 +67,20 @@ def _tensor_token(text: str) -> TensorType:
 _USE_TYPES: dict[str, TensorType] = {}
 
 
+_USE_SPLITS: dict[str, tuple[str, int, TensorType]] = {}
+
+
 def _split_use(text: str) -> tuple[str, int, TensorType]:
     """A USE token's name, the offset of its type within the token, and the type."""
+    split = _USE_SPLITS.get(text)  # a value is usually used several times, spelt the same
+    if split is None:
+        split = _split_use_text(text)
+        if len(_USE_SPLITS) < 65536:
+            _USE_SPLITS[text] = split
+    return split
+
+
+def _split_use_text(text: str) -> tuple[str, int, TensorType]:
     colon = text.index(":")
     start = colon + 1
     while text[start] in " \t":

@@ -11,6 +11,7 @@ from dlvm.ir.types import (
     EnumType,
     FunctionType,
     StructType,
+    TensorType,
     Type,
     canonical,
     is_void,
@@ -208,7 +209,7 @@ class _Verifier:
         if op.name == "literal" and not isinstance(inst.operands[0], LiteralValue):
             self.error("literal: the operand must be a literal, not a value", loc, ctx)
         for v in inst.operands:
-            if isinstance(v, LiteralValue):
+            if v.__class__ is LiteralValue:
                 try:
                     check_literal_operand(v, aggregate_ok=op.name == "literal")
                 except TypeRuleError as e:
@@ -218,9 +219,9 @@ class _Verifier:
         except TypeRuleError as e:
             self.error(f"{op.name}: {e}", loc, ctx)
             return
-        if not same_type(ty, inst.type):
+        if ty is not inst.type and not same_type(ty, inst.type):
             self.error(f"{op.name} produces {ty}, but the instruction says {inst.type}", loc, ctx)
-        if inst.name is not None and is_void(inst.type):
+        if inst.name is not None and inst.type.__class__ is not TensorType and is_void(inst.type):
             self.error(f"cannot name the result of '{op.name}', which produces no value", loc, ctx)
         if op.terminator:
             self.terminator(fn, inst, ctx)

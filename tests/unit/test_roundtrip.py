@@ -32,3 +32,15 @@ def test_sample_module_prints_byte_for_byte():
     assert printed.startswith('module "mnist"\nstage raw\n\nstruct $Classifier {\n')
     assert "[gradient @inference wrt 1, 2 keeping 0 seedable]\nfunc @inference_grad: " in printed
     assert module_text(parse_module(printed)) == printed
+
+
+def test_a_line_may_wrap_after_a_results_equals_sign():
+    # `%y =` is a single token; the line still wraps after its `=` like after any other.
+    text = (
+        'module "w"\nstage raw\n\nfunc @f: (f32) -> f32 {\n'
+        "'entry(%x: f32):\n    %y =\n        add %x: f32, %x: f32\n"
+        "    %0.1 =  // a comment between\n        multiply %y: f32, %y: f32\n"
+        "    return %0.1: f32\n}\n"
+    )
+    printed = module_text(parse_module(text))
+    assert "    %y = add %x: f32, %x: f32\n    %0.1 = multiply %y: f32, %y: f32\n" in printed
