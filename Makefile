@@ -24,6 +24,7 @@ test: lint unit lit
 lint: $(STAMP)
 	$(BIN)/ruff check dlvm telc tests bench
 	$(BIN)/ruff format --check dlvm telc tests bench
+	$(BIN)/mypy dlvm telc
 
 unit: $(STAMP)
 	$(BIN)/pytest -n auto tests/unit

@@ -9,8 +9,9 @@ Successor arguments flow into the matching block arguments.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import cast
 
-from dlvm.ir.types import TensorType, Type, canonical, is_differentiable
+from dlvm.ir.types import FunctionType, TensorType, Type, canonical, is_differentiable
 from dlvm.ir.values import Argument, Block, Function, Instruction, Value, deep_values
 
 
@@ -21,7 +22,8 @@ def is_differentiable_type(ty: Type) -> bool:
 
 def differentiable_arguments(fn: Function) -> list[int]:
     """The indices of fn's arguments that have a differentiable type (the default `wrt`)."""
-    return [i for i, t in enumerate(fn.type.arguments) if is_differentiable(t)]
+    arguments = cast(FunctionType, fn.type).arguments
+    return [i for i, t in enumerate(arguments) if is_differentiable(t)]
 
 
 def _may_carry(ty: Type) -> bool:

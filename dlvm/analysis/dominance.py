@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from dlvm.analysis.cfg import CFG
 from dlvm.analysis.manager import analysis
 from dlvm.ir.values import Argument, Block, Function, Instruction, Value
 
+_Node = TypeVar("_Node")  # a Block, or (post-dominance) a Block or the virtual exit
 
-def _idoms(order: list[Block], preds: dict[Block, list[Block]]) -> dict[Block, Block]:
+
+def _idoms(order: list[_Node], preds: dict[_Node, list[_Node]]) -> dict[_Node, _Node]:
     """Immediate dominators over `order` (a reverse post-order from the root)."""
     index = {b: i for i, b in enumerate(order)}
     root = order[0]
-    idom: dict[Block, Block] = {root: root}
+    idom: dict[_Node, _Node] = {root: root}
     changed = True
     while changed:
         changed = False
@@ -73,7 +77,8 @@ class DominatorTree:
     def value_dominates(self, value: Value, user: Instruction) -> bool:
         """A definition is available at `user`: literals, globals and functions always are."""
         if isinstance(value, Argument):
-            return value.block is not None and self.dominates(value.block, user.block)
+            ub = user.block
+            return value.block is not None and ub is not None and self.dominates(value.block, ub)
         if isinstance(value, Instruction):
             vb, ub = value.block, user.block
             if vb is None or ub is None:

@@ -52,7 +52,7 @@ class PostDominatorTree:
         exits = g.exits()
         # Reverse graph: an edge b -> p for each CFG edge p -> b, and root -> every exit.
         rsucc: dict[object, list[Block]] = {root: exits}
-        rpred: dict[object, list] = {}
+        rpred: dict[object, list[object]] = {}
         for b in fn.blocks:
             rsucc[b] = g.predecessors[b]
             rpred[b] = list(g.successors[b]) + ([root] if b in exits else [])
@@ -65,7 +65,7 @@ class PostDominatorTree:
         for b in order[1:]:
             p = self._idom[b]
             self._depth[b] = self._depth[p] + 1
-            if p is not root:
+            if isinstance(p, Block):  # not the virtual exit
                 self.children[p].append(b)
 
     def contains(self, block: Block) -> bool:

@@ -135,11 +135,11 @@ def _register_binary(name: str, fn: Callable[[Array, Array], Array]) -> None:
         return np.asarray(fn(args[0], args[1]), dtype=frame.dtype(inst.type))
 
 
-for _name, _fn in UNARY.items():
-    _register_unary(_name, _fn)
-for _name, _fn in (BINARY | COMPARE).items():
-    _register_binary(_name, _fn)
-del _name, _fn
+for _name, _unary in UNARY.items():
+    _register_unary(_name, _unary)
+for _name, _binary in (BINARY | COMPARE).items():
+    _register_binary(_name, _binary)
+del _name, _unary, _binary
 
 
 @impl("not")

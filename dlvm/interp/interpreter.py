@@ -9,7 +9,7 @@ implementation fails at the instruction that caused it.
 from __future__ import annotations
 
 import sys
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from dlvm.interp.aggregates import literal_value
 from dlvm.interp.errors import InterpreterError
 from dlvm.interp.objects import Buffer, EnumValue, Pointer, conform, np_dtype, zero_of
 from dlvm.interp.registry import IMPLS, impl
-from dlvm.ir.types import TensorType, Type, canonical
+from dlvm.ir.types import FunctionType, TensorType, Type, canonical
 from dlvm.ir.values import (
     EXTERN,
     Argument,
@@ -121,7 +121,7 @@ class Interpreter:
         fn = self.module.function_named(function) if isinstance(function, str) else function
         if fn is None:
             raise InterpreterError(f"no function @{function} in module '{self.module.name}'")
-        params = fn.type.arguments
+        params = cast(FunctionType, fn.type).arguments
         if not isinstance(args, (list, tuple)):
             raise InterpreterError(f"arguments of @{fn.name} must be a list, got {type(args)}")
         if len(args) != len(params):
@@ -309,9 +309,10 @@ def _apply(frame: Frame, inst: Instruction, args: list) -> Any:
     callee, actuals = args[0], args[1:]
     if not isinstance(callee, Function):
         raise InterpreterError("call through a null function value")
-    if len(actuals) != len(callee.type.arguments):
+    params = cast(FunctionType, callee.type).arguments
+    if len(actuals) != len(params):
         raise InterpreterError(
-            f"@{callee.name} takes {len(callee.type.arguments)} arguments, {len(actuals)} given"
+            f"@{callee.name} takes {len(params)} arguments, {len(actuals)} given"
         )
     try:
         return frame.interp.call(callee, actuals)

@@ -188,7 +188,7 @@ def replace(value: Any, keys: tuple, new: Any) -> Any:
     key, rest = keys[0], keys[1:]
     inner = replace(element(value, key), rest, new)
     if isinstance(value, dict):
-        out = dict(value)
+        out: Any = dict(value)
         out[key] = inner
         return out
     if isinstance(value, np.ndarray):

@@ -83,7 +83,7 @@ class AggregateLiteral(Literal):
         return AggregateLiteral(self.kind, tuple(fn(v) for v in self.items))
 
     def __str__(self) -> str:
-        open_, close = {"tensor": "<>", "tuple": "()", "array": "[]"}[self.kind]
+        open_, close = {"tensor": ("<", ">"), "tuple": ("(", ")"), "array": ("[", "]")}[self.kind]
         return open_ + ", ".join(v.use_text() for v in self.items) + close
 
 

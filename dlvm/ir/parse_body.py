@@ -158,6 +158,7 @@ class BodyParser(TokenReader):
             self.expect("(")
             while not self.at(")"):
                 apos = self.pos
+                aty: Type
                 if self.kinds[apos] == L.USE:
                     aname, _, aty = _split_use(self.texts[apos])
                     aname = aname[1:]
@@ -185,9 +186,11 @@ class BodyParser(TokenReader):
                     self.skip_line()
                 return
         self.skip_newlines()
-        b = scope.fn.blocks[-1] if scope.fn.blocks else None
-        while b is not None and self.kinds[self.pos] not in (L.BLOCK, L.EOF) and not self.at("}"):
-            self.instruction(scope, b)
+        last = scope.fn.blocks[-1] if scope.fn.blocks else None
+        while (
+            last is not None and self.kinds[self.pos] not in (L.BLOCK, L.EOF) and not self.at("}")
+        ):
+            self.instruction(scope, last)
             self.skip_newlines()
 
     def define(self, scope: _FunctionScope, name: str, value: Value, pos: int) -> None:
@@ -440,6 +443,7 @@ class BodyParser(TokenReader):
         pos = self.pos
         kind = self.kinds[pos]
         text = self.texts[pos]
+        ty: Type
         if kind == L.USE:
             self.pos = pos + 1
             name, ty_start, ty = _split_use(text)

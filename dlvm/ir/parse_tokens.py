@@ -241,11 +241,11 @@ class TokenReader:
                 return BoxType(inner)
             self.error(f"unknown type '{text}'{_suggest(text, DATA_TYPES)}")
         if kind == L.TYPE:
-            ty = self.types.get(text[1:])
-            if ty is None:
+            named = self.types.get(text[1:])
+            if named is None:
                 self.error(f"unknown type {text}{_suggest(text[1:], self.types, '$')}")
             self.pos += 1
-            return ty
+            return named
         if text == "<" and kind == L.PUNCT:
             self.pos += 1
             dims = []

@@ -9,7 +9,7 @@ are dropped quietly instead of cascading into more errors.
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import Any, TypeVar
 
 from dlvm.diagnostics import DiagnosticError
 from dlvm.ir import lexer as L
@@ -32,6 +32,8 @@ from dlvm.ir.values import (
     GradientDecl,
     Module,
 )
+
+_Nominal = TypeVar("_Nominal", bound=NominalType)
 
 
 class Parser(BodyParser):
@@ -184,7 +186,7 @@ class Parser(BodyParser):
                 f"found {self.describe()}"
             )
 
-    def declared_type(self, cls: type) -> NominalType:
+    def declared_type(self, cls: type[_Nominal]) -> _Nominal:
         pos = self.pos
         name = self.expect_kind(L.TYPE, "a type name ($Name)")[1:]
         ty = self.types.get(name)
@@ -194,7 +196,8 @@ class Parser(BodyParser):
 
     def nominal_decl(self, word: str) -> None:
         self.pos += 1
-        ty = self.declared_type(StructType if word == "struct" else EnumType)
+        cls: type[StructType | EnumType] = StructType if word == "struct" else EnumType
+        ty = self.declared_type(cls)
         self.module.add_type(ty)
         self.expect("{")
         self.skip_newlines()
@@ -214,7 +217,7 @@ class Parser(BodyParser):
                 what = "field #" if word == "struct" else "case ?"
                 self.error(f"duplicate {what}{name} in ${ty.name}", pos)
             seen.add(name)
-            if word == "struct":
+            if isinstance(ty, StructType):
                 ty.fields.append((name, member))
             else:
                 ty.cases.append((name, member))
@@ -256,6 +259,7 @@ class Parser(BodyParser):
         self.expect(":")
         ty = self.type_()
         if own:
+            assert isinstance(prior, GlobalVariable)  # `own` checked it
             g = prior
         else:
             g = GlobalVariable(name, ty, self.loc(self.offsets[pos], len(self.texts[pos])))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlvm.ir.literals import AggregateLiteral, EnumLiteral, StructLiteral
 from dlvm.ir.ops import Piece
 from dlvm.ir.types import AliasType, EnumType, StructType, Type, shape_text
 from dlvm.ir.values import (
@@ -50,12 +51,12 @@ class _Names:
         if not lit.elements():
             return str(lit)
         # Aggregates print their elements as uses; local names inside need positions.
-        kind = type(lit).__name__
-        if kind == "AggregateLiteral":
-            o, c = {"tensor": "<>", "tuple": "()", "array": "[]"}[lit.kind]
+        if isinstance(lit, AggregateLiteral):
+            o, c = {"tensor": ("<", ">"), "tuple": ("(", ")"), "array": ("[", "]")}[lit.kind]
             return o + ", ".join(self.use(e) for e in lit.items) + c
-        if kind == "StructLiteral":
+        if isinstance(lit, StructLiteral):
             return "{" + ", ".join(f"#{k} = {self.use(e)}" for k, e in lit.fields) + "}"
+        assert isinstance(lit, EnumLiteral)  # the only other literal with elements
         return f"?{lit.case}(" + ", ".join(self.use(e) for e in lit.items) + ")"
 
     def attr(self, kind: str, a: Any) -> str:

@@ -4,6 +4,8 @@ as located diagnostics. It never stops at the first problem.
 
 from __future__ import annotations
 
+from typing import cast
+
 from dlvm.diagnostics import Diagnostic, DiagnosticError, Location
 from dlvm.ir.typerules import TypeRuleError, check_literal_operand, gradient_type
 from dlvm.ir.types import (
@@ -52,7 +54,8 @@ class _Verifier:
             seen[t.name] = t
             self.type_decl(t)
         names: set[str] = set()
-        for g in [*m.globals, *m.functions]:
+        named: list[GlobalVariable | Function] = [*m.globals, *m.functions]
+        for g in named:
             if g.name in names:
                 self.error(f"@{g.name} is defined twice", g.loc)
             names.add(g.name)
@@ -94,7 +97,7 @@ class _Verifier:
             self.error(f"function @{fn.name} has no body", fn.loc, ctx)
             return
         entry = fn.blocks[0]
-        params = fn.type.arguments
+        params = cast(FunctionType, fn.type).arguments
         arg_types = tuple(a.type for a in entry.arguments)
         if len(arg_types) != len(params) or not all(map(same_type, arg_types, params)):
             self.error(
@@ -139,7 +142,9 @@ class _Verifier:
             self.error(f"@{of.name} is not a function of this module", fn.loc, f"in @{fn.name}")
             return
         try:
-            expected = gradient_type(of.type, decl.source, decl.wrt, decl.keeping, decl.seedable)
+            expected = gradient_type(
+                cast(FunctionType, of.type), decl.source, decl.wrt, decl.keeping, decl.seedable
+            )
         except TypeRuleError as e:
             self.error(f"invalid gradient declaration of @{of.name}: {e}", fn.loc)
             return
@@ -195,7 +200,7 @@ class _Verifier:
             # `operand` handles everything else and reports problems.
             t = type(v)
             if dom is not None and (t is Instruction or t is Argument):
-                vb = v.block
+                vb = v.block  # type: ignore[attr-defined]  # t is Instruction or Argument
                 if vb is block and earlier is not None and (t is Argument or v in earlier):
                     continue
                 if (
@@ -261,7 +266,7 @@ class _Verifier:
     def terminator(self, fn: Function, inst: Instruction, ctx: str) -> None:
         name = inst.opcode
         if name == "return":
-            want: Type = fn.type.result
+            want: Type = cast(FunctionType, fn.type).result
             if inst.operands:
                 got = inst.operands[0].type
                 if not same_type(got, want):

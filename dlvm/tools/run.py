@@ -4,11 +4,12 @@ results, so IR can be tried by hand."""
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import numpy as np
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError
-from dlvm.ir.types import TensorType, TupleType, canonical
+from dlvm.ir.types import FunctionType, TensorType, TupleType, canonical
 from dlvm.ir.values import Module
 
 NUMPY_DTYPES = {
@@ -45,7 +46,7 @@ def read_argument(text: str, ty, index: int, fname: str) -> np.ndarray:
                 f"argument {index}: cannot read '{text}' as a number, a nested list or a .npy file"
             ) from None
     try:
-        arr = np.asarray(value, dtype=NUMPY_DTYPES[t.dtype.text])
+        arr: np.ndarray = np.asarray(value, dtype=NUMPY_DTYPES[t.dtype.text])
         # No silent truncation: 1.5 is not an i64, 2 is not a bool.
         exact = t.dtype.is_float or np.array_equal(arr, np.asarray(value))
     except (TypeError, ValueError, OverflowError):
@@ -81,7 +82,8 @@ def run_and_print(module: Module, func: str, texts: list[str], float64: bool) ->
     fn = module.function_named(name)
     if fn is None:
         raise _fail(f'no function @{name} in module "{module.name}"')
-    params = fn.type.arguments
+    fty = cast(FunctionType, fn.type)
+    params = fty.arguments
     if len(texts) != len(params):
         raise _fail(f"@{name} takes {len(params)} arguments, {len(texts)} given")
     args = [read_argument(t, p, i, name) for i, (t, p) in enumerate(zip(texts, params))]
@@ -89,5 +91,5 @@ def run_and_print(module: Module, func: str, texts: list[str], float64: bool) ->
         result = run_function(module, name, args, float64=float64)
     except InterpreterError as e:
         raise _fail(f"@{name}: {e}") from None
-    for line in format_value(result, fn.type.result):
+    for line in format_value(result, fty.result):
         print(line)

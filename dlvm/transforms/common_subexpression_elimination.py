@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dlvm.analysis.dominance import dominator_tree
 from dlvm.analysis.side_effects import side_effects
-from dlvm.ir.values import Function, Instruction, Module, Value
+from dlvm.ir.values import Block, Function, Instruction, Module, Value
 from dlvm.transforms.pass_base import FunctionPass
 
 
@@ -38,7 +38,7 @@ def eliminate_common_subexpressions(fn: Function, may_merge) -> bool:
         return replaced.get(v, v)
 
     available: dict[tuple, Instruction] = {}
-    stack: list[tuple[object, list[tuple]]] = [(fn.blocks[0], [])]
+    stack: list[tuple[Block | None, list[tuple]]] = [(fn.blocks[0], [])]
     while stack:
         block, added = stack.pop()
         if block is None:  # leaving a dominator subtree: forget what it made available
@@ -58,7 +58,7 @@ def eliminate_common_subexpressions(fn: Function, may_merge) -> bool:
             else:
                 available[key] = inst
                 scope.append(key)
-        stack.append((None, scope))  # type: ignore[arg-type]
+        stack.append((None, scope))
         stack.extend((child, []) for child in reversed(dom.children.get(block, [])))
     if not replaced:
         return False
