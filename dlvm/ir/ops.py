@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlvm.ir import adjoints as A
 from dlvm.ir import typerules as R
 from dlvm.ir.types import Type
 from dlvm.ir.values import Instruction, Successor
@@ -100,7 +101,8 @@ class OpDef:
     reads: bool = False  # reads memory: not movable across writes
     traps: bool = False
     nondet: bool = False  # two evaluations may differ (random): never merged by CSE
-    differentiable: bool = False
+    adjoint: A.AdjointRule | None = None  # how derivatives flow back (dlvm.ir.adjoints)
+    gradient_slots: tuple[int, ...] | None = None  # what the adjoint differentiates; None: all
     commutative: bool = False
     doc: str = ""
     pieces: tuple[Piece, ...] = field(init=False)
@@ -130,6 +132,10 @@ class OpDef:
         self.attr_kinds = kinds
         self.fixed_operands = fixed + 1
         self.variadic = variadic
+
+    @property
+    def differentiable(self) -> bool:
+        return self.adjoint is not None
 
     @property
     def pure(self) -> bool:
@@ -193,7 +199,15 @@ UNARY_FLOAT = [
     "erfc",
 ]
 UNARY_NUMERIC = ["negate", "sign", "square", "round", "ceil", "floor", "rint"]
-NON_SMOOTH = {"sign", "round", "ceil", "floor", "rint"}  # derivative zero or undefined
+PIECEWISE_CONSTANT = {"sign", "round", "ceil", "floor", "rint"}  # derivative zero
+
+
+def _unary_adjoint(name: str) -> A.AdjointRule | None:
+    if name in PIECEWISE_CONSTANT:
+        return A.zero
+    return A.UNARY.get(name)  # digamma has none: its derivative is not an instruction
+
+
 BINARY = [
     "add",
     "subtract",
@@ -206,14 +220,13 @@ BINARY = [
     "modulo",
     "power",
 ]
-BINARY_DIFFERENTIABLE = {"add", "subtract", "multiply", "divide", "min", "max", "power"}
 COMMUTATIVE = {"add", "multiply", "min", "max", "and", "or", "equal", "notEqual"}
 COMPARE = ["lessThan", "lessThanOrEqual", "greaterThan", "greaterThanOrEqual", "equal", "notEqual"]
 
 for _n in UNARY_FLOAT:
-    declare(OpDef(_n, "unary", "$0", R.unary_float, differentiable=_n not in NON_SMOOTH))
+    declare(OpDef(_n, "unary", "$0", R.unary_float, adjoint=_unary_adjoint(_n)))
 for _n in UNARY_NUMERIC:
-    declare(OpDef(_n, "unary", "$0", R.unary_numeric, differentiable=_n not in NON_SMOOTH))
+    declare(OpDef(_n, "unary", "$0", R.unary_numeric, adjoint=_unary_adjoint(_n)))
 for _n in BINARY:
     declare(
         OpDef(
@@ -221,7 +234,7 @@ for _n in BINARY:
             "binary",
             "$0, $1",
             R.binary_numeric,
-            differentiable=_n in BINARY_DIFFERENTIABLE,
+            adjoint=A.BINARY.get(_n),  # none for the integer divisions and modulo
             commutative=_n in COMMUTATIVE,
         )
     )
@@ -235,25 +248,29 @@ del _n
 
 # Everything else -------------------------------------------------------------------------------
 
-declare(OpDef("literal", "literal", "$0:literal", R.literal, differentiable=True))
-declare(OpDef("select", "select", "$0, $1 by $2", R.select, differentiable=True))
-declare(OpDef("dataTypeCast", "cast", "$0 to {dtype:dtype}", R.data_type_cast, differentiable=True))
+declare(OpDef("literal", "literal", "$0:literal", R.literal, adjoint=A.literal))
+declare(
+    OpDef("select", "select", "$0, $1 by $2", R.select, adjoint=A.select, gradient_slots=(0, 1))
+)
+declare(
+    OpDef("dataTypeCast", "cast", "$0 to {dtype:dtype}", R.data_type_cast, adjoint=A.data_type_cast)
+)
 declare(OpDef("bitCast", "cast", "$0 to {type:type}", R.bit_cast))
-declare(OpDef("dot", "linalg", "$0, $1", R.dot, aliases=("matrixMultiply",), differentiable=True))
-declare(OpDef("transpose", "shape", "$0", R.transpose, differentiable=True))
-declare(OpDef("reverse", "shape", "$0 along {dims:ints}", R.reverse, differentiable=True))
-declare(OpDef("concatenate", "shape", "$* along {axis:int}", R.concatenate, differentiable=True))
-declare(OpDef("slice", "shape", "$0 from {lo:int} upto {hi:int}", R.slice_, differentiable=True))
+declare(OpDef("dot", "linalg", "$0, $1", R.dot, aliases=("matrixMultiply",), adjoint=A.dot))
+declare(OpDef("transpose", "shape", "$0", R.transpose, adjoint=A.transpose))
+declare(OpDef("reverse", "shape", "$0 along {dims:ints}", R.reverse, adjoint=A.reverse))
+declare(OpDef("concatenate", "shape", "$* along {axis:int}", R.concatenate, adjoint=A.concatenate))
+declare(OpDef("slice", "shape", "$0 from {lo:int} upto {hi:int}", R.slice_, adjoint=A.slice_))
 declare(
     OpDef(
         "reduce",
         "reduce",
         "$0 by {comb:comb} init $1 along {dims:ints}",
         R.reduce,
-        differentiable=True,
+        adjoint=A.reduce,
     )
 )
-declare(OpDef("scan", "reduce", "$0 by {comb:comb} along {dims:ints}", R.scan, differentiable=True))
+declare(OpDef("scan", "reduce", "$0 by {comb:comb} along {dims:ints}", R.scan, adjoint=A.scan))
 declare(
     OpDef(
         "reduceWindow",
@@ -261,7 +278,7 @@ declare(
         "$0 by {comb:comb} init $1 dims {dims:ints} strides {strides:ints} "
         "padding {padding:padmode}",
         R.reduce_window,
-        differentiable=True,
+        adjoint=A.reduce_window,
     )
 )
 declare(
@@ -272,19 +289,21 @@ declare(
         "[ leftDilation {leftDilation:ints} ] [ rightDilation {rightDilation:ints} ] "
         "[ groups {groups:int} ]",
         R.convolve,
-        differentiable=True,
+        adjoint=A.convolve,
     )
 )
-declare(OpDef("padShape", "shape", "$0 at {index:int}", R.pad_shape, differentiable=True))
-declare(OpDef("squeezeShape", "shape", "$0 at {index:int}", R.squeeze_shape, differentiable=True))
-declare(OpDef("shapeCast", "shape", "$0 to {shape:shape}", R.shape_cast, differentiable=True))
+declare(OpDef("padShape", "shape", "$0 at {index:int}", R.pad_shape, adjoint=A.pad_shape))
+declare(
+    OpDef("squeezeShape", "shape", "$0 at {index:int}", R.squeeze_shape, adjoint=A.squeeze_shape)
+)
+declare(OpDef("shapeCast", "shape", "$0 to {shape:shape}", R.shape_cast, adjoint=A.shape_cast))
 declare(OpDef("random", "random", "{shape:shape} from $0 upto $1", R.random, nondet=True))
 declare(OpDef("rank", "query", "of $0", R.rank_of))
 declare(OpDef("shape", "query", "of $0", R.shape_of))
 declare(OpDef("unitCount", "query", "of $0", R.unit_count_of))
-declare(OpDef("extract", "aggregate", "{keys:keys} from $0", R.extract, differentiable=True))
-declare(OpDef("insert", "aggregate", "$0 to $1 at {keys:keys}", R.insert, differentiable=True))
-declare(OpDef("apply", "call", "$0:name ( $* ) : $0:type", R.apply, differentiable=True))
+declare(OpDef("extract", "aggregate", "{keys:keys} from $0", R.extract, adjoint=A.extract))
+declare(OpDef("insert", "aggregate", "$0 to $1 at {keys:keys}", R.insert, adjoint=A.insert))
+declare(OpDef("apply", "call", "$0:name ( $* ) : $0:type", R.apply, adjoint=A.apply))
 
 declare(OpDef("branch", "terminator", "{dest:successor}", R.terminator, terminator=True))
 declare(

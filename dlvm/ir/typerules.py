@@ -140,7 +140,9 @@ def data_type_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
     t = tensor(ops[0])
     to: DataType = attrs["dtype"]
     if not t.dtype.can_cast_to(to):
-        raise TypeRuleError(f"cannot cast {t.dtype} to {to} (same base, equal or wider only)")
+        raise TypeRuleError(
+            f"cannot cast {t.dtype} to {to} (within one base; only floats may narrow)"
+        )
     return t.with_dtype(to)
 
 

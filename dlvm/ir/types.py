@@ -52,8 +52,12 @@ class DataType(enum.Enum):
         return self.base is not Base.BOOL
 
     def can_cast_to(self, other: DataType) -> bool:
-        """Casts stay within one base and never narrow (IR.md section 2)."""
-        return self.base is other.base and self.bits <= other.bits
+        """Casts stay within one base (IR.md section 2). Integers and bools never narrow;
+        floats may, beyond IR.md, because the adjoint of a widening cast is the narrowing one
+        (and mixed precision needs it)."""
+        if self.base is not other.base:
+            return False
+        return self.base is Base.FLOAT or self.bits <= other.bits
 
     def __str__(self) -> str:
         return self.text

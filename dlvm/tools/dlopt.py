@@ -18,6 +18,7 @@ from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.printer import module_text
 from dlvm.tools.driver import EXIT_INPUT, EXIT_OK, EXIT_USAGE, load_module, report
 from dlvm.transforms import PASSES
+from dlvm.transforms.differentiation import Differentiation
 from dlvm.transforms.pass_manager import PassManager
 
 EPILOG = """examples:
@@ -95,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             report([Diagnostic(f"refusing to write over the input {path}")])
             return EXIT_USAGE
     try:
-        passes = PassManager.resolve(args.passes)
+        # Differentiation always runs first (IR.md section 8); naming it adds nothing.
+        passes = [Differentiation] + [
+            p for p in PassManager.resolve(args.passes) if p is not Differentiation
+        ]
         PassManager.resolve([n for n in args.print_after if n != "all"])
     except DiagnosticError as e:
         report(e.diagnostics)

@@ -6,11 +6,13 @@ import difflib
 
 from dlvm.transforms.common_subexpression_elimination import CommonSubexpressionElimination
 from dlvm.transforms.dead_code_elimination import DeadCodeElimination
+from dlvm.transforms.differentiation import Differentiation
 from dlvm.transforms.pass_base import FunctionPass, Pass
 
 PASSES: dict[str, type[Pass]] = {
     p.name: p
     for p in (
+        Differentiation,
         CommonSubexpressionElimination,
         DeadCodeElimination,
     )

@@ -153,13 +153,14 @@ def test_activity_all_arguments():
     f = fn(ACTIVE)
     act = activity(f)
     names = {v.ref_text() for v in act.active}
-    assert names == {"%x", "%a", "%d", "%p", "%z", "%q", "%e", "%r", "%s"}
+    # floor is active: its derivative is zero, but it is one (unlike an integer path).
+    assert names == {"%x", "%a", "%d", "%p", "%z", "%fl", "%q", "%e", "%r", "%s"}
     assert "%b" in {v.ref_text() for v in act.varied}  # varied but never reaches the result
     assert "%y" not in names
-    assert "%fl" in {v.ref_text() for v in act.useful} and "%fl" not in names  # floor: zero
+    assert act.obstacles == []
     assert "%c" not in names  # a branch condition carries no derivative
     assert refs(act.active_arguments()) == ["%x", "%z"]
-    assert [i.name for i in act.active_instructions()] == ["a", "d", "e", "s"]
+    assert [i.name for i in act.active_instructions()] == ["a", "fl", "d", "e", "s"]
 
 
 def test_activity_wrt_subset():

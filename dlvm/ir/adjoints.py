@@ -1,0 +1,324 @@
+"""Adjoint rules: how the gradient flows back through each differentiable instruction.
+
+A rule is declared with its instruction in ops.py (`adjoint=`). It receives an emitter `e` (see
+dlvm.transforms.differentiation.emitter), the primal instruction and `d`, the adjoint of its
+result, and returns `(operand, contribution)` pairs: the gradient each operand receives, at the
+instruction's result shape for elementwise operations (the differentiation pass un-broadcasts
+it to the operand's shape and accumulates it). A rule reads primal values only through
+`e.primal(value)`, which makes them available where the adjoint code runs. An empty list means
+the derivative is zero (`floor`, `sign`…). `AdjointError` says why a derivative does not exist.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from dlvm.ir.types import TensorType, canonical
+from dlvm.ir.values import Instruction, LiteralValue, Value
+
+
+class AdjointError(Exception):
+    """The instruction has no derivative in this use; the message says why."""
+
+
+Pairs = list[tuple[Value, Value]]
+AdjointRule = Callable[[Any, Instruction, Value], Pairs]
+
+
+def _x(inst: Instruction) -> Value:
+    return inst.operands[0]
+
+
+# Unary elementwise: d · f'(x) -----------------------------------------------------------------
+
+
+def _unary(derivative: Callable[[Any, Value, Value, Value], Value]) -> AdjointRule:
+    """A rule from `derivative(e, d, x, f)`: the contribution to the only operand."""
+
+    def rule(e: Any, inst: Instruction, d: Value) -> Pairs:
+        return [(_x(inst), derivative(e, d, e.primal(_x(inst)), e.primal(inst)))]
+
+    return rule
+
+
+def _one_minus(e: Any, v: Value) -> Value:
+    return e.op("subtract", e.scalar(1, v), v)
+
+
+def _one_plus(e: Any, v: Value) -> Value:
+    return e.op("add", e.scalar(1, v), v)
+
+
+def _sq(e: Any, v: Value) -> Value:
+    return e.op("multiply", v, v)
+
+
+UNARY: dict[str, AdjointRule] = {
+    "negate": _unary(lambda e, d, x, f: e.op("negate", d)),
+    "log": _unary(lambda e, d, x, f: e.op("divide", d, x)),
+    "exp": _unary(lambda e, d, x, f: e.op("multiply", d, f)),
+    "tanh": _unary(lambda e, d, x, f: e.op("multiply", d, _one_minus(e, _sq(e, f)))),
+    "sqrt": _unary(lambda e, d, x, f: e.op("divide", d, e.op("multiply", e.scalar(2, f), f))),
+    # rsqrt x = x^-1/2, so the derivative is -f³/2.
+    "rsqrt": _unary(
+        lambda e, d, x, f: e.op(
+            "multiply", d, e.op("multiply", e.scalar(-0.5, f), e.op("multiply", _sq(e, f), f))
+        )
+    ),
+    "square": _unary(lambda e, d, x, f: e.op("multiply", d, e.op("multiply", e.scalar(2, x), x))),
+    "sin": _unary(lambda e, d, x, f: e.op("multiply", d, e.op("cos", x))),
+    "cos": _unary(lambda e, d, x, f: e.op("multiply", e.op("negate", d), e.op("sin", x))),
+    "tan": _unary(lambda e, d, x, f: e.op("divide", d, _sq(e, e.op("cos", x)))),
+    "sinh": _unary(lambda e, d, x, f: e.op("multiply", d, e.op("cosh", x))),
+    "cosh": _unary(lambda e, d, x, f: e.op("multiply", d, e.op("sinh", x))),
+    "asin": _unary(lambda e, d, x, f: e.op("divide", d, e.op("sqrt", _one_minus(e, _sq(e, x))))),
+    "acos": _unary(
+        lambda e, d, x, f: e.op("divide", e.op("negate", d), e.op("sqrt", _one_minus(e, _sq(e, x))))
+    ),
+    "atan": _unary(lambda e, d, x, f: e.op("divide", d, _one_plus(e, _sq(e, x)))),
+    "lgamma": _unary(lambda e, d, x, f: e.op("multiply", d, e.op("digamma", x))),
+    # erf' x = 2/√π · e^(−x²); erfc = 1 − erf.
+    "erf": _unary(lambda e, d, x, f: _erf_derivative(e, d, x, 1.0)),
+    "erfc": _unary(lambda e, d, x, f: _erf_derivative(e, d, x, -1.0)),
+}
+
+
+def _erf_derivative(e: Any, d: Value, x: Value, sign: float) -> Value:
+    gauss = e.op("exp", e.op("negate", _sq(e, x)))
+    scaled = e.op("multiply", e.scalar(sign * 2 / math.sqrt(math.pi), x), gauss)
+    return e.op("multiply", d, scaled)
+
+
+def zero(e: Any, inst: Instruction, d: Value) -> Pairs:
+    """Piecewise constant (`sign`, `floor`…): the derivative is zero wherever it exists."""
+    return []
+
+
+# Binary elementwise ---------------------------------------------------------------------------
+
+
+def _binary(
+    left: Callable[[Any, Value, Value, Value, Value], Value | None],
+    right: Callable[[Any, Value, Value, Value, Value], Value | None],
+) -> AdjointRule:
+    """A rule from `left(e, d, x, y, f)` and `right(…)`, the contributions to x and y."""
+
+    def rule(e: Any, inst: Instruction, d: Value) -> Pairs:
+        x0, y0 = inst.operands
+        out: Pairs = []
+        for operand, part in ((x0, left), (y0, right)):
+            if e.wants(operand):
+                c = part(e, d, e.primal(x0), e.primal(y0), e.primal(inst))
+                if c is not None:
+                    out.append((operand, c))
+        return out
+
+    return rule
+
+
+def _power_base(e: Any, d: Value, x: Value, y: Value, f: Value) -> Value:
+    exponent = e.op("subtract", y, e.scalar(1, y))
+    return e.op("multiply", d, e.op("multiply", y, e.op("power", x, exponent)))
+
+
+def _power_exponent(e: Any, d: Value, x: Value, y: Value, f: Value) -> Value:
+    return e.op("multiply", d, e.op("multiply", e.op("log", x), f))
+
+
+def _chooser(compare: str, first: bool) -> Callable[..., Value]:
+    """min/max: the gradient goes to the operand that was chosen (ties: the left one)."""
+
+    def part(e: Any, d: Value, x: Value, y: Value, f: Value) -> Value:
+        chose_x = e.op(compare, x, y)
+        zero = e.scalar(0, d)
+        return e.op("select", d, zero, chose_x) if first else e.op("select", zero, d, chose_x)
+
+    return part
+
+
+BINARY: dict[str, AdjointRule] = {
+    "add": _binary(lambda e, d, x, y, f: d, lambda e, d, x, y, f: d),
+    "subtract": _binary(lambda e, d, x, y, f: d, lambda e, d, x, y, f: e.op("negate", d)),
+    "multiply": _binary(
+        lambda e, d, x, y, f: e.op("multiply", d, y), lambda e, d, x, y, f: e.op("multiply", d, x)
+    ),
+    "divide": _binary(
+        lambda e, d, x, y, f: e.op("divide", d, y),
+        lambda e, d, x, y, f: e.op("negate", e.op("divide", e.op("multiply", d, x), _sq(e, y))),
+    ),
+    "power": _binary(_power_base, _power_exponent),
+    "max": _binary(_chooser("greaterThanOrEqual", True), _chooser("greaterThanOrEqual", False)),
+    "min": _binary(_chooser("lessThanOrEqual", True), _chooser("lessThanOrEqual", False)),
+}
+
+
+# Everything else ------------------------------------------------------------------------------
+
+
+def select(e: Any, inst: Instruction, d: Value) -> Pairs:
+    a, b, flags = inst.operands
+    zero = e.scalar(0, d)
+    pf = e.primal(flags)
+    out: Pairs = []
+    if e.wants(a):
+        out.append((a, e.op("select", d, zero, pf)))
+    if e.wants(b):
+        out.append((b, e.op("select", zero, d, pf)))
+    return out
+
+
+def literal(e: Any, inst: Instruction, d: Value) -> Pairs:
+    """An aggregate literal passes each element its part of the adjoint."""
+    lit = inst.operands[0]
+    assert isinstance(lit, LiteralValue)
+    elements = lit.literal.elements()
+    out: Pairs = []
+    for i, v in enumerate(elements):
+        if e.wants(v):
+            out.append((v, e.element(d, i, inst.type)))
+    return out
+
+
+def data_type_cast(e: Any, inst: Instruction, d: Value) -> Pairs:
+    x = _x(inst)
+    t = canonical(x.type)
+    assert isinstance(t, TensorType)
+    return [(x, e.op("dataTypeCast", d, dtype=t.dtype))]
+
+
+def dot(e: Any, inst: Instruction, d: Value) -> Pairs:
+    x0, y0 = inst.operands
+    x, y = e.primal(x0), e.primal(y0)
+    rank = canonical(x.type).rank  # type: ignore[attr-defined]
+    out: Pairs = []
+    if rank == 1:  # a scalar from two vectors
+        if e.wants(x0):
+            out.append((x0, e.op("multiply", d, y)))
+        if e.wants(y0):
+            out.append((y0, e.op("multiply", d, x)))
+        return out
+    if e.wants(x0):
+        out.append((x0, e.dot_transposed(d, y, transpose_left=False)))
+    if e.wants(y0):
+        out.append((y0, e.dot_transposed(x, d, transpose_left=True)))
+    return out
+
+
+def transpose(e: Any, inst: Instruction, d: Value) -> Pairs:
+    return [(_x(inst), e.op("transpose", d))]
+
+
+def reverse(e: Any, inst: Instruction, d: Value) -> Pairs:
+    return [(_x(inst), e.op("reverse", d, dims=inst.attrs["dims"]))]
+
+
+def concatenate(e: Any, inst: Instruction, d: Value) -> Pairs:
+    axis = inst.attrs["axis"]
+    out: Pairs = []
+    start = 0
+    for v in inst.operands:
+        n = canonical(v.type).shape[axis]  # type: ignore[attr-defined]
+        if e.wants(v):
+            out.append((v, e.slice_along(d, axis, start, start + n - 1)))
+        start += n
+    return out
+
+
+def slice_(e: Any, inst: Instruction, d: Value) -> Pairs:
+    """The slice's adjoint in place, zeros around it (along the first dimension)."""
+    x = _x(inst)
+    t = canonical(x.type)
+    assert isinstance(t, TensorType)
+    lo, hi = inst.attrs["lo"], inst.attrs["hi"]
+    parts = []
+    if lo > 0:
+        parts.append(e.zeros(t.with_shape((lo,) + t.shape[1:])))
+    parts.append(d)
+    if hi < t.shape[0] - 1:
+        parts.append(e.zeros(t.with_shape((t.shape[0] - 1 - hi,) + t.shape[1:])))
+    if len(parts) == 1:
+        return [(x, d)]
+    return [(x, e.op("concatenate", *parts, axis=0))]
+
+
+def pad_shape(e: Any, inst: Instruction, d: Value) -> Pairs:
+    return [(_x(inst), e.op("squeezeShape", d, index=inst.attrs["index"]))]
+
+
+def squeeze_shape(e: Any, inst: Instruction, d: Value) -> Pairs:
+    return [(_x(inst), e.op("padShape", d, index=inst.attrs["index"]))]
+
+
+def shape_cast(e: Any, inst: Instruction, d: Value) -> Pairs:
+    x = _x(inst)
+    return [(x, e.op("shapeCast", d, shape=canonical(x.type).shape))]  # type: ignore[attr-defined]
+
+
+def reduce(e: Any, inst: Instruction, d: Value) -> Pairs:
+    x0 = _x(inst)
+    comb, dims = inst.attrs["comb"], inst.attrs["dims"]
+    if e.wants(inst.operands[1]):
+        raise AdjointError("cannot differentiate with respect to a reduce's initial value")
+    if not isinstance(comb, str):
+        raise AdjointError(
+            "cannot differentiate a reduce by a function; use add, multiply, max or min"
+        )
+    xt = canonical(x0.type)
+    assert isinstance(xt, TensorType)
+    spread = e.broadcast(e.unreduce(d, xt, dims), xt)
+    if comb == "add":
+        return [(x0, spread)]
+    x, f = e.primal(x0), e.primal(inst)
+    if comb == "multiply":  # d·∏x / x: the product of the other elements
+        full = e.broadcast(e.unreduce(f, xt, dims), xt)
+        return [(x0, e.op("divide", e.op("multiply", spread, full), x))]
+    if comb in ("max", "min"):
+        # Every element equal to the extreme shares the gradient equally.
+        full = e.broadcast(e.unreduce(f, xt, dims), xt)
+        hit = e.op("equal", x, full)
+        ones = e.op("select", e.scalar(1, x), e.scalar(0, x), hit)
+        count = e.broadcast(
+            e.unreduce(e.op("reduce", ones, e.scalar(0, x), comb="add", dims=dims), xt, dims), xt
+        )
+        share = e.op("divide", spread, count)
+        return [(x0, e.op("select", share, e.scalar(0, x), hit))]
+    raise AdjointError(f"cannot differentiate a reduce by '{comb}'")
+
+
+def scan(e: Any, inst: Instruction, d: Value) -> Pairs:
+    comb, dims = inst.attrs["comb"], inst.attrs["dims"]
+    if comb != "add":
+        shown = comb if isinstance(comb, str) else "a function"
+        raise AdjointError(f"cannot differentiate a scan by {shown}; only by add")
+    # The adjoint of a running sum is the running sum from the other end.
+    back = e.op("reverse", d, dims=dims)
+    summed = e.op("scan", back, comb="add", dims=dims)
+    return [(_x(inst), e.op("reverse", summed, dims=dims))]
+
+
+def extract(e: Any, inst: Instruction, d: Value) -> Pairs:
+    src = _x(inst)
+    return [(src, e.one_hot(d, src.type, inst.attrs["keys"]))]
+
+
+def insert(e: Any, inst: Instruction, d: Value) -> Pairs:
+    v, dest = inst.operands
+    keys = inst.attrs["keys"]
+    out: Pairs = []
+    if e.wants(v):
+        out.append((v, e.op("extract", d, keys=keys)))
+    if e.wants(dest):
+        out.append((dest, e.op("insert", e.zeros(v.type), d, keys=keys)))
+    return out
+
+
+def apply(e: Any, inst: Instruction, d: Value) -> Pairs:
+    """Calls are differentiated by the pass itself, through generated gradient functions."""
+    raise AssertionError("the differentiation pass handles apply")
+
+
+from dlvm.ir.adjoints_window import convolve, reduce_window  # noqa: E402
+
+__all__ = ["BINARY", "UNARY", "AdjointError", "AdjointRule", "convolve", "reduce_window"]
