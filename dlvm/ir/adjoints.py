@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 from dlvm.ir.types import TensorType, canonical
-from dlvm.ir.values import Instruction, LiteralValue, Value
+from dlvm.ir.values import ElementKey, Instruction, LiteralValue, Value
 
 
 class AdjointError(Exception):
@@ -34,11 +35,31 @@ def _x(inst: Instruction) -> Value:
 # Unary elementwise: d · f'(x) -----------------------------------------------------------------
 
 
-def _unary(derivative: Callable[[Any, Value, Value, Value], Value]) -> AdjointRule:
-    """A rule from `derivative(e, d, x, f)`: the contribution to the only operand."""
+class Primals:
+    """The primal operands `x`, `y` and result `f` of an instruction, fetched through
+    `e.primal` only when a rule reads them (the reverse sweep may have to record each one)."""
+
+    def __init__(self, e: Any, inst: Instruction) -> None:
+        self._e, self._inst = e, inst
+
+    @cached_property
+    def x(self) -> Value:
+        return self._e.primal(self._inst.operands[0])
+
+    @cached_property
+    def y(self) -> Value:
+        return self._e.primal(self._inst.operands[1])
+
+    @cached_property
+    def f(self) -> Value:
+        return self._e.primal(self._inst)
+
+
+def _unary(derivative: Callable[[Any, Value, Primals], Value]) -> AdjointRule:
+    """A rule from `derivative(e, d, p)`: the contribution to the only operand."""
 
     def rule(e: Any, inst: Instruction, d: Value) -> Pairs:
-        return [(_x(inst), derivative(e, d, e.primal(_x(inst)), e.primal(inst)))]
+        return [(_x(inst), derivative(e, d, Primals(e, inst)))]
 
     return rule
 
@@ -56,32 +77,32 @@ def _sq(e: Any, v: Value) -> Value:
 
 
 UNARY: dict[str, AdjointRule] = {
-    "negate": _unary(lambda e, d, x, f: e.op("negate", d)),
-    "log": _unary(lambda e, d, x, f: e.op("divide", d, x)),
-    "exp": _unary(lambda e, d, x, f: e.op("multiply", d, f)),
-    "tanh": _unary(lambda e, d, x, f: e.op("multiply", d, _one_minus(e, _sq(e, f)))),
-    "sqrt": _unary(lambda e, d, x, f: e.op("divide", d, e.op("multiply", e.scalar(2, f), f))),
+    "negate": _unary(lambda e, d, p: e.op("negate", d)),
+    "log": _unary(lambda e, d, p: e.op("divide", d, p.x)),
+    "exp": _unary(lambda e, d, p: e.op("multiply", d, p.f)),
+    "tanh": _unary(lambda e, d, p: e.op("multiply", d, _one_minus(e, _sq(e, p.f)))),
+    "sqrt": _unary(lambda e, d, p: e.op("divide", d, e.op("multiply", e.scalar(2, p.f), p.f))),
     # rsqrt x = x^-1/2, so the derivative is -f³/2.
     "rsqrt": _unary(
-        lambda e, d, x, f: e.op(
-            "multiply", d, e.op("multiply", e.scalar(-0.5, f), e.op("multiply", _sq(e, f), f))
+        lambda e, d, p: e.op(
+            "multiply", d, e.op("multiply", e.scalar(-0.5, p.f), e.op("multiply", _sq(e, p.f), p.f))
         )
     ),
-    "square": _unary(lambda e, d, x, f: e.op("multiply", d, e.op("multiply", e.scalar(2, x), x))),
-    "sin": _unary(lambda e, d, x, f: e.op("multiply", d, e.op("cos", x))),
-    "cos": _unary(lambda e, d, x, f: e.op("multiply", e.op("negate", d), e.op("sin", x))),
-    "tan": _unary(lambda e, d, x, f: e.op("divide", d, _sq(e, e.op("cos", x)))),
-    "sinh": _unary(lambda e, d, x, f: e.op("multiply", d, e.op("cosh", x))),
-    "cosh": _unary(lambda e, d, x, f: e.op("multiply", d, e.op("sinh", x))),
-    "asin": _unary(lambda e, d, x, f: e.op("divide", d, e.op("sqrt", _one_minus(e, _sq(e, x))))),
+    "square": _unary(lambda e, d, p: e.op("multiply", d, e.op("multiply", e.scalar(2, p.x), p.x))),
+    "sin": _unary(lambda e, d, p: e.op("multiply", d, e.op("cos", p.x))),
+    "cos": _unary(lambda e, d, p: e.op("multiply", e.op("negate", d), e.op("sin", p.x))),
+    "tan": _unary(lambda e, d, p: e.op("divide", d, _sq(e, e.op("cos", p.x)))),
+    "sinh": _unary(lambda e, d, p: e.op("multiply", d, e.op("cosh", p.x))),
+    "cosh": _unary(lambda e, d, p: e.op("multiply", d, e.op("sinh", p.x))),
+    "asin": _unary(lambda e, d, p: e.op("divide", d, e.op("sqrt", _one_minus(e, _sq(e, p.x))))),
     "acos": _unary(
-        lambda e, d, x, f: e.op("divide", e.op("negate", d), e.op("sqrt", _one_minus(e, _sq(e, x))))
+        lambda e, d, p: e.op("divide", e.op("negate", d), e.op("sqrt", _one_minus(e, _sq(e, p.x))))
     ),
-    "atan": _unary(lambda e, d, x, f: e.op("divide", d, _one_plus(e, _sq(e, x)))),
-    "lgamma": _unary(lambda e, d, x, f: e.op("multiply", d, e.op("digamma", x))),
+    "atan": _unary(lambda e, d, p: e.op("divide", d, _one_plus(e, _sq(e, p.x)))),
+    "lgamma": _unary(lambda e, d, p: e.op("multiply", d, e.op("digamma", p.x))),
     # erf' x = 2/√π · e^(−x²); erfc = 1 − erf.
-    "erf": _unary(lambda e, d, x, f: _erf_derivative(e, d, x, 1.0)),
-    "erfc": _unary(lambda e, d, x, f: _erf_derivative(e, d, x, -1.0)),
+    "erf": _unary(lambda e, d, p: _erf_derivative(e, d, p.x, 1.0)),
+    "erfc": _unary(lambda e, d, p: _erf_derivative(e, d, p.x, -1.0)),
 }
 
 
@@ -100,38 +121,32 @@ def zero(e: Any, inst: Instruction, d: Value) -> Pairs:
 
 
 def _binary(
-    left: Callable[[Any, Value, Value, Value, Value], Value | None],
-    right: Callable[[Any, Value, Value, Value, Value], Value | None],
+    left: Callable[[Any, Value, Primals], Value], right: Callable[[Any, Value, Primals], Value]
 ) -> AdjointRule:
-    """A rule from `left(e, d, x, y, f)` and `right(…)`, the contributions to x and y."""
+    """A rule from `left(e, d, p)` and `right(e, d, p)`, the contributions to x and y."""
 
     def rule(e: Any, inst: Instruction, d: Value) -> Pairs:
         x0, y0 = inst.operands
-        out: Pairs = []
-        for operand, part in ((x0, left), (y0, right)):
-            if e.wants(operand):
-                c = part(e, d, e.primal(x0), e.primal(y0), e.primal(inst))
-                if c is not None:
-                    out.append((operand, c))
-        return out
+        p = Primals(e, inst)
+        return [(v, part(e, d, p)) for v, part in ((x0, left), (y0, right)) if e.wants(v)]
 
     return rule
 
 
-def _power_base(e: Any, d: Value, x: Value, y: Value, f: Value) -> Value:
-    exponent = e.op("subtract", y, e.scalar(1, y))
-    return e.op("multiply", d, e.op("multiply", y, e.op("power", x, exponent)))
+def _power_base(e: Any, d: Value, p: Primals) -> Value:
+    exponent = e.op("subtract", p.y, e.scalar(1, p.y))
+    return e.op("multiply", d, e.op("multiply", p.y, e.op("power", p.x, exponent)))
 
 
-def _power_exponent(e: Any, d: Value, x: Value, y: Value, f: Value) -> Value:
-    return e.op("multiply", d, e.op("multiply", e.op("log", x), f))
+def _power_exponent(e: Any, d: Value, p: Primals) -> Value:
+    return e.op("multiply", d, e.op("multiply", e.op("log", p.x), p.f))
 
 
 def _chooser(compare: str, first: bool) -> Callable[..., Value]:
     """min/max: the gradient goes to the operand that was chosen (ties: the left one)."""
 
-    def part(e: Any, d: Value, x: Value, y: Value, f: Value) -> Value:
-        chose_x = e.op(compare, x, y)
+    def part(e: Any, d: Value, p: Primals) -> Value:
+        chose_x = e.op(compare, p.x, p.y)
         zero = e.scalar(0, d)
         return e.op("select", d, zero, chose_x) if first else e.op("select", zero, d, chose_x)
 
@@ -139,14 +154,14 @@ def _chooser(compare: str, first: bool) -> Callable[..., Value]:
 
 
 BINARY: dict[str, AdjointRule] = {
-    "add": _binary(lambda e, d, x, y, f: d, lambda e, d, x, y, f: d),
-    "subtract": _binary(lambda e, d, x, y, f: d, lambda e, d, x, y, f: e.op("negate", d)),
+    "add": _binary(lambda e, d, p: d, lambda e, d, p: d),
+    "subtract": _binary(lambda e, d, p: d, lambda e, d, p: e.op("negate", d)),
     "multiply": _binary(
-        lambda e, d, x, y, f: e.op("multiply", d, y), lambda e, d, x, y, f: e.op("multiply", d, x)
+        lambda e, d, p: e.op("multiply", d, p.y), lambda e, d, p: e.op("multiply", d, p.x)
     ),
     "divide": _binary(
-        lambda e, d, x, y, f: e.op("divide", d, y),
-        lambda e, d, x, y, f: e.op("negate", e.op("divide", e.op("multiply", d, x), _sq(e, y))),
+        lambda e, d, p: e.op("divide", d, p.y),
+        lambda e, d, p: e.op("negate", e.op("divide", e.op("multiply", d, p.x), _sq(e, p.y))),
     ),
     "power": _binary(_power_base, _power_exponent),
     "max": _binary(_chooser("greaterThanOrEqual", True), _chooser("greaterThanOrEqual", False)),
@@ -298,14 +313,22 @@ def scan(e: Any, inst: Instruction, d: Value) -> Pairs:
     return [(_x(inst), e.op("reverse", summed, dims=dims))]
 
 
+def _keys(e: Any, inst: Instruction) -> tuple[ElementKey, ...]:
+    """The instruction's keys, a value key read as the primal value it had."""
+    return tuple(
+        ElementKey(value=e.primal(k.value)) if k.value is not None else k
+        for k in inst.attrs["keys"]
+    )
+
+
 def extract(e: Any, inst: Instruction, d: Value) -> Pairs:
     src = _x(inst)
-    return [(src, e.one_hot(d, src.type, inst.attrs["keys"]))]
+    return [(src, e.one_hot(d, src.type, _keys(e, inst)))]
 
 
 def insert(e: Any, inst: Instruction, d: Value) -> Pairs:
     v, dest = inst.operands
-    keys = inst.attrs["keys"]
+    keys = _keys(e, inst)
     out: Pairs = []
     if e.wants(v):
         out.append((v, e.op("extract", d, keys=keys)))
