@@ -73,11 +73,11 @@ class ControlFlowSweep:
         graph, dom, loops = cfg(g), dominator_tree(g), loop_info(g)
         self.blocks = [b for b in g.blocks if graph.reachable(b)]
         self.returns = [r for r in self.fd.returns if r.block in self.blocks]
-        ret_blocks = [r.block for r in self.returns]
         self.return_block: dict[Instruction, Block] = {}
         for r in self.returns:
             assert r.block is not None
             self.return_block[r] = r.block
+        ret_blocks = list(self.return_block.values())
         entry = g.blocks[0]
 
         def runs_once(b: Block) -> bool:
