@@ -26,7 +26,7 @@ Pairs = list[tuple[Value, Value]]
 @dataclass(frozen=True)
 class ConvAxis:
     """The options of one spatial axis of an emitted `convolve`. A negative padding means
-    cropping: `conv` turns it into a slice of the input."""
+    cropping: `_conv` turns it into a slice of the input."""
 
     stride: int = 1
     lo: int = 0
@@ -106,7 +106,14 @@ class Convolution:
         rd = a.get("rightDilation") or (1,) * n
         axes = tuple(
             Axis(
-                x[i + 2], k[i + 2], y[i + 2], strides[i], padding[i][0], padding[i][1], ld[i], rd[i]
+                n=x[i + 2],
+                k=k[i + 2],
+                out=y[i + 2],
+                stride=strides[i],
+                lo=padding[i][0],
+                hi=padding[i][1],
+                ld=ld[i],
+                rd=rd[i],
             )
             for i in range(n)
         )
@@ -142,7 +149,7 @@ def _input_adjoint(e: Any, d: Value, k: Value, geo: Convolution) -> Value | None
     per_group = _reverse_axes(e, _reshape(e, k, (g, cout_g, cin_g, *window)), 1, 3)
     kt = _reshape(e, per_group, (g * cin_g, cout_g, *window))
     flipped = e.op("reverse", kt, dims=tuple(range(2, 2 + len(window))))
-    dx = conv(e, d, flipped, [a.transposed() for a in geo.axes], g)
+    dx = _conv(e, d, flipped, [a.transposed() for a in geo.axes], g)
     return None if dx is None else _zero_extend(e, dx, 1, geo.cin)
 
 
@@ -157,20 +164,20 @@ def _kernel_adjoint(e: Any, x: Value, d: Value, geo: Convolution) -> Value | Non
     xt = _reverse_axes(e, _reshape(e, x, (b, g, cin_g, *spatial)), 0, 3)
     xt = _reshape(e, xt, (cin_g, g * b, *spatial))
     dt = _reverse_axes(e, d, 0, 2)
-    dk = conv(e, xt, dt, [a.for_kernel() for a in geo.axes], g)
+    dk = _conv(e, xt, dt, [a.for_kernel() for a in geo.axes], g)
     if dk is None:
         return None
     return _zero_extend(e, _reverse_axes(e, dk, 0, 2), 0, geo.cout)
 
 
-def conv(e: Any, v: Value, kernel: Value, axes: list[ConvAxis], groups: int) -> Value | None:
+def _conv(e: Any, v: Value, kernel: Value, axes: list[ConvAxis], groups: int) -> Value | None:
     """`convolve v kernel kernel` with the options of `axes` (defaults left out). A negative
     padding crops v first: whole elements of the dilated input are sliced off and what is
     left over stays padding. None if the cropping leaves nothing (the result is zero)."""
     axes = list(axes)
     for i, a in enumerate(axes):
         n = _shape(v)[i + 2]
-        drop_lo, drop_hi = -(a.lo // a.ld) if a.lo < 0 else 0, -(a.hi // a.ld) if a.hi < 0 else 0
+        drop_lo, drop_hi = _cropped(a.lo, a.ld), _cropped(a.hi, a.ld)
         if drop_lo + drop_hi >= n:
             return None
         if drop_lo or drop_hi:
@@ -188,6 +195,12 @@ def conv(e: Any, v: Value, kernel: Value, axes: list[ConvAxis], groups: int) -> 
     if groups != 1:
         attrs["groups"] = groups
     return e.op("convolve", v, kernel, **attrs)
+
+
+def _cropped(pad: int, dilation: int) -> int:
+    """How many input elements a padding crops: none if it is not negative, else enough that
+    `pad` dilated positions are gone (a partial step stays as padding)."""
+    return -(pad // dilation) if pad < 0 else 0
 
 
 # reduceWindow --------------------------------------------------------------------------------
@@ -228,17 +241,11 @@ class WindowView:
         lead = 0
         while lead < len(x) - 1 and dims[lead] == 1 and strides[lead] == 1:
             lead += 1
-        axes = tuple(
-            Axis(
-                x[i],
-                dims[i],
-                y[i],
-                strides[i],
-                *window_padding(x[i], dims[i], strides[i], y[i], mode),
-            )
-            for i in range(lead, len(x))
-        )
-        return WindowView(math.prod(x[:lead]), axes)
+        axes = []
+        for i in range(lead, len(x)):
+            lo, hi = window_padding(x[i], dims[i], strides[i], y[i], mode)
+            axes.append(Axis(n=x[i], k=dims[i], out=y[i], stride=strides[i], lo=lo, hi=hi))
+        return WindowView(math.prod(x[:lead]), tuple(axes))
 
 
 def window_padding(n: int, d: int, s: int, out: int, mode: str) -> tuple[int, int]:
@@ -255,7 +262,8 @@ def window_padding(n: int, d: int, s: int, out: int, mode: str) -> tuple[int, in
 
 def reduce_window(e: Any, inst: Instruction, d: Value) -> Pairs:
     """add: every element receives the adjoints of the windows holding it. max, min: each
-    window's adjoint goes to its elements equal to the result, shared equally among ties."""
+    window's adjoint goes to its elements equal to the result, shared equally among ties (the
+    init value, also what the padding holds, receives nothing)."""
     from dlvm.ir.adjoints import AdjointError
 
     x0, init = inst.operands
@@ -267,11 +275,17 @@ def reduce_window(e: Any, inst: Instruction, d: Value) -> Pairs:
         raise AdjointError(
             f"cannot differentiate a reduceWindow by {shown}; only by add, max or min"
         )
+    if not _shape(x0):  # a scalar is its own only window (built, not parsed: `dims` is empty)
+        if comb == "add":
+            return [(x0, d)]
+        return [
+            (x0, e.op("select", d, e.scalar(0, d), e.op("equal", e.primal(x0), e.primal(inst))))
+        ]
     view = WindowView.of(inst)
     dv = _reshape(e, d, view.output_shape)
     if comb == "add":
         ones = e.constant(1, TensorType((1, 1, *view.window), _dtype(d)))
-        dx = conv(e, dv, ones, [a.transposed() for a in view.axes], 1)
+        dx = _conv(e, dv, ones, [a.transposed() for a in view.axes], 1)
     else:
         dx = _extreme_adjoint(e, dv, e.primal(x0), e.primal(inst), view)
     assert dx is not None, "a window adjoint never crops everything"
@@ -283,14 +297,14 @@ def _extreme_adjoint(e: Any, d: Value, x: Value, f: Value, view: WindowView) -> 
     (T = window size); those equal to the result share the window's adjoint, and the
     transposed convolution by the same one-hot kernels scatters the shares back."""
     gather = _one_hot_kernels(e, view.window, d, flipped=False)
-    taps = conv(e, _reshape(e, x, view.input_shape), gather, view.gather_axes(), 1)
+    taps = _conv(e, _reshape(e, x, view.input_shape), gather, view.gather_axes(), 1)
     assert taps is not None
     hit = e.op("equal", taps, _reshape(e, f, view.output_shape))
     if view.padded:
         # The convolution pads with zeros, which would tie with a zero result: only taps on
         # real elements count (init values in the padding get no gradient).
         ones = e.constant(1, TensorType(view.input_shape, _dtype(d)))
-        inside = conv(e, ones, gather, view.gather_axes(), 1)
+        inside = _conv(e, ones, gather, view.gather_axes(), 1)
         assert inside is not None
         hit = e.op("and", hit, e.op("greaterThan", inside, e.scalar(0.5, d)))
     count = e.op(
@@ -304,7 +318,7 @@ def _extreme_adjoint(e: Any, d: Value, x: Value, f: Value, view: WindowView) -> 
     count = e.op("max", _reshape(e, count, view.output_shape), e.scalar(1, d))
     share = e.op("select", e.op("divide", d, count), e.scalar(0, d), hit)
     scatter = _one_hot_kernels(e, view.window, d, flipped=True)
-    return conv(e, share, scatter, [a.transposed() for a in view.axes], 1)
+    return _conv(e, share, scatter, [a.transposed() for a in view.axes], 1)
 
 
 def _one_hot_kernels(e: Any, window: tuple[int, ...], like: Value, flipped: bool) -> Value:

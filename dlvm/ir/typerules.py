@@ -266,6 +266,8 @@ def scan(ops: list[Type], attrs: dict[str, Any]) -> Type:
 
 def reduce_window(ops: list[Type], attrs: dict[str, Any]) -> Type:
     t = tensor(ops[0])
+    if not t.shape:
+        raise TypeRuleError("reduceWindow needs a tensor of rank 1 or more, not a scalar")
     _combinator(attrs["comb"], t.dtype)
     _init(ops[1], t.dtype)
     dims, strides, mode = attrs["dims"], attrs["strides"], attrs["padding"]

@@ -18,6 +18,7 @@ from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.printer import module_text
 from dlvm.tools.driver import EXIT_INPUT, EXIT_OK, EXIT_USAGE, load_module, report
 from dlvm.transforms import PASSES
+from dlvm.transforms.checkpointing import Checkpointing
 from dlvm.transforms.differentiation import Differentiation
 from dlvm.transforms.pass_manager import PassManager
 
@@ -82,6 +83,13 @@ def parser() -> argparse.ArgumentParser:
         help="arguments for --run: numbers, nested lists, or .npy files",
     )
     ap.add_argument("--float64", action="store_true", help="with --run, compute in float64")
+    ap.add_argument(
+        "--checkpoint-budget",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="memory the checkpointing pass (CP) may keep live per block (default 0)",
+    )
     return ap
 
 
@@ -106,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if args.verify_diagnostics:
         return _verify_diagnostics(args.inputs, args.split_input_file)
+    Checkpointing.default_budget = args.checkpoint_budget
     status = EXIT_OK
     for i, path in enumerate(args.inputs):
         print(f"Source file: {path}", flush=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 
+from dlvm.transforms.checkpointing import Checkpointing
 from dlvm.transforms.common_subexpression_elimination import CommonSubexpressionElimination
 from dlvm.transforms.dead_code_elimination import DeadCodeElimination
 from dlvm.transforms.differentiation import Differentiation
@@ -15,6 +16,7 @@ PASSES: dict[str, type[Pass]] = {
         Differentiation,
         CommonSubexpressionElimination,
         DeadCodeElimination,
+        Checkpointing,
     )
 }
 ALIASES: dict[str, str] = {p.alias: p.name for p in PASSES.values()}
