@@ -144,7 +144,7 @@ del _name, _unary, _binary
 
 @impl("not")
 def _not(frame, inst, args):
-    return np.logical_not(args[0])
+    return np.asarray(np.logical_not(args[0]))  # a scalar stays a 0-d tensor, not np.bool_
 
 
 @impl("select")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 
+from dlvm.transforms.algebra_simplification import AlgebraSimplification
 from dlvm.transforms.checkpointing import Checkpointing
 from dlvm.transforms.common_subexpression_elimination import CommonSubexpressionElimination
 from dlvm.transforms.dead_code_elimination import DeadCodeElimination
@@ -16,6 +17,7 @@ PASSES: dict[str, type[Pass]] = {
         Differentiation,
         CommonSubexpressionElimination,
         DeadCodeElimination,
+        AlgebraSimplification,
         Checkpointing,
     )
 }

@@ -431,3 +431,15 @@ def test_literals():
     s[0, 0] = 7  # results are fresh arrays the caller may change
     again = run_function(m, "f", [9.0])
     assert again[0][0, 0] == 1.5
+
+
+def test_not_of_a_scalar_is_a_tensor():
+    m = module("""
+        func @f: (bool) -> bool {
+        'entry(%a: bool):
+            %0.0 = not %a: bool
+            return %0.0: bool
+        }
+        """)
+    out = run_function(m, "f", [np.array(True)])
+    assert isinstance(out, np.ndarray) and out.shape == () and not out
