@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.typerules import TypeRuleError, gradient_type
+from dlvm.ir.types import same_type
 from dlvm.ir.values import EXTERN, Function, GradientDecl, Module
 from dlvm.transforms.pass_base import Pass
 
@@ -41,6 +42,7 @@ class ModuleDifferentiator:
         self.config_of: dict[Function, Config] = {}
         self.expanded: set[Function] = set()
         self.in_progress: list[Function] = []
+        self.waiting: list[Function] = []  # gradients waiting for the gradient they differentiate
         self.diagnostics: list[Diagnostic] = []
         for f in module.functions:
             d = f.gradient
@@ -65,8 +67,17 @@ class ModuleDifferentiator:
         if decl is None or g in self.expanded or g in self.in_progress:
             return
         primal = decl.of
+        if primal is g or primal in self.waiting:
+            self.diagnostics.append(
+                Diagnostic(f"gradient declarations form a cycle through @{primal.name}", g.loc)
+            )
+            return
         if primal.gradient is not None:
-            self.expand(primal)  # a gradient of a gradient: the inner one first
+            self.waiting.append(g)
+            try:
+                self.expand(primal)  # a gradient of a gradient: the inner one first
+            finally:
+                self.waiting.remove(g)
         if primal.declaration == EXTERN or not primal.blocks:
             self.diagnostics.append(
                 Diagnostic(f"cannot differentiate @{primal.name}: it has no body", g.loc)
@@ -83,7 +94,7 @@ class ModuleDifferentiator:
         except TypeRuleError as e:
             self.diagnostics.append(Diagnostic(f"gradient of @{primal.name}: {e}", g.loc))
             return
-        if str(expected) != str(g.type):
+        if not same_type(expected, g.type):
             self.diagnostics.append(
                 Diagnostic(f"gradient of @{primal.name} must have type {expected}", g.loc)
             )
@@ -94,6 +105,8 @@ class ModuleDifferentiator:
         g.declaration = None
         try:
             FunctionDifferentiator(self, g, decl).run()
+        except DiagnosticError as e:
+            self.diagnostics.extend(e.diagnostics)  # report every declaration's problems
         finally:
             self.in_progress.remove(g)
         self.expanded.add(g)
