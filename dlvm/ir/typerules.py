@@ -691,7 +691,7 @@ def gradient_type(
     for i in indices:
         if not 0 <= i < len(args):
             raise TypeRuleError(
-                f"'wrt {i}' is out of range: the function takes {len(args)} arguments"
+                f"'wrt {i}' is out of range: the function takes {_count(len(args), 'argument')}"
             )
         if not is_differentiable(args[i]):
             raise TypeRuleError(f"argument {i} has type {args[i]}, which is not differentiable")

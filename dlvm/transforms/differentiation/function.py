@@ -15,6 +15,7 @@ from dlvm.ir.literals import AggregateLiteral
 from dlvm.ir.typerules import TypeRuleError
 from dlvm.ir.types import FunctionType, TupleType, Type, canonical, is_differentiable
 from dlvm.ir.values import (
+    EXTERN,
     Argument,
     ElementKey,
     Function,
@@ -151,6 +152,8 @@ class FunctionDifferentiator:
         callee, args = inst.operands[0], inst.operands[1:]
         if not isinstance(callee, Function):
             raise AdjointError("cannot differentiate an indirect call (through a function value)")
+        if not callee.blocks or callee.declaration == EXTERN:
+            raise AdjointError(f"cannot differentiate through @{callee.name}: it has no body")
         cty = cast(FunctionType, callee.type)
         wrt = tuple(i for i, t in enumerate(cty.arguments) if is_differentiable(t))
         for i, a in enumerate(args):
