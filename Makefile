@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/dlopt samples/ir/inference.dl -p CSE DCE --print-ir
+	$(BIN)/dlopt samples/ir/inference.dl -p AS CSE DCE --print-ir
 
 test: lint unit lit
 

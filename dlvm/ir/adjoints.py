@@ -304,13 +304,19 @@ def reduce(e: Any, inst: Instruction, d: Value) -> Pairs:
 
 def scan(e: Any, inst: Instruction, d: Value) -> Pairs:
     comb, dims = inst.attrs["comb"], inst.attrs["dims"]
-    if comb != "add":
-        shown = comb if isinstance(comb, str) else "a function"
-        raise AdjointError(f"cannot differentiate a scan by {shown}; only by add")
+    if comb not in ("add", "multiply"):
+        shown = f"'{comb}'" if isinstance(comb, str) else "a function"
+        raise AdjointError(f"cannot differentiate a scan by {shown}; only by add or multiply")
+    x0 = _x(inst)
+    if comb == "multiply":  # f_j = ∏_{i ≤ j} x_i, so x̄_i = Σ_{j ≥ i} d_j·f_j / x_i
+        p = Primals(e, inst)
+        d = e.op("multiply", d, p.f)
     # The adjoint of a running sum is the running sum from the other end.
     back = e.op("reverse", d, dims=dims)
-    summed = e.op("scan", back, comb="add", dims=dims)
-    return [(_x(inst), e.op("reverse", summed, dims=dims))]
+    summed = e.op("reverse", e.op("scan", back, comb="add", dims=dims), dims=dims)
+    if comb == "multiply":
+        summed = e.op("divide", summed, p.x)
+    return [(x0, summed)]
 
 
 def _keys(e: Any, inst: Instruction) -> tuple[ElementKey, ...]:

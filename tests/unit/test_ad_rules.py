@@ -138,6 +138,8 @@ SHAPE_OPS = [
     ("reduce-min", (3, 2), "%r = reduce {x} by min init 100: f32 along 0", (2,)),
     ("scan-add", (2, 3), "%r = scan {x} by add along 1", (2, 3)),
     ("scan-add-both", (2, 3), "%r = scan {x} by add along 0, 1", (2, 3)),
+    ("scan-multiply", (2, 3), "%r = scan {x} by multiply along 1", (2, 3)),
+    ("scan-multiply-both", (2, 3), "%r = scan {x} by multiply along 0, 1", (2, 3)),
     ("dataTypeCast", (2, 3), "%r = dataTypeCast {x} to f64", "<2 x 3 x f64>"),
 ]
 
