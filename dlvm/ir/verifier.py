@@ -29,6 +29,7 @@ from dlvm.ir.values import (
     LiteralValue,
     Module,
     Value,
+    deep_values,
 )
 
 # What each stage may contain (IR.md section 1).
@@ -195,7 +196,16 @@ class _Verifier:
         loc = inst.loc
         op = inst.op
         block = inst.block
-        for v in inst.uses():
+        # Attribute-free instructions use exactly their non-literal operands (scalar literals
+        # hold no values): iterating the list directly skips the uses() generator.
+        uses = inst.uses() if inst.attrs or op.name == "literal" else inst.operands
+        for v in uses:
+            if v.__class__ is LiteralValue:
+                if not v.literal.elements():  # type: ignore[attr-defined]
+                    continue
+                for inner in deep_values(v):
+                    self.operand(fn, inst, inner, dom, ctx, earlier)
+                continue
             # The common case inline (an earlier value of this block, or of a dominating one);
             # `operand` handles everything else and reports problems.
             t = type(v)
