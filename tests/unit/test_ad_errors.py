@@ -313,7 +313,7 @@ REFUSALS = [
             integer_division(op),
             f"= {op}",
             5,
-            f"cannot differentiate through '{op}': it is piecewise constant",
+            f"cannot differentiate through '{op}': integer-style division has no adjoint",
             id=op,
         )
         for op in ("modulo", "floorDivide", "truncateDivide")

@@ -101,7 +101,7 @@ class FunctionDifferentiator:
                 if v.opcode == "random":
                     msg += ": random numbers have no derivative"
                 elif v.opcode in ("truncateDivide", "floorDivide", "modulo"):
-                    msg += ": it is piecewise constant in its operands only for integers"
+                    msg += ": integer-style division has no adjoint (write it with divide)"
             else:
                 msg = (
                     f"the derivative would flow through {v.ref_text()} of type {v.type}; "
