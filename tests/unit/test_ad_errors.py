@@ -688,3 +688,20 @@ def test_dlopt_main_reports_an_extern_gradient(tmp_path, capsys):
     assert f"{path}:{line}:6: error: cannot differentiate @f: it has no body" in err
     assert "Traceback" not in err
     assert "stage optimizable" not in out  # nothing printed for a refused module
+
+
+def test_a_function_that_never_returns_is_refused():
+    body = """
+func @f: (f32) -> f32 {
+'entry(%x: f32):
+    branch 'spin(%x: f32)
+'spin(%y: f32):
+    branch 'spin(%y: f32)
+}
+
+[gradient @f]
+func @g: (f32) -> (f32)
+"""
+    (d,) = refusals(body)
+    assert d.message == "cannot differentiate @f: it never returns"
+    assert d.loc is not None and d.loc.line_col[0] == line_of(HEAD + body, "func @g")

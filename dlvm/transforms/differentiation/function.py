@@ -55,6 +55,10 @@ class FunctionDifferentiator:
             names |= {i.name for i in g.instructions() if i.name}
             self.seed = entry.add_argument(Argument(_fresh("seed", names), self.source_type()))
         self.returns = [i for i in g.instructions() if i.opcode == "return"]
+        if not self.returns:
+            raise DiagnosticError(
+                [Diagnostic(f"cannot differentiate @{decl.of.name}: it never returns", g.loc)]
+            )
         self.sources = {r: self.source_of(r) for r in self.returns}
         self.activity = Activity(g, self.wrt, [s for s in self.sources.values()])
         self.report_obstacles()
