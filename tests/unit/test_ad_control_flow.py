@@ -310,3 +310,43 @@ func @ddf: (<3 x f32>, <3 x f32>) -> (<3 x f32>, <3 x f32>)
     )
     rng = np.random.default_rng(9)
     gradient_check(text, [rng.standard_normal(3), rng.standard_normal(3)], fn="df", source=0)
+
+
+ENUM = (
+    HEAD
+    + """enum $Choice {
+    ?scale(f32)
+    ?keep()
+}
+
+func @f: (f32, f32) -> f32 {
+'entry(%x: f32, %k: f32):
+    %big = greaterThan %k: f32, 0: f32
+    conditional %big: bool then 'make_scale() else 'make_keep()
+'make_scale():
+    %c = literal ?scale(%k: f32): $Choice
+    branch 'pick(%c: $Choice)
+'make_keep():
+    %d = literal ?keep(): $Choice
+    %less = lessThan %k: f32, -5: f32
+    conditional %less: bool then 'scaled(%x: f32) else 'pick(%d: $Choice)
+'pick(%e: $Choice):
+    branchEnum %e: $Choice case ?scale 'scaled case ?keep 'join_keep
+'scaled(%s: f32):
+    branch 'join(%s: f32)
+'join_keep():
+    branch 'join(1: f32)
+'join(%m: f32):
+    %r = multiply %x: f32, %m: f32
+    %t = sin %r: f32
+    return %t: f32
+}
+"""
+)
+
+
+@pytest.mark.parametrize("k", [2.0, -1.0, -6.0], ids=["scale", "keep", "direct"])
+def test_branch_enum_with_case_values(k):
+    # 'scaled is reached from a branchEnum case and from a conditional: its edges are split,
+    # and the enum edge's block forwards the case's value.
+    gradient_check(ENUM, [np.array(0.7), np.array(k)], wrt=(0,))

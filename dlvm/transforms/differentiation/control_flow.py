@@ -179,10 +179,14 @@ class ControlFlowSweep:
                 continue
             for number, e in enumerate(edges, 1):
                 hop = Block(self.fresh(f"{e.source.name}_to_{target.name}"))
+                args = list(e.args)
+                if e.case is not None:  # a branchEnum passes the case's values: forward them
+                    for a in target.arguments:
+                        args.append(hop.add_argument(Argument(self.fresh(a.name), a.type)))
                 self.g.add_block(hop)
                 b = Builder(hop)
                 b.push(_int64(number), self.get_tape())
-                b.branch(dest=Successor(target, list(e.args)))
+                b.branch(dest=Successor(target, args))
                 _retarget(e, hop)
 
     # Reverse code ------------------------------------------------------------------------------
