@@ -449,6 +449,16 @@ class Function(Value):
         return f"Function(@{self.name}: {self.type})"
 
 
+def fresh_name(base: str, taken: set[str]) -> str:
+    """`base`, else the first of `base_0`, `base_1`… not in taken (IR.md's fresh-name rule);
+    the name returned is added to taken."""
+    name, i = base, 0
+    while name in taken:
+        name, i = f"{base}_{i}", i + 1
+    taken.add(name)
+    return name
+
+
 STAGES = ("raw", "optimizable", "compute", "schedule")
 STAGE_ALIASES = {"canonical": "optimizable", "scheduled": "schedule"}
 

@@ -85,3 +85,26 @@ def _is_float(x: object) -> bool:
     return isinstance(x, (float, np.floating)) or (
         isinstance(x, np.ndarray) and np.issubdtype(x.dtype, np.floating)
     )
+
+
+# Writing small test modules ------------------------------------------------------------------
+
+
+def ty(shape: tuple[int, ...]) -> str:
+    return "f32" if not shape else "<" + " x ".join(map(str, shape)) + " x f32>"
+
+
+def module(args: list[tuple[int, ...]], body: str, result: tuple[int, ...] | str) -> str:
+    """A module with @f over arguments %a0, %a1… of the given shapes; body defines %r."""
+    rty = result if isinstance(result, str) else ty(result)
+    params = ", ".join(f"%a{i}: {ty(s)}" for i, s in enumerate(args))
+    types = ", ".join(ty(s) for s in args)
+    lines = "\n".join("    " + line for line in body.strip().splitlines())
+    return (
+        f'module "t"\nstage raw\n\nfunc @f: ({types}) -> {rty} {{\n'
+        f"'entry({params}):\n{lines}\n    return %r: {rty}\n}}\n"
+    )
+
+
+def use(i: int, shape: tuple[int, ...]) -> str:
+    return f"%a{i}: {ty(shape)}"

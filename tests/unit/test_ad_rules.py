@@ -5,30 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gradcheck import gradient_check
+from gradcheck import gradient_check, module, use
 
 from dlvm.ir.ops import UNARY_FLOAT, UNARY_NUMERIC
-
-
-def ty(shape: tuple[int, ...]) -> str:
-    return "f32" if not shape else "<" + " x ".join(map(str, shape)) + " x f32>"
-
-
-def module(args: list[tuple[int, ...]], body: str, result: tuple[int, ...] | str) -> str:
-    """A module with @f over arguments %a0, %a1… of the given shapes; body defines %r."""
-    rty = result if isinstance(result, str) else ty(result)
-    params = ", ".join(f"%a{i}: {ty(s)}" for i, s in enumerate(args))
-    types = ", ".join(ty(s) for s in args)
-    lines = "\n".join("    " + line for line in body.strip().splitlines())
-    return (
-        f'module "t"\nstage raw\n\nfunc @f: ({types}) -> {rty} {{\n'
-        f"'entry({params}):\n{lines}\n    return %r: {rty}\n}}\n"
-    )
-
-
-def use(i: int, shape: tuple[int, ...]) -> str:
-    return f"%a{i}: {ty(shape)}"
-
 
 # The domain each unary operation is smooth on.
 DOMAIN = {

@@ -44,3 +44,12 @@ def test_a_line_may_wrap_after_a_results_equals_sign():
     )
     printed = module_text(parse_module(text))
     assert "    %y = add %x: f32, %x: f32\n    %0.1 = multiply %y: f32, %y: f32\n" in printed
+
+
+def test_fresh_names_follow_the_base_then_numbered_rule():
+    from dlvm.ir.values import fresh_name
+
+    taken = {"seed", "seed_0"}
+    assert fresh_name("seed", taken) == "seed_1"
+    assert fresh_name("tape", taken) == "tape"
+    assert {"seed_1", "tape"} <= taken

@@ -15,7 +15,7 @@ from typing import ClassVar
 from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.typerules import TypeRuleError, gradient_type
 from dlvm.ir.types import same_type
-from dlvm.ir.values import EXTERN, Function, GradientDecl, Module
+from dlvm.ir.values import EXTERN, Function, GradientDecl, Module, fresh_name
 from dlvm.transforms.pass_base import Pass
 
 Config = tuple[Function, int | None, tuple[int, ...] | None, tuple[int, ...], bool]
@@ -120,18 +120,10 @@ class ModuleDifferentiator:
         g = self.by_config.get(config)
         if g is None:
             ty = gradient_type(f.type, source, wrt, (), True)  # type: ignore[arg-type]
-            g = Function(self._fresh_name(f.name + "_grad"), ty, at.loc)
+            taken = {fn.name for fn in self.module.functions}
+            g = Function(fresh_name(f.name + "_grad", taken), ty, at.loc)
             g.declaration = GradientDecl(f, source, wrt, (), True)
             self.module.add_function(g, self.module.functions.index(at) + 1)
             self._register(g, config)
             self.expand(g)
         return g
-
-    def _fresh_name(self, base: str) -> str:
-        taken = {f.name for f in self.module.functions}
-        if base not in taken:
-            return base
-        i = 0
-        while f"{base}_{i}" in taken:
-            i += 1
-        return f"{base}_{i}"

@@ -35,6 +35,7 @@ from dlvm.ir.values import (
     LiteralValue,
     Successor,
     Value,
+    fresh_name,
 )
 from dlvm.transforms.differentiation.emitter import Emitter
 
@@ -158,11 +159,7 @@ class ControlFlowSweep:
         return b
 
     def fresh(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.taken:
-            name, i = f"{base}_{i}", i + 1
-        self.taken.add(name)
-        return name
+        return fresh_name(base, self.taken)
 
     def get_tape(self) -> Value:
         if self.tape is None:

@@ -23,6 +23,7 @@ from dlvm.ir.values import (
     Instruction,
     LiteralValue,
     Value,
+    fresh_name,
 )
 from dlvm.transforms.differentiation.emitter import Emitter
 
@@ -53,7 +54,7 @@ class FunctionDifferentiator:
         if decl.seedable:
             names = {a.name for b in g.blocks for a in b.arguments}
             names |= {i.name for i in g.instructions() if i.name}
-            self.seed = entry.add_argument(Argument(_fresh("seed", names), self.source_type()))
+            self.seed = entry.add_argument(Argument(fresh_name("seed", names), self.source_type()))
         self.returns = [i for i in g.instructions() if i.opcode == "return"]
         if not self.returns:
             raise DiagnosticError(
@@ -241,15 +242,6 @@ def _tuple_literal(v: Value) -> tuple[Value, ...] | None:
         if isinstance(agg, AggregateLiteral) and agg.kind == "tuple":
             return agg.items
     return None
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    if base not in taken:
-        return base
-    i = 0
-    while f"{base}_{i}" in taken:
-        i += 1
-    return f"{base}_{i}"
 
 
 __all__ = ["FunctionDifferentiator", "carries_gradient"]
