@@ -94,7 +94,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
+    if args.checkpoint_budget < 0:
+        ap.error("--checkpoint-budget must be 0 or more bytes")
     if args.outputs and len(args.outputs) != len(args.inputs):
         report([Diagnostic(f"{len(args.inputs)} inputs but {len(args.outputs)} outputs")])
         return EXIT_USAGE

@@ -350,3 +350,23 @@ def test_branch_enum_with_case_values(k):
     # 'scaled is reached from a branchEnum case and from a conditional: its edges are split,
     # and the enum edge's block forwards the case's value.
     gradient_check(ENUM, [np.array(0.7), np.array(k)], wrt=(0,))
+
+
+ARRAY = (
+    HEAD
+    + """
+func @f: (f32, f32) -> f32 {
+'entry(%x: f32, %y: f32):
+    %a = literal [%x: f32, %y: f32]: [2 x f32]
+    %p = extract 0 from %a: [2 x f32]
+    %q = extract 1 from %a: [2 x f32]
+    %r = multiply %p: f32, %q: f32
+    %s = add %r: f32, %p: f32
+    return %s: f32
+}
+"""
+)
+
+
+def test_adjoints_of_an_array_accumulate_element_by_element():
+    gradient_check(ARRAY, [np.array(0.4), np.array(-1.3)])

@@ -10,6 +10,7 @@ from dlvm.analysis.differentiability import carries_gradient
 from dlvm.ir.builder import Builder
 from dlvm.ir.literals import ZERO, AggregateLiteral, Literal, ScalarLiteral, StructLiteral
 from dlvm.ir.types import (
+    ArrayType,
     StructType,
     TensorType,
     TupleType,
@@ -163,7 +164,13 @@ class Emitter:
                 )
             )
         else:
-            raise NotImplementedError(f"accumulating adjoints of {old.type}")
+            assert isinstance(t, ArrayType), old.type  # carries_gradient admits nothing else
+            lit = AggregateLiteral(
+                "array",
+                tuple(
+                    self._sum_elements(old, new, ElementKey(i), t.element) for i in range(t.count)
+                ),
+            )
         return self.op("literal", LiteralValue(lit, old.type))
 
     def _sum_elements(self, a: Value, b: Value, key: ElementKey, ty: Type) -> Value:
