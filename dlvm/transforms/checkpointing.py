@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from dlvm.analysis.dataflow import data_flow
 from dlvm.ir.types import TensorType, canonical
 from dlvm.ir.values import Argument, Block, Function, Instruction, Value
 from dlvm.transforms.pass_base import FunctionPass
@@ -87,8 +88,6 @@ class BlockCheckpointer:
             span[inst] = [i, i]
         fn = self.block.function
         if fn is not None:
-            from dlvm.analysis.dataflow import data_flow
-
             flow = data_flow(fn)
             for inst in insts:
                 if any(u.block is not self.block for u in flow.users(inst)):

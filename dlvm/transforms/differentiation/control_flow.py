@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlvm.analysis.cfg import cfg
+from dlvm.analysis.dataflow import data_flow
 from dlvm.analysis.dominance import dominator_tree
 from dlvm.analysis.loops import loop_info
 from dlvm.ir.builder import Builder
@@ -327,8 +328,6 @@ def _retarget(e: Edge, hop: Block) -> None:
 
 
 def _users(fn, v: Value) -> list[Instruction]:
-    from dlvm.analysis.dataflow import data_flow
-
     return data_flow(fn).users(v)
 
 
