@@ -1,0 +1,366 @@
+"""The TEL syntax tree: one frozen dataclass per grammar rule (telc/grammar.lark names them in
+snake case), each carrying the span of source it was parsed from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from dlvm.diagnostics import Location, Source
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Characters [start, end) of a source file."""
+
+    source: Source = field(repr=False, compare=False)
+    start: int
+    end: int
+
+    @property
+    def loc(self) -> Location:
+        return Location(self.source, self.start, max(1, self.end - self.start))
+
+    def text(self) -> str:
+        return self.source.text[self.start : self.end]
+
+    def to(self, other: Span) -> Span:
+        return Span(self.source, self.start, other.end)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    span: Span = field(repr=False, compare=False)
+
+
+# Types ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Dim(Node):
+    """One dimension of a written shape: a number or a name."""
+
+    value: int | str
+
+
+@dataclass(frozen=True, slots=True)
+class Shape(Node):
+    """`[d x d …]`, `[]`, or (with `rest` set) `[S...]`."""
+
+    dims: tuple[Dim, ...] = ()
+    rest: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType(Node):
+    """`f32[B x 64]` or `[B x 64]` (dtype None: the default or, in a signature, the call's)."""
+
+    dtype: str | None
+    shape: Shape
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarType(Node):
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class TupleType(Node):
+    elements: tuple[TypeSpec, ...]
+
+
+TypeSpec = Union[TensorType, ScalarType, TupleType]
+
+
+# Expressions ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Name(Node):
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Number(Node):
+    value: int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Boolean(Node):
+    value: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Binary(Node):
+    """Every infix operator: `+ - * / % ** . • < <= > >= == != and or`."""
+
+    op: str
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Unary(Node):
+    op: str  # "-" or "not"
+    operand: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Transpose(Node):
+    operand: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class At(Node):
+    """A subscript that picks one index: `x[i]`, `h[t-1]`."""
+
+    index: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Range(Node):
+    """A half-open slice subscript `lo:hi` (either bound may be omitted)."""
+
+    lo: Expr | None
+    hi: Expr | None
+
+
+@dataclass(frozen=True, slots=True)
+class Every(Node):
+    """`h[*]`: every step of a recurrent declaration."""
+
+
+Subscript = Union[At, Range, Every]
+
+
+@dataclass(frozen=True, slots=True)
+class Index(Node):
+    operand: Expr
+    subscripts: tuple[Subscript, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Keyword(Node):
+    """A keyword argument `axis: 1`."""
+
+    name: str
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Node):
+    callee: Expr
+    arguments: tuple[Expr | Keyword, ...]
+
+    @property
+    def positional(self) -> list[Expr]:
+        return [a for a in self.arguments if not isinstance(a, Keyword)]
+
+    @property
+    def keywords(self) -> list[Keyword]:
+        return [a for a in self.arguments if isinstance(a, Keyword)]
+
+
+@dataclass(frozen=True, slots=True)
+class Tuple(Node):
+    elements: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Concat(Node):
+    """`[a, b]` or `[a, b] @ axis`."""
+
+    elements: tuple[Expr, ...]
+    axis: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeLiteral(Node):
+    """A shape in an expression: the `shape:` argument of random, normal, zeros, ones."""
+
+    shape: Shape
+
+
+@dataclass(frozen=True, slots=True)
+class Conditional(Node):
+    """`if c then a else b`."""
+
+    condition: Expr
+    then: Expr
+    else_: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Reshape(Node):
+    """`e as [shape]`."""
+
+    operand: Expr
+    shape: Shape
+
+
+Expr = Union[
+    Name,
+    Number,
+    Boolean,
+    Binary,
+    Unary,
+    Transpose,
+    Index,
+    Call,
+    Tuple,
+    Concat,
+    ShapeLiteral,
+    Conditional,
+    Reshape,
+]
+
+
+# Statements ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Let(Node):
+    name: str
+    type: TypeSpec | None
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class LetTuple(Node):
+    names: tuple[str, ...]
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Var(Node):
+    name: str
+    type: TypeSpec | None
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Assign(Node):
+    name: str
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Block(Node):
+    statements: tuple[Statement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IfStatement(Node):
+    condition: Expr
+    then: Block
+    else_: Block | IfStatement | None
+
+
+@dataclass(frozen=True, slots=True)
+class ForStatement(Node):
+    var: str
+    lo: Expr
+    hi: Expr
+    body: Block
+
+
+@dataclass(frozen=True, slots=True)
+class Return(Node):
+    value: Expr
+
+
+Statement = Union[Let, LetTuple, Var, Assign, IfStatement, ForStatement, Return]
+
+
+# Module items --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleDecl(Node):
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TypeDecl(Node):
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class UseDecl(Node):
+    """`use nn` (a stdlib module) or `use ./layers` (is_path: a file next to this one)."""
+
+    target: str
+    is_path: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DimDecl(Node):
+    name: str
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class ConstDecl(Node):
+    name: str
+    value: Expr
+
+
+ROLES = ("in", "param", "hidden", "out")
+
+
+@dataclass(frozen=True, slots=True)
+class Declaration(Node):
+    """`name: role [type] [init e] [= e]` (classic TEL)."""
+
+    name: str
+    role: str
+    type: TypeSpec | None
+    init: Expr | None
+    value: Expr | None
+    name_span: Span = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Recurrent(Node):
+    var: str
+    lo: Expr
+    hi: Expr
+    declarations: tuple[Declaration, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Train(Node):
+    name: str | None
+    objective: Expr
+    optimizer: str
+    arguments: tuple[Expr | Keyword, ...]
+    optimizer_span: Span = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Parameter(Node):
+    name: str
+    type: TypeSpec
+    default: Expr | None
+
+
+@dataclass(frozen=True, slots=True)
+class Function(Node):
+    name: str
+    parameters: tuple[Parameter, ...]
+    result: TypeSpec | None
+    body: Expr | Block
+    export: bool
+    name_span: Span = field(repr=False, compare=False)
+
+
+Item = Union[
+    ModuleDecl, TypeDecl, UseDecl, DimDecl, ConstDecl, Declaration, Recurrent, Train, Function
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Module(Node):
+    """One parsed `.tel` file."""
+
+    items: tuple[Item, ...]

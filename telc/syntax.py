@@ -1,0 +1,455 @@
+"""TEL text to syntax tree: the lark parser for telc/grammar.lark, the newline rules, and
+syntax errors as located diagnostics (all of a file's, not just the first)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
+from telc import ast
+
+# A newline after one of these continues the line.
+_CONTINUES = frozenset(
+    "+ - * / % ** . • < <= > >= == != = , -> ( [ { and or not then else as : init".split()
+)
+_OPEN, _CLOSE = frozenset("(["), frozenset(")]")
+
+
+class Unclosed(Exception):
+    """Raised by the post-lexer for a bracket that is still open at the start of an item."""
+
+    def __init__(self, token: Token) -> None:
+        super().__init__(token)
+        self.token = token
+
+
+class Newlines:
+    """Lark post-lexer applying the newline rules of docs/tel.md (see grammar.lark)."""
+
+    # `}` too: the contextual lexer must produce it where only a newline can come next, so that
+    # the newline before it can be inserted.
+    always_accept = ("_NL", "RBRACE")
+
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
+        opened: list[Token] = []  # the unclosed ( and [
+        last: Token | None = None  # the last token passed on
+        held: Token | None = None  # a newline dropped after an operator
+        for tok in stream:
+            if tok.type == "_NL":
+                if opened or last is None or last.type == "_NL":
+                    continue
+                if last.type != "NAME" and last.value in _CONTINUES:
+                    held = held or tok
+                    continue
+            else:
+                if tok.column == 1 and tok.value not in _CLOSE and tok.value != "}":
+                    # An unindented line starts an item: a bracket still open is almost surely
+                    # never closed, and an operator ending the previous line lacks its operand.
+                    if opened:
+                        raise Unclosed(opened[-1])
+                    if held is not None:
+                        yield held
+                        last = held
+                held = None
+                if tok.value in _OPEN:
+                    opened.append(tok)
+                elif tok.value in _CLOSE:
+                    if opened:
+                        opened.pop()
+                elif tok.value == "}" and last is not None and last.type != "_NL":
+                    if last.value != "{":
+                        yield Token.new_borrow_pos("_NL", "\n", tok)
+                elif tok.value == "{":
+                    opened.clear()  # a block starts statements afresh, even after a stray '('
+            yield tok
+            last = tok
+        if last is not None and last.type != "_NL":
+            yield Token("_NL", "\n", last.end_pos, last.end_line, last.end_column, last.end_pos)
+
+
+@functools.cache
+def _parser() -> Lark:
+    path = os.path.join(os.path.dirname(__file__), "grammar.lark")
+    with open(path, encoding="utf-8") as f:
+        grammar = f.read()
+    return Lark(
+        grammar,
+        parser="lalr",
+        lexer="contextual",
+        postlex=Newlines(),
+        propagate_positions=True,
+        maybe_placeholders=True,
+    )
+
+
+def parse(source: Source) -> ast.Module:
+    """The syntax tree of one file; DiagnosticError with every syntax error found."""
+    text = source.text
+    diags: list[Diagnostic] = []
+    # After an error, the rest of the faulty item is blanked out (columns and lines kept) and
+    # the file parsed again, so later independent errors are reported too.
+    for _ in range(50):
+        try:
+            tree = _parser().parse(text)
+        except (UnexpectedInput, Unclosed) as e:
+            if isinstance(e, Unclosed):
+                offset = e.token.start_pos or 0
+                message = f"'{e.token.value}' is never closed"
+                diag = Diagnostic(message, Location(source, offset))
+            else:
+                diag, offset = _describe(e, source, text)
+            diags.append(diag)
+            blanked = _blank_item(text, offset)
+            if blanked == text:
+                break
+            text = blanked
+            continue
+        if diags:
+            break
+        return _Build(source).transform(tree)
+    raise DiagnosticError(sorted(diags, key=lambda d: d.loc.offset if d.loc else 0))
+
+
+def _blank_item(text: str, offset: int) -> str:
+    """text with the top-level item around offset replaced by spaces (newlines kept): from the
+    start of the item's first line to the next line that starts a new item at column 1."""
+    offset = min(offset, len(text))
+    start = text.rfind("\n", 0, offset) + 1
+    while start > 0 and not _starts_item(text, start):
+        start = text.rfind("\n", 0, start - 1) + 1
+    end = text.find("\n", offset)
+    while end != -1 and not _starts_item(text, end + 1):
+        end = text.find("\n", end + 1)
+    end = len(text) if end == -1 else end
+    blank = "".join(c if c in "\r\n" else " " for c in text[start:end])
+    return text[:start] + blank + text[end:]
+
+
+def _starts_item(text: str, i: int) -> bool:
+    """Whether the line at i starts a top-level item (a non-blank, unindented line that is not
+    a comment and does not close a block)."""
+    return i < len(text) and text[i] not in " \t\r\n}/)]"
+
+
+# What a user calls the terminals lark expects.
+_EXPRESSION_START = {"NAME", "INT", "FLOAT", "LPAR", "LSQB", "NEG", "NOT", "TRUE", "FALSE", "IF"}
+_WORDS = {
+    "_NL": "a new line",
+    "NAME": "a name",
+    "INT": "an integer",
+    "FLOAT": "a number",
+    "PATH": "a path",
+    "EQUAL": "'='",
+    "COLON": "':'",
+    "COMMA": "','",
+    "RPAR": "')'",
+    "RSQB": "']'",
+    "LSQB": "'['",
+    "LPAR": "'('",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "DOTDOT": "'..'",
+    "X": "'x'",
+    "ADD_OP": "an operator",
+    "MUL_OP": "an operator",
+    "POW": "an operator",
+    "DOT": "an operator",
+    "CMP": "an operator",
+    "AND": "an operator",
+    "OR": "an operator",
+    "TRANSPOSE": "an operator",
+}
+
+
+def _token_text(tok: Token) -> str:
+    if tok.type == "_NL":
+        return "the end of the line"
+    if tok.type == "$END":
+        return "the end of the file"
+    return f"'{tok.value}'"
+
+
+def _expected_text(expected: set[str]) -> str:
+    if expected & _EXPRESSION_START and len(expected & _EXPRESSION_START) >= 3:
+        return "an expression"
+    words = sorted({_WORDS.get(t, _terminal_word(t)) for t in expected})
+    if len(words) > 4:
+        return "one of " + ", ".join(words[:4]) + ", …"
+    return " or ".join(words) if words else "something else"
+
+
+def _terminal_word(name: str) -> str:
+    pattern = getattr(_parser().get_terminal(name).pattern, "value", None)
+    return f"'{pattern}'" if isinstance(pattern, str) and len(pattern) < 12 else name.lower()
+
+
+def _describe(e: UnexpectedInput, source: Source, text: str) -> tuple[Diagnostic, int]:
+    """A friendly diagnostic for a lark error, and the offset it points at."""
+    if isinstance(e, UnexpectedCharacters):
+        char = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+        return Diagnostic(f"unexpected character '{char}'", Location(source, e.pos_in_stream)), (
+            e.pos_in_stream
+        )
+    if isinstance(e, UnexpectedToken):
+        tok = e.token
+        if tok.column == 1 and tok.type != "$END":
+            bracket = _unclosed_before(text, tok.start_pos or 0)
+            if bracket is not None:
+                message = f"'{text[bracket]}' is never closed"
+                return Diagnostic(message, Location(source, bracket)), bracket
+        try:  # what the parser accepts here (lark's list also has what the lexer always takes)
+            expected = set(e.interactive_parser.accepts())
+        except Exception:  # pragma: no cover - lark could not replay the state
+            expected = set(e.expected)
+        if tok.type != "$END":
+            expected.discard("$END")
+        offset = tok.start_pos if tok.start_pos is not None else len(text)
+        prev = _previous_token(text, offset)
+        after = f" after '{prev}'" if prev else ""
+        found = _token_text(tok)
+        if tok.type == "_NL" and offset < len(text) and text[offset] not in "\r\n":
+            found = "the end of the line"
+        message = f"expected {_expected_text(expected)}{after}, found {found}"
+        length = len(tok.value) if tok.type not in ("_NL", "$END") else 1
+        return Diagnostic(message, Location(source, offset, max(1, length))), offset
+    if isinstance(e, UnexpectedEOF):
+        return Diagnostic("unexpected end of file", Location(source, len(text))), len(text)
+    return Diagnostic(str(e), Location(source, 0)), 0  # pragma: no cover - lark has no other
+
+
+def _unclosed_before(text: str, offset: int) -> int | None:
+    """The offset of a ( or [ left open in the item that ends before offset, if any."""
+    start = text.rfind("\n", 0, max(0, offset - 1)) + 1
+    while start > 0 and not _starts_item(text, start):
+        start = text.rfind("\n", 0, start - 1) + 1
+    stack: list[int] = []
+    i = start
+    while i < offset:
+        c = text[i]
+        if text.startswith("//", i):
+            i = text.find("\n", i)
+            if i == -1:
+                break
+        elif c in "([":
+            stack.append(i)
+        elif c in ")]" and stack:
+            stack.pop()
+        i += 1
+    return stack[-1] if stack else None
+
+
+def _previous_token(text: str, offset: int) -> str:
+    """The operator or word just before offset on its line (for "after '+'")."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    before = text[line_start:offset].rstrip()
+    if "//" in before:
+        return ""
+    for op in ("**", "->", "<=", ">=", "==", "!=", "^T"):
+        if before.endswith(op):
+            return op
+    if before and before[-1] in "+-*/%.•<>=,([:@":
+        return before[-1]
+    word = before.split()[-1] if before.split() else ""
+    return word if word in {"and", "or", "not", "then", "else", "as", "return", "in"} else ""
+
+
+# Tree to AST ---------------------------------------------------------------------------------
+
+
+@v_args(meta=True)
+class _Build(Transformer):
+    """Turns lark's tree into telc.ast nodes with spans."""
+
+    def __init__(self, source: Source) -> None:
+        super().__init__()
+        self.source = source
+
+    def _span(self, meta: Any) -> ast.Span:
+        if getattr(meta, "empty", True):
+            return ast.Span(self.source, 0, 0)
+        return ast.Span(self.source, meta.start_pos, meta.end_pos)
+
+    def _tok(self, tok: Token) -> ast.Span:
+        return ast.Span(self.source, tok.start_pos or 0, tok.end_pos or 0)
+
+    # Items
+    def start(self, meta, items):
+        return ast.Module(self._span(meta), tuple(items))
+
+    def module_decl(self, meta, c):
+        return ast.ModuleDecl(self._span(meta), str(c[0]))
+
+    def type_decl(self, meta, c):
+        return ast.TypeDecl(self._span(meta), str(c[0]))
+
+    def use_decl(self, meta, c):
+        return ast.UseDecl(self._span(meta), str(c[0]), c[0].type == "PATH")
+
+    def dim_decl(self, meta, c):
+        return ast.DimDecl(self._span(meta), str(c[0]), c[1])
+
+    def const_decl(self, meta, c):
+        return ast.ConstDecl(self._span(meta), str(c[0]), c[1])
+
+    def declaration(self, meta, c):
+        name, role, type_, init, value = c
+        return ast.Declaration(
+            self._span(meta), str(name), str(role), type_, init, value, self._tok(name)
+        )
+
+    def recurrent(self, meta, c):
+        return ast.Recurrent(self._span(meta), str(c[0]), c[1], c[2], tuple(c[3:]))
+
+    def train(self, meta, c):
+        name, objective, opt, args = c
+        return ast.Train(
+            self._span(meta),
+            str(name) if name is not None else None,
+            objective,
+            str(opt),
+            tuple(args or ()),
+            self._tok(opt),
+        )
+
+    def function(self, meta, c):
+        export, name, params, result, body = c
+        return ast.Function(
+            self._span(meta),
+            str(name),
+            tuple(params or ()),
+            result,
+            body,
+            export is not None,
+            self._tok(name),
+        )
+
+    def parameters(self, meta, c):
+        return list(c)
+
+    def parameter(self, meta, c):
+        return ast.Parameter(self._span(meta), str(c[0]), c[1], c[2])
+
+    # Types
+    def tensor_type(self, meta, c):
+        return ast.TensorType(self._span(meta), str(c[0]) if c[0] is not None else None, c[1])
+
+    def scalar_type(self, meta, c):
+        return ast.ScalarType(self._span(meta), str(c[0]))
+
+    def tuple_type(self, meta, c):
+        return ast.TupleType(self._span(meta), tuple(c))
+
+    def type_spec(self, meta, c):
+        return c[0]
+
+    def _dim(self, tok: Token) -> ast.Dim:
+        value: int | str = int(tok) if tok.type == "INT" else str(tok)
+        return ast.Dim(self._tok(tok), value)
+
+    def shape(self, meta, c):
+        return ast.Shape(self._span(meta), tuple(self._dim(t) for t in c))
+
+    def rest_shape(self, meta, c):
+        return ast.Shape(self._span(meta), (), str(c[0]))
+
+    # Statements
+    def block(self, meta, c):
+        return ast.Block(self._span(meta), tuple(c))
+
+    def let(self, meta, c):
+        return ast.Let(self._span(meta), str(c[0]), c[1], c[2])
+
+    def let_tuple(self, meta, c):
+        return ast.LetTuple(self._span(meta), tuple(str(n) for n in c[:-1]), c[-1])
+
+    def var(self, meta, c):
+        return ast.Var(self._span(meta), str(c[0]), c[1], c[2])
+
+    def assign(self, meta, c):
+        return ast.Assign(self._span(meta), str(c[0]), c[1])
+
+    def if_statement(self, meta, c):
+        return ast.IfStatement(self._span(meta), c[0], c[1], c[2])
+
+    def for_statement(self, meta, c):
+        return ast.ForStatement(self._span(meta), str(c[0]), c[1], c[2], c[3])
+
+    def return_(self, meta, c):
+        return ast.Return(self._span(meta), c[0])
+
+    # Expressions
+    def conditional(self, meta, c):
+        return ast.Conditional(self._span(meta), c[0], c[1], c[2])
+
+    def binary(self, meta, c):
+        op = "." if c[1] == "•" else str(c[1])
+        return ast.Binary(self._span(meta), op, c[0], c[2])
+
+    def unary(self, meta, c):
+        return ast.Unary(self._span(meta), str(c[0]), c[1])
+
+    def reshape(self, meta, c):
+        return ast.Reshape(self._span(meta), c[0], c[1])
+
+    def transpose(self, meta, c):
+        return ast.Transpose(self._span(meta), c[0])
+
+    def index(self, meta, c):
+        return ast.Index(self._span(meta), c[0], tuple(c[1:]))
+
+    def call(self, meta, c):
+        return ast.Call(self._span(meta), c[0], tuple(c[1] or ()))
+
+    def name(self, meta, c):
+        return ast.Name(self._tok(c[0]), str(c[0]))
+
+    def number(self, meta, c):
+        tok = c[0]
+        value: int | float = int(tok) if tok.type == "INT" else float(tok)
+        return ast.Number(self._tok(tok), value)
+
+    def boolean(self, meta, c):
+        return ast.Boolean(self._tok(c[0]), c[0] == "true")
+
+    def tuple(self, meta, c):
+        return ast.Tuple(self._span(meta), tuple(e for e in c if e is not None))
+
+    def concat(self, meta, c):
+        axis = c[-1]
+        return ast.Concat(self._span(meta), tuple(c[:-1]), int(axis) if axis is not None else None)
+
+    def shape_literal(self, meta, c):
+        span = self._span(meta)
+        if (
+            len(c) == 1
+            and isinstance(c[0], Token)
+            and c[0].type == "NAME"
+            and "..." in (span.text())
+        ):
+            return ast.ShapeLiteral(span, ast.Shape(span, (), str(c[0])))
+        return ast.ShapeLiteral(span, ast.Shape(span, tuple(self._dim(t) for t in c)))
+
+    def at(self, meta, c):
+        return ast.At(self._span(meta), c[0])
+
+    def range(self, meta, c):
+        return ast.Range(self._span(meta), c[0], c[1])
+
+    def every(self, meta, c):
+        return ast.Every(self._span(meta))
+
+    def arguments(self, meta, c):
+        return list(c)
+
+    def keyword(self, meta, c):
+        return ast.Keyword(self._span(meta), str(c[0]), c[1])
+
+
+# `return` is a Python keyword: lark looks up the rule's method by name.
+setattr(_Build, "return", _Build.return_)
