@@ -4,7 +4,6 @@ snake case), each carrying the span of source it was parsed from."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 from dlvm.diagnostics import Location, Source
 
@@ -69,7 +68,7 @@ class TupleType(Node):
     elements: tuple[TypeSpec, ...]
 
 
-TypeSpec = Union[TensorType, ScalarType, TupleType]
+TypeSpec = TensorType | ScalarType | TupleType
 
 
 # Expressions ---------------------------------------------------------------------------------
@@ -130,7 +129,7 @@ class Every(Node):
     """`h[*]`: every step of a recurrent declaration."""
 
 
-Subscript = Union[At, Range, Every]
+Subscript = At | Range | Every
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,21 +197,21 @@ class Reshape(Node):
     shape: Shape
 
 
-Expr = Union[
-    Name,
-    Number,
-    Boolean,
-    Binary,
-    Unary,
-    Transpose,
-    Index,
-    Call,
-    Tuple,
-    Concat,
-    ShapeLiteral,
-    Conditional,
-    Reshape,
-]
+Expr = (
+    Name
+    | Number
+    | Boolean
+    | Binary
+    | Unary
+    | Transpose
+    | Index
+    | Call
+    | Tuple
+    | Concat
+    | ShapeLiteral
+    | Conditional
+    | Reshape
+)
 
 
 # Statements ----------------------------------------------------------------------------------
@@ -269,7 +268,7 @@ class Return(Node):
     value: Expr
 
 
-Statement = Union[Let, LetTuple, Var, Assign, IfStatement, ForStatement, Return]
+Statement = Let | LetTuple | Var | Assign | IfStatement | ForStatement | Return
 
 
 # Module items --------------------------------------------------------------------------------
@@ -354,9 +353,17 @@ class Function(Node):
     name_span: Span = field(repr=False, compare=False)
 
 
-Item = Union[
-    ModuleDecl, TypeDecl, UseDecl, DimDecl, ConstDecl, Declaration, Recurrent, Train, Function
-]
+Item = (
+    ModuleDecl
+    | TypeDecl
+    | UseDecl
+    | DimDecl
+    | ConstDecl
+    | Declaration
+    | Recurrent
+    | Train
+    | Function
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from telc import ast
 
 # A newline after one of these continues the line.
 _CONTINUES = frozenset(
-    "+ - * / % ** . • < <= > >= == != = , -> ( [ { and or not then else as : init".split()
+    "+ - * / % ** . • < <= > >= == != = , -> ( [ { and or not then else as : init".split()  # noqa: SIM905
 )
 _OPEN, _CLOSE = frozenset("(["), frozenset(")]")
 
