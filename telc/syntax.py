@@ -192,10 +192,9 @@ def _terminal_word(name: str) -> str:
 def _describe(e: UnexpectedInput, source: Source, text: str) -> tuple[Diagnostic, int]:
     """A friendly diagnostic for a lark error, and the offset it points at."""
     if isinstance(e, UnexpectedCharacters):
-        char = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
-        return Diagnostic(f"unexpected character '{char}'", Location(source, e.pos_in_stream)), (
-            e.pos_in_stream
-        )
+        pos = e.pos_in_stream or 0
+        char = text[pos] if pos < len(text) else ""
+        return Diagnostic(f"unexpected character '{char}'", Location(source, pos)), pos
     if isinstance(e, UnexpectedToken):
         tok = e.token
         if tok.column == 1 and tok.type != "$END":
