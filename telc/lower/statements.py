@@ -1,0 +1,281 @@
+"""Function bodies: `let`, `var` and assignment as SSA values, `if` and `for` as IR blocks whose
+arguments carry the variables assigned inside them, `return`."""
+
+from __future__ import annotations
+
+from dlvm.ir.types import DataType, TensorType, Type
+from dlvm.ir.values import Successor
+from telc import ast
+from telc.lower.calls import Calls, Instance
+from telc.lower.core import Abort, FnState, Scope, show
+from telc.lower.exprs import describe
+from telc.lower.values import TV, Elaborated, _Poison
+from telc.lower.walk import assigned_names
+
+
+class Statements(Calls):
+    """Elaboration of statements."""
+
+    def lower_body(self, fn: ast.Function, scope: Scope, state: FnState, inst: Instance) -> None:
+        if isinstance(fn.body, ast.Block):
+            end = self.block(fn.body, scope)
+            if end is not None:
+                self.error(fn.body.span.to(fn.body.span), f"'{fn.name}' can end without 'return'")
+        else:
+            self.return_value(fn.body, fn.body.span, scope)
+        if state.result is None and inst.result is None:
+            raise Abort
+
+    def block(self, block: ast.Block, scope: Scope) -> Scope | None:
+        """Lowers the statements; the scope after them, or None when every path returned."""
+        current: Scope | None = scope.child()
+        for _i, stmt in enumerate(block.statements):
+            if current is None:
+                self.error(
+                    stmt.span, "this statement is never reached: every path before it returns"
+                )
+                return None
+            try:
+                current = self.statement(stmt, current)
+            except Abort:
+                raise
+        if current is None:
+            return None
+        # Only variables that existed before the block leave it.
+        out = scope.child()
+        for name in scope.mutable:
+            if name in current.values:
+                out.values[name] = current.values[name]
+        return out
+
+    def statement(self, s: ast.Statement, scope: Scope) -> Scope | None:
+        if isinstance(s, ast.Let | ast.Var):
+            tv = self.bound_value(s.value, s.type, scope, s.name)
+            if s.name in scope.values and s.name not in scope.mutable and isinstance(s, ast.Var):
+                pass
+            scope.values[s.name] = tv
+            if isinstance(s, ast.Var):
+                scope.mutable.add(s.name)
+            else:
+                scope.mutable.discard(s.name)
+            return scope
+        if isinstance(s, ast.LetTuple):
+            tv = self.lower_expr(s.value, scope)
+            if isinstance(tv, _Poison):
+                raise Abort
+            if not isinstance(tv, TV) or not hasattr(tv.ty, "elements"):
+                self.error(s.value.span, f"cannot unpack {describe(tv)}: it is not a tuple")
+                raise Abort
+            n = len(tv.ty.elements)  # type: ignore[attr-defined]
+            if n != len(s.names):
+                self.error(s.span, f"cannot unpack a tuple of {n} into {len(s.names)} names")
+                raise Abort
+            from dlvm.ir.values import ElementKey
+
+            for i, name in enumerate(s.names):
+                v = self.emit("extract", [tv.ir()], s.span, keys=(ElementKey(index=i),))
+                self.name_value(v, name)
+                scope.values[name] = TV(v.type, v)
+                scope.mutable.discard(name)
+            return scope
+        if isinstance(s, ast.Assign):
+            return self.assign(s, scope)
+        if isinstance(s, ast.Return):
+            self.return_value(s.value, s.span, scope)
+            return None
+        if isinstance(s, ast.IfStatement):
+            return self.if_statement(s, scope)
+        if isinstance(s, ast.ForStatement):
+            return self.for_statement(s, scope)
+        raise AssertionError(s)
+
+    def bound_value(
+        self, value: ast.Expr, spec: ast.TypeSpec | None, scope: Scope, name: str
+    ) -> Elaborated:
+        tv = self.lower_expr(value, scope)
+        if isinstance(tv, _Poison):
+            raise Abort
+        if spec is not None and isinstance(tv, TV):
+            ty = self.resolve_type(spec, scope)
+            if ty is None:
+                raise Abort
+            v = self.coerce(tv, ty, value.span, f"'{name}'")
+            if isinstance(v, _Poison):
+                raise Abort
+            tv = TV(
+                ty,
+                v,
+                sym=tuple(d.value for d in spec.shape.dims)
+                if isinstance(spec, ast.TensorType)
+                else None,
+            )
+        if isinstance(tv, TV):
+            self.name_value(tv.value, name)
+        return tv
+
+    def assign(self, s: ast.Assign, scope: Scope) -> Scope:
+        if s.name not in scope.values:
+            self.error(
+                s.span, f"'{s.name}' is not declared; declare it first with 'var {s.name} = …'"
+            )
+            raise Abort
+        if s.name not in scope.mutable:
+            self.error(
+                s.span,
+                f"cannot assign to '{s.name}': it is bound with 'let' (use 'var' to reassign)",
+            )
+            raise Abort
+        old = scope.values[s.name]
+        tv = self.lower_expr(s.value, scope)
+        if isinstance(tv, _Poison):
+            raise Abort
+        if isinstance(old, TV) and isinstance(tv, TV):
+            ty = self.var_type(old)
+            if not tv.weak and tv.ty != ty:
+                self.error(
+                    s.value.span,
+                    f"'{s.name}' holds {show(ty)}; the new value is {show(tv.ty)} (a variable "
+                    "keeps its type)",
+                )
+                raise Abort
+            v = self.coerce(tv, ty, s.value.span, f"'{s.name}'")
+            if isinstance(v, _Poison):
+                raise Abort
+            self.name_value(v, s.name)
+            scope.values[s.name] = TV(ty, v, sym=old.sym)
+        else:
+            scope.values[s.name] = tv
+        return scope
+
+    def var_type(self, tv: TV) -> Type:
+        """The type a variable keeps: a weak number's default type."""
+        if tv.weak and isinstance(tv.ty, TensorType):
+            return tv.ty
+        return tv.ty
+
+    def return_value(self, value: ast.Expr, span: ast.Span, scope: Scope) -> None:
+        assert self.fn is not None
+        tv = self.lower_expr(value, scope)
+        if isinstance(tv, _Poison):
+            raise Abort
+        if not isinstance(tv, TV):
+            self.error(value.span, f"cannot return {describe(tv)}")
+            raise Abort
+        ty = self.fn.result or tv.ty
+        v = self.coerce(tv, ty, value.span, f"the result of '{self.fn.tel_name}'")
+        if isinstance(v, _Poison):
+            raise Abort
+        self.fn.result = ty
+        self.emit("return", [v], span)
+
+    # Control flow ---------------------------------------------------------------------------
+
+    def condition(self, e: ast.Expr, scope: Scope) -> TV:
+        c = self.tensor_of(e, scope, "the condition")
+        if isinstance(c, _Poison):
+            raise Abort
+        if c.dtype is not DataType.BOOL or c.shape:
+            self.error(e.span, f"the condition of 'if' must be a bool scalar, found {show(c.ty)}")
+            raise Abort
+        return c
+
+    def if_statement(self, s: ast.IfStatement, scope: Scope) -> Scope | None:
+        c = self.condition(s.condition, scope)
+        else_: ast.Block | None
+        if isinstance(s.else_, ast.IfStatement):
+            else_ = ast.Block(s.else_.span, (s.else_,))
+        else:
+            else_ = s.else_
+        if c.const is not None:
+            taken = s.then if c.const else else_
+            return self.block(taken, scope) if taken is not None else scope
+        then_block, else_block = self.new_block("then"), self.new_block("else")
+        self.emit(
+            "conditional",
+            [c.ir()],
+            s.span,
+            then_=Successor(then_block, []),
+            else_=Successor(else_block, []),
+        )
+        ends = []
+        for blk, body in ((then_block, s.then), (else_block, else_)):
+            self.b.at_end(blk)
+            after = self.block(body, scope) if body is not None else scope.child()
+            if after is not None:
+                assert self.b.block is not None
+                ends.append((self.b.block, after))
+        if not ends:
+            return None
+        carried = [
+            n
+            for n in sorted(scope.mutable)
+            if any(a.values.get(n) is not scope.values.get(n) for _, a in ends)
+        ]
+        carried = [n for n in carried if isinstance(scope.values.get(n), TV)]
+        types = [self.var_type(scope.values[n]) for n in carried]  # type: ignore[arg-type]
+        join = self.new_block("endif", list(zip(carried, types)))
+        for blk, after in ends:
+            self.b.at_end(blk)
+            values = [self.carried_value(after, n, t, s.span) for n, t in zip(carried, types)]
+            self.emit("branch", [], s.span, dest=Successor(join, values))
+        self.b.at_end(join)
+        out = scope.child()
+        for n, a in zip(carried, join.arguments):
+            out.values[n] = TV(a.type, a, sym=scope.values[n].sym)  # type: ignore[union-attr]
+        return out
+
+    def carried_value(self, scope: Scope, name: str, ty: Type, span):
+        tv = scope.values[name]
+        assert isinstance(tv, TV)
+        v = self.coerce(tv, ty, span, f"'{name}'")
+        if isinstance(v, _Poison):
+            raise Abort
+        return v
+
+    def for_statement(self, s: ast.ForStatement, scope: Scope) -> Scope:
+        lo = self.tensor_of(s.lo, scope, "the loop start")
+        hi = self.tensor_of(s.hi, scope, "the loop end")
+        if isinstance(lo, _Poison) or isinstance(hi, _Poison):
+            raise Abort
+        for tv, e in ((lo, s.lo), (hi, s.hi)):
+            if tv.shape or not tv.dtype.is_int:
+                self.error(e.span, f"a loop bound must be an integer scalar, found {describe(tv)}")
+                raise Abort
+        dtype = hi.dtype if not hi.weak else lo.dtype if not lo.weak else DataType.I64
+        counter = TensorType((), dtype)
+        carried = [
+            n
+            for n in assigned_names(s.body)
+            if n in scope.mutable and isinstance(scope.values.get(n), TV)
+        ]
+        types = [self.var_type(scope.values[n]) for n in carried]  # type: ignore[arg-type]
+        header = self.new_block("for_" + s.var, [(s.var, counter)] + list(zip(carried, types)))
+        body_block, exit_block = self.new_block(s.var + "_body"), self.new_block(s.var + "_exit")
+        start = [self.carried_value(scope, n, t, s.span) for n, t in zip(carried, types)]
+        self.emit("branch", [], s.span, dest=Successor(header, [lo.ir(dtype), *start]))
+        self.b.at_end(header)
+        i = header.arguments[0]
+        more = self.emit("lessThan", [i, hi.ir(dtype)], s.span)
+        self.emit(
+            "conditional",
+            [more],
+            s.span,
+            then_=Successor(body_block, []),
+            else_=Successor(exit_block, []),
+        )
+        inner = scope.child()
+        inner.values[s.var] = TV(counter, i)
+        inner.mutable.discard(s.var)
+        for n, a in zip(carried, header.arguments[1:]):
+            inner.values[n] = TV(a.type, a, sym=scope.values[n].sym)  # type: ignore[union-attr]
+        self.b.at_end(body_block)
+        after = self.block(s.body, inner)
+        if after is not None:
+            nxt = self.emit("add", [i, TV(counter, weak=True, const=1).ir(dtype)], s.span)
+            values = [self.carried_value(after, n, t, s.span) for n, t in zip(carried, types)]
+            self.emit("branch", [], s.span, dest=Successor(header, [nxt, *values]))
+        self.b.at_end(exit_block)
+        out = scope.child()
+        for n, a in zip(carried, header.arguments[1:]):
+            out.values[n] = TV(a.type, a, sym=scope.values[n].sym)  # type: ignore[union-attr]
+        return out

@@ -1,0 +1,185 @@
+"""A TEL program: the root file and every module it uses (`use nn`, `use ./layers`), each with
+its top-level names; `-D NAME=VALUE` overrides; unknown and ambiguous names with suggestions."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+
+from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
+from dlvm.ir.types import DataType
+from telc import ast
+from telc.syntax import parse
+from telc.types import DTYPES
+
+STDLIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "stdlib")
+
+
+@dataclass(eq=False)
+class Unit:
+    """One `.tel` file and its top-level names."""
+
+    path: str
+    source: Source
+    tree: ast.Module
+    name: str
+    dtype: DataType = DataType.F32
+    uses: list[Unit] = field(default_factory=list)
+    dims: dict[str, ast.DimDecl] = field(default_factory=dict)
+    consts: dict[str, ast.ConstDecl] = field(default_factory=dict)
+    functions: dict[str, ast.Function] = field(default_factory=dict)
+    declarations: dict[str, ast.Declaration] = field(default_factory=dict)
+    recurrent_of: dict[str, ast.Recurrent] = field(default_factory=dict)  # decl -> its block
+    trains: list[ast.Train] = field(default_factory=list)
+
+    def own(self, name: str) -> object | None:
+        """What `name` means at the top level of this file, before imports."""
+        for table in (self.declarations, self.functions, self.dims, self.consts):
+            if name in table:
+                return table[name]  # type: ignore[no-any-return]
+        return None
+
+
+@dataclass
+class Program:
+    root: Unit
+    units: list[Unit]  # the root first, then imports in the order they were first used
+    defines: dict[str, int | float]
+
+
+def load(path: str, text: str, defines: dict[str, int | float] | None = None) -> Program:
+    """Parses the root file and everything it uses; DiagnosticError with every problem."""
+    loader = _Loader()
+    root = loader.unit(path, text, None)
+    if loader.diags:
+        raise DiagnosticError(loader.diags)
+    assert root is not None
+    return Program(root, loader.order, dict(defines or {}))
+
+
+class _Loader:
+    def __init__(self) -> None:
+        self.diags: list[Diagnostic] = []
+        self.by_path: dict[str, Unit] = {}
+        self.loading: list[str] = []
+        self.order: list[Unit] = []
+
+    def error(self, message: str, span: ast.Span | None) -> None:
+        self.diags.append(Diagnostic(message, span.loc if span else None))
+
+    def unit(self, path: str, text: str, used_at: ast.UseDecl | None) -> Unit | None:
+        key = os.path.abspath(path)
+        if key in self.loading:
+            cycle = " -> ".join(os.path.basename(p) for p in self.loading + [key])
+            self.error(
+                f"modules use each other in a cycle: {cycle}", used_at.span if used_at else None
+            )
+            return None
+        if key in self.by_path:
+            return self.by_path[key]
+        source = Source(path, text)
+        try:
+            tree = parse(source)
+        except DiagnosticError as e:
+            self.diags.extend(e.diagnostics)
+            return None
+        name = os.path.splitext(os.path.basename(path))[0]
+        unit = Unit(path, source, tree, name)
+        self.by_path[key] = unit
+        self.order.append(unit)
+        self.loading.append(key)
+        self.collect(unit, is_root=used_at is None)
+        self.loading.pop()
+        return unit
+
+    def collect(self, unit: Unit, is_root: bool) -> None:
+        seen: dict[str, ast.Span] = {}
+        seen_decl = False
+
+        def define(name: str, span: ast.Span) -> bool:
+            if name in seen:
+                line = seen[name].loc.line_col[0]
+                self.error(f"'{name}' is already defined on line {line}", span)
+                return False
+            seen[name] = span
+            return True
+
+        for item in unit.tree.items:
+            if isinstance(item, ast.ModuleDecl):
+                unit.name = item.name
+            elif isinstance(item, ast.TypeDecl):
+                dtype = DTYPES.get(item.dtype)
+                if dtype is None:
+                    hint = _hint(item.dtype, DTYPES)
+                    self.error(f"unknown element type '{item.dtype}'{hint}", item.span)
+                elif seen_decl:
+                    self.error("'type' must come before the declarations it applies to", item.span)
+                else:
+                    unit.dtype = dtype
+            elif isinstance(item, ast.UseDecl):
+                self.use(unit, item)
+            elif isinstance(item, ast.DimDecl):
+                if define(item.name, item.span):
+                    unit.dims[item.name] = item
+            elif isinstance(item, ast.ConstDecl):
+                if define(item.name, item.span):
+                    unit.consts[item.name] = item
+            elif isinstance(item, ast.Function):
+                if define(item.name, item.name_span):
+                    unit.functions[item.name] = item
+            elif isinstance(item, ast.Declaration | ast.Recurrent | ast.Train):
+                seen_decl = True
+                if not is_root:
+                    self.error(
+                        "only 'def', 'dim' and 'const' can be used from another module; "
+                        "declarations belong in the model's own file",
+                        item.span,
+                    )
+                    continue
+                if isinstance(item, ast.Train):
+                    unit.trains.append(item)
+                    continue
+                decls = item.declarations if isinstance(item, ast.Recurrent) else (item,)
+                for d in decls:
+                    if define(d.name, d.name_span):
+                        unit.declarations[d.name] = d
+                        if isinstance(item, ast.Recurrent):
+                            unit.recurrent_of[d.name] = item
+
+    def use(self, unit: Unit, item: ast.UseDecl) -> None:
+        if item.is_path:
+            base = os.path.dirname(unit.path)
+            path = os.path.normpath(os.path.join(base, item.target))
+            if not path.endswith(".tel"):
+                path += ".tel"
+        else:
+            path = os.path.join(STDLIB, item.target + ".tel")
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError):
+            if item.is_path:
+                self.error(f"cannot read '{item.target}' (looked for {path})", item.span)
+            else:
+                names = sorted(n[:-4] for n in os.listdir(STDLIB) if n.endswith(".tel"))
+                hint = _hint(item.target, names)
+                self.error(f"no standard module named '{item.target}'{hint}", item.span)
+            return
+        used = self.unit(path, text, item)
+        if used is not None and used not in unit.uses:
+            unit.uses.append(used)
+
+
+def _hint(name: str, candidates) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def suggest(name: str, candidates) -> str:
+    """`; did you mean 'x'?` for the closest candidate, or nothing."""
+    return _hint(name, candidates)
+
+
+def located(message: str, span: ast.Span) -> Diagnostic:
+    return Diagnostic(message, Location(span.source, span.start, max(1, span.end - span.start)))

@@ -1,0 +1,57 @@
+"""TEL's view of types: element type names, NumPy broadcasting, and shapes written for people
+(`[B x 64]`, with the values of named dimensions)."""
+
+from __future__ import annotations
+
+from dlvm.ir.types import DataType, TensorType, TupleType, Type
+
+DTYPES: dict[str, DataType] = {
+    "float16": DataType.F16,
+    "float32": DataType.F32,
+    "float64": DataType.F64,
+    "int8": DataType.I8,
+    "int16": DataType.I16,
+    "int32": DataType.I32,
+    "int64": DataType.I64,
+    "bool": DataType.BOOL,
+    **{dt.text: dt for dt in DataType},
+}
+
+
+def numpy_broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """NumPy's broadcast of two shapes (aligned on the right, 1 stretches), None if they clash."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else 1
+        y = b[-i] if i <= len(b) else 1
+        if x != y and x != 1 and y != 1:
+            return None
+        out.append(x if y == 1 else y)
+    return tuple(reversed(out))
+
+
+def shape_str(shape: tuple[int | str, ...]) -> str:
+    """`[B x 64]`, `[]`."""
+    return "[" + " x ".join(map(str, shape)) + "]"
+
+
+def type_str(ty: Type) -> str:
+    """A type as TEL writes it: `[32 x 64]`, `f64[3]`, `f32` for scalars, tuples in parens."""
+    if isinstance(ty, TensorType):
+        if not ty.shape:
+            return ty.dtype.text
+        return (
+            shape_str(ty.shape) if ty.dtype is DataType.F32 else ty.dtype.text + shape_str(ty.shape)
+        )
+    if isinstance(ty, TupleType):
+        return "(" + ", ".join(type_str(t) for t in ty.elements) + ")"
+    return str(ty)
+
+
+def full_type_str(ty: Type) -> str:
+    """Like type_str, always with the element type: `f32[32 x 64]`."""
+    if isinstance(ty, TensorType):
+        return ty.dtype.text + (shape_str(ty.shape) if ty.shape else "")
+    if isinstance(ty, TupleType):
+        return "(" + ", ".join(full_type_str(t) for t in ty.elements) + ")"
+    return str(ty)
