@@ -81,6 +81,8 @@ class Diagnostic:
 
     def render(self, color: bool = False) -> str:
         """`file:line:col: error: message`, then the source line and a caret under the span."""
+        if self.severity == "detail":  # a line of explanation under its diagnostic, as is
+            return self.message
         sev = self.severity
         if color:
             sev = {"error": "\x1b[1;31merror\x1b[0m", "note": "\x1b[1;36mnote\x1b[0m"}.get(sev, sev)

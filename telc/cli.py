@@ -1,9 +1,10 @@
 """The `telc` command: `telc check FILE`, `telc build FILE --emit STAGE [-o OUT] [-D N=V]`, and
 `telc FILE …` as a short form of `telc build FILE …`. Exit status 0 success, 1 rejected input,
-2 bad usage."""
+2 bad usage, 3 an internal error (a bug in telc, reported without a traceback)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -14,6 +15,8 @@ from dlvm.tools.driver import EXIT_INPUT, EXIT_USAGE, read_text, report
 from telc import __version__
 from telc.driver import STAGES, compile_text, optimize, parse_defines
 from telc.program import load
+
+EXIT_INTERNAL = 3
 
 
 class _Group(click.Group):
@@ -92,6 +95,16 @@ def _run(work):
     except DiagnosticError as e:
         report(e.diagnostics)
         sys.exit(EXIT_INPUT)
+    except Exception as e:  # our bug, not the user's: say so without a traceback
+        if os.environ.get("TELC_TRACEBACK"):
+            raise
+        click.echo(
+            f"telc: internal error: {type(e).__name__}: {e}\n"
+            "This is a bug in telc; please report it with the input file "
+            "(TELC_TRACEBACK=1 shows where it happened).",
+            err=True,
+        )
+        sys.exit(EXIT_INTERNAL)
 
 
 def main() -> None:

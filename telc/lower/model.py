@@ -306,6 +306,8 @@ class Model(Statements):
     def finish_entry(
         self, fn: Function, results: list[TV], span: ast.Span, always_tuple: bool
     ) -> None:
+        if any(not isinstance(r, TV) for r in results):
+            raise Abort  # a value it returns had an error, already reported
         if len(results) == 1 and not always_tuple:
             value = results[0].ir()
         else:
@@ -328,12 +330,19 @@ class Model(Statements):
             if name not in needed or name in args:
                 continue
             block = root.recurrent_of.get(name)
-            if block is not None:
-                if id(block) not in done:
+            if block is not None and id(block) in done:
+                continue
+            try:
+                if block is not None:
                     done.add(id(block))
                     self.lower_recurrent(block, scope)
-                continue
-            self.lower_declaration(root.declarations[name], scope)
+                else:
+                    self.lower_declaration(root.declarations[name], scope)
+            except Abort:
+                # Reported; what depends on it is skipped silently and the rest is checked.
+                for member in block.declarations if block is not None else [root.declarations[name]]:
+                    scope.values[member.name] = POISON
+                    scope.values[f"{member.name}[*]"] = POISON
         return scope
 
     def lower_declaration(self, d: ast.Declaration, scope: Scope) -> TV:

@@ -9,8 +9,16 @@ from telc import ast
 from telc.lower.calls import Calls, Instance
 from telc.lower.core import Abort, FnState, Scope, show
 from telc.lower.exprs import describe
-from telc.lower.values import TV, Elaborated, _Poison
+from telc.lower.values import POISON, TV, Elaborated, _Poison
 from telc.lower.walk import assigned_names
+
+
+def _binds(stmt: ast.Statement) -> list[str]:
+    if isinstance(stmt, ast.Let | ast.Var | ast.Assign):
+        return [stmt.name]
+    if isinstance(stmt, ast.LetTuple):
+        return list(stmt.names)
+    return []
 
 
 class Statements(Calls):
@@ -38,7 +46,12 @@ class Statements(Calls):
             try:
                 current = self.statement(stmt, current)
             except Abort:
-                raise
+                # Reported; names it binds become POISON so later statements are still checked
+                # without repeating the error.
+                for name in _binds(stmt):
+                    current.values[name] = POISON
+                if isinstance(stmt, ast.Return):
+                    current = None
         if current is None:
             return None
         # Only variables that existed before the block leave it.
