@@ -282,6 +282,7 @@ class ModuleDecl(Node):
 @dataclass(frozen=True, slots=True)
 class TypeDecl(Node):
     dtype: str
+    dtype_span: Span = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +291,7 @@ class UseDecl(Node):
 
     target: str
     is_path: bool
+    target_span: Span = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +319,7 @@ class Declaration(Node):
     init: Expr | None
     value: Expr | None
     name_span: Span = field(repr=False, compare=False)
+    role_span: Span = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

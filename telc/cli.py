@@ -65,14 +65,15 @@ def build(file: str, emit: str, output: str | None, defines: tuple[str, ...]) ->
         if emit == "ast":
             program = load(file, text, values)
             return "\n".join(repr(item) for item in program.root.tree.items) + "\n"
+        compiled = compile_text(file, text, values)
         if emit == "so":
             click.echo(
-                "telc: --emit so is not available yet: native code generation arrives with "
-                "the code generation work; use --emit ir or --emit optimized",
+                f"telc: {file} is correct, but --emit so is not available yet: native code "
+                "generation arrives with the code generation work; use --emit ir or "
+                "--emit optimized",
                 err=True,
             )
             sys.exit(EXIT_USAGE)
-        compiled = compile_text(file, text, values)
         if emit == "optimized":
             optimize(compiled.module)
         return module_text(compiled.module)

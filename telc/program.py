@@ -4,7 +4,9 @@ its top-level names; `-D NAME=VALUE` overrides; unknown and ambiguous names with
 from __future__ import annotations
 
 import difflib
+import functools
 import os
+import re
 from dataclasses import dataclass, field
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
@@ -112,7 +114,7 @@ class _Loader:
                 dtype = DTYPES.get(item.dtype)
                 if dtype is None:
                     hint = _hint(item.dtype, DTYPES)
-                    self.error(f"unknown element type '{item.dtype}'{hint}", item.span)
+                    self.error(f"unknown element type '{item.dtype}'{hint}", item.dtype_span)
                 elif seen_decl:
                     self.error("'type' must come before the declarations it applies to", item.span)
                 else:
@@ -160,15 +162,35 @@ class _Loader:
                 text = f.read()
         except (OSError, UnicodeDecodeError):
             if item.is_path:
-                self.error(f"cannot read '{item.target}' (looked for {path})", item.span)
+                self.error(f"cannot read '{item.target}' (looked for {path})", item.target_span)
             else:
                 names = sorted(n[:-4] for n in os.listdir(STDLIB) if n.endswith(".tel"))
                 hint = _hint(item.target, names)
-                self.error(f"no standard module named '{item.target}'{hint}", item.span)
+                self.error(f"no standard module named '{item.target}'{hint}", item.target_span)
             return
         used = self.unit(path, text, item)
         if used is not None and used not in unit.uses:
             unit.uses.append(used)
+
+
+def stdlib_home(name: str) -> str | None:
+    """The standard module that defines a function `name`, if one does (for "use nn" hints)."""
+    for module, names in _stdlib_index().items():
+        if name in names:
+            return module
+    return None
+
+
+@functools.cache
+def _stdlib_index() -> dict[str, frozenset[str]]:
+    index = {}
+    for file in sorted(os.listdir(STDLIB)):
+        if file.endswith(".tel"):
+            with open(os.path.join(STDLIB, file), encoding="utf-8") as f:
+                text = f.read()
+            names = re.findall(r"^\s*(?:export\s+)?def\s+([A-Za-z_][A-Za-z0-9_]*)", text, re.M)
+            index[file[:-4]] = frozenset(names)
+    return index
 
 
 def _hint(name: str, candidates) -> str:

@@ -19,6 +19,10 @@ _CONTINUES = frozenset(
     "+ - * / % ** . • < <= > >= == != = , -> ( [ { and or not then else as : init".split()  # noqa: SIM905
 )
 _OPEN, _CLOSE = frozenset("(["), frozenset(")]")
+# Words that start a statement or an item: never inside brackets or an expression.
+_STARTS = frozenset(
+    "let var return for def export train recurrent dim const use module".split()  # noqa: SIM905
+)
 
 
 class Unclosed(Exception):
@@ -40,18 +44,24 @@ class Newlines:
         opened: list[Token] = []  # the unclosed ( and [
         last: Token | None = None  # the last token passed on
         held: Token | None = None  # a newline dropped after an operator
+        line_start = True  # no token yet on this line
         for tok in stream:
             if tok.type == "_NL":
+                line_start = True
                 if opened or last is None or last.type == "_NL":
+                    continue
+                if last.value == "{":
                     continue
                 if last.type != "NAME" and last.value in _CONTINUES:
                     held = held or tok
                     continue
             else:
-                if tok.column == 1 and tok.value not in _CLOSE and tok.value != "}":
+                starts = line_start and tok.value in _STARTS
+                line_start = False
+                if (tok.column == 1 and tok.value not in _CLOSE) or starts or tok.value == "}":
                     # An unindented line starts an item: a bracket still open is almost surely
                     # never closed, and an operator ending the previous line lacks its operand.
-                    if opened:
+                    if opened and tok.value != "}":
                         raise Unclosed(opened[-1])
                     if held is not None:
                         yield held
@@ -197,7 +207,7 @@ def _describe(e: UnexpectedInput, source: Source, text: str) -> tuple[Diagnostic
         return Diagnostic(f"unexpected character '{char}'", Location(source, pos)), pos
     if isinstance(e, UnexpectedToken):
         tok = e.token
-        if tok.column == 1 and tok.type != "$END":
+        if (tok.column == 1 or tok.value in _STARTS) and tok.type != "$END":
             bracket = _unclosed_before(text, tok.start_pos or 0)
             if bracket is not None:
                 message = f"'{text[bracket]}' is never closed"
@@ -285,10 +295,10 @@ class _Build(Transformer):
         return ast.ModuleDecl(self._span(meta), str(c[0]))
 
     def type_decl(self, meta, c):
-        return ast.TypeDecl(self._span(meta), str(c[0]))
+        return ast.TypeDecl(self._span(meta), str(c[0]), self._tok(c[0]))
 
     def use_decl(self, meta, c):
-        return ast.UseDecl(self._span(meta), str(c[0]), c[0].type == "PATH")
+        return ast.UseDecl(self._span(meta), str(c[0]), c[0].type == "PATH", self._tok(c[0]))
 
     def dim_decl(self, meta, c):
         return ast.DimDecl(self._span(meta), str(c[0]), c[1])
@@ -299,7 +309,14 @@ class _Build(Transformer):
     def declaration(self, meta, c):
         name, role, type_, init, value = c
         return ast.Declaration(
-            self._span(meta), str(name), str(role), type_, init, value, self._tok(name)
+            self._span(meta),
+            str(name),
+            str(role),
+            type_,
+            init,
+            value,
+            self._tok(name),
+            self._tok(role),
         )
 
     def recurrent(self, meta, c):

@@ -17,7 +17,13 @@ def lower(program: Program) -> tuple[Module, Interface]:
     lowering = Model(program)
     interface = lowering.lower_program()
     if lowering.diags:
-        raise DiagnosticError(lowering.diags)
+        order = {id(u.source): i for i, u in enumerate(program.units)}
+
+        def position(d):
+            loc = d.loc
+            return (order.get(id(loc.source), len(order)), loc.offset) if loc else (-1, 0)
+
+        raise DiagnosticError(sorted(lowering.diags, key=position))
     return lowering.module, interface
 
 

@@ -42,9 +42,11 @@ class Args:
             self.values[names[0][1:]] = [self.eval(a) for a in pos]
             self.spans[names[0][1:]] = e.span
         elif len(pos) > len(names):
+            most = len(names)
+            plural = "s" if most != 1 else ""
             lw.error(
-                pos[len(names)].span,
-                f"{fname} takes at most {len(names)} arguments, {len(pos)} given",
+                pos[most].span,
+                f"{fname} takes at most {most} argument{plural}, {len(pos)} given",
             )
             self.ok = False
             return

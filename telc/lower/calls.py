@@ -9,12 +9,20 @@ from dataclasses import dataclass
 
 from dlvm.ir.typerules import TypeRuleError, gradient_type
 from dlvm.ir.types import DataType, FunctionType, TensorType, TupleType, Type
-from dlvm.ir.values import Argument, Block, ElementKey, Function, GradientDecl, fresh_name
+from dlvm.ir.values import (
+    Argument,
+    Block,
+    ElementKey,
+    Function,
+    GradientDecl,
+    Successor,
+    fresh_name,
+)
 from telc import ast
-from telc.lower.core import Abort, FnState, Scope, ftype, show
+from telc.lower.core import Abort, FnState, InlineFrame, Scope, ftype, show
 from telc.lower.exprs import Exprs, describe
 from telc.lower.values import POISON, TV, Elaborated, FnRef, GradSpec, ShapeVal, _Poison
-from telc.program import Unit, suggest
+from telc.program import Unit, stdlib_home, suggest
 from telc.types import shape_str
 
 
@@ -52,6 +60,13 @@ class Calls(Exprs):
             if local is None and not user and name not in scope.params and name in BUILTINS:
                 return BUILTINS[name](self, e, scope)
             if local is None and not user and name not in scope.params:
+                home = stdlib_home(name)
+                if home is not None:
+                    return self.error(
+                        e.callee.span,
+                        f"unknown function '{name}'; it is in the standard module '{home}': "
+                        f"add `use {home}`",
+                    )
                 names = self.visible_names(scope) + list(BUILTINS)
                 return self.error(e.callee.span, f"unknown function '{name}'{suggest(name, names)}")
         callee = self.lower_expr(e.callee, scope)
@@ -141,6 +156,11 @@ class Calls(Exprs):
             if isinstance(v, _Poison):
                 return v
             operands.append(v)
+        facts = self.facts_for(unit)
+        inline = ref.grad is None and facts.random.get(fn.name, False)
+        if inline and not any(f.name == fn.name for f in self.inlining):
+            params = facts.params.get(fn.name, []) if unit is self.program.root else []
+            return self.inline_call(ref, types, operands, params, callee_scope, span, scope)
         inst = self.instance(ref, types, callee_scope, span)
         if inst is None:
             return POISON
@@ -306,6 +326,59 @@ class Calls(Exprs):
             inst.result = state.result
         if state.result is not None:
             inst.ir.type = FunctionType(ftype(inst.ir).arguments, state.result)
+
+    def inline_call(
+        self,
+        ref: FnRef,
+        types: list[Type],
+        operands: list,
+        params: list[str],
+        cs: Scope,
+        span: ast.Span,
+        scope: Scope,
+    ) -> Elaborated:
+        """A call compiled into the caller. Functions that draw random numbers are inlined so
+        that a gradient differentiates the very draws the value was computed with (a
+        separately differentiated callee would draw again)."""
+        fn = ref.function
+        body = cs.child()
+        for p, t, v in zip(fn.parameters, types, operands):
+            body.values[p.name] = TV(t, v, sym=_written_sym(p.type, cs))
+        missing = [n for n in params if n not in scope.params]
+        if missing:
+            return self.error(span, f"internal error: parameter '{missing[0]}' is not at hand")
+        body.params = {n: scope.params[n] for n in params}
+        result = self.resolve_type(fn.result, cs) if fn.result is not None else None
+        if isinstance(fn.body, ast.Block):
+            frame = InlineFrame(fn.name, result)
+            self.inlining.append(frame)
+            try:
+                end = self.block(fn.body, body)  # type: ignore[attr-defined]
+            finally:
+                self.inlining.pop()
+            if end is not None:
+                return self.error(fn.body.span, f"'{fn.name}' can end without 'return'")
+            if frame.result is None or not frame.returns:
+                return POISON
+            ty = frame.result
+            exit_block = self.new_block(fn.name + "_result", [(fn.name, ty)])
+            for blk, (tv, s) in frame.returns:
+                self.b.at_end(blk)
+                v = self.coerce(tv, ty, s, f"the result of '{fn.name}'")
+                if isinstance(v, _Poison):
+                    return v
+                self.emit("branch", [], s, dest=Successor(exit_block, [v]))
+            self.b.at_end(exit_block)
+            return TV(ty, exit_block.arguments[0])
+        self.inlining.append(InlineFrame(fn.name, result))
+        try:
+            tv = self.lower_expr(fn.body, body)
+        finally:
+            self.inlining.pop()
+        if not isinstance(tv, TV) or result is None:
+            return tv
+        v = self.coerce(tv, result, fn.body.span, f"the result of '{fn.name}'")
+        return POISON if isinstance(v, _Poison) else TV(result, v)
 
     def param_type(self, name: str) -> Type:
         return self.param_types[name]  # type: ignore[attr-defined,no-any-return]

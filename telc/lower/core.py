@@ -35,6 +35,16 @@ class FnState:
 
 
 @dataclass
+class InlineFrame:
+    """A call being inlined: its name, result type (once known) and the `return`s seen, each
+    the block it ends and the value it returns (branched to the result block afterwards)."""
+
+    name: str
+    result: Type | None
+    returns: list[tuple[Any, Any]] = field(default_factory=list)
+
+
+@dataclass
 class Scope:
     """Names visible at one point: locals (or a model's computed declarations), dimension
     variables, the module parameters at hand, and the compile-time `training` flag."""
@@ -75,6 +85,7 @@ class Core:
         self._seen: set[tuple[int, int, str]] = set()
         self.b = Builder()
         self.fn: FnState | None = None
+        self.inlining: list[InlineFrame] = []
         self.facts: dict[int, FunctionFacts] = {}
         self.dim_values: dict[tuple[int, str], int | None] = {}
 
@@ -307,17 +318,17 @@ class Core:
         facts = self.facts.get(id(unit))
         if facts is None:
             imported_training = {
-                name
-                for u in unit.uses
-                for name in u.functions
-                if self.facts_for(u).training.get(name)
+                name for u in unit.uses for name in u.functions if self.facts_for(u).training[name]
+            }
+            imported_random = {
+                name for u in unit.uses for name in u.functions if self.facts_for(u).random[name]
             }
             params = (
                 [d.name for d in unit.declarations.values() if d.role == "param"]
                 if unit is self.program.root
                 else []
             )
-            facts = FunctionFacts(unit.functions, params, imported_training)
+            facts = FunctionFacts(unit.functions, params, imported_training, imported_random)
             self.facts[id(unit)] = facts
         return facts
 

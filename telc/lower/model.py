@@ -91,6 +91,7 @@ class Model(Statements):
             except Abort:
                 pass
             self.interface.entries.append(entry)
+        self.check_unused(order, entries)
         self.check_functions()
         return self.interface
 
@@ -107,7 +108,7 @@ class Model(Statements):
             if d.role not in ast.ROLES:
                 hint = suggest(d.role, ast.ROLES)
                 self.error(
-                    d.span,
+                    d.role_span,
                     f"unknown role '{d.role}'{hint}; a declaration is in, param, hidden or out",
                 )
                 continue
@@ -141,8 +142,9 @@ class Model(Statements):
             self.decl_types[d.name] = ty
             if d.role == "param" and ty is not None:
                 if not isinstance(ty, TensorType) or not ty.dtype.is_float:
+                    span = d.type.span if d.type is not None else d.span
                     self.error(
-                        d.span, f"parameter '{d.name}' must be a float tensor, found {show(ty)}"
+                        span, f"parameter '{d.name}' must be a float tensor, found {show(ty)}"
                     )
                 else:
                     self.param_types[d.name] = ty
@@ -202,13 +204,13 @@ class Model(Statements):
                 return True
             if state.get(key) == 1:
                 cycle = path[path.index(key) :] + [key] if key in path else [key]
-                d = root.declarations[name]
+                d = root.declarations[key]
                 self.error(d.name_span, f"'{name}' depends on itself: " + " -> ".join(cycle))
                 return False
             state[key] = 1
             path.append(key)
             ok = True
-            inner = set(unit)
+            inner = set(unit) if block is not None else set()
             for member in unit:
                 for dep in self.refs(root.declarations[member]):
                     if dep not in inner:
@@ -340,7 +342,9 @@ class Model(Statements):
                     self.lower_declaration(root.declarations[name], scope)
             except Abort:
                 # Reported; what depends on it is skipped silently and the rest is checked.
-                for member in block.declarations if block is not None else [root.declarations[name]]:
+                for member in (
+                    block.declarations if block is not None else [root.declarations[name]]
+                ):
                     scope.values[member.name] = POISON
                     scope.values[f"{member.name}[*]"] = POISON
         return scope
@@ -802,14 +806,51 @@ class Model(Statements):
         if inst is not None and inst.result is not None:
             entry.outputs = [("result", inst.result)]
 
-    def check_functions(self) -> None:
-        """Compiles every non-generic function of the model's file, so `telc check` reports
-        errors in functions nothing calls yet."""
+    def check_unused(self, order: list[str], entries: list) -> None:
+        """Checks the declarations no entry point needs (in a function that is then dropped),
+        so that `telc check` reports their errors too."""
         root = self.program.root
+        covered: set[str] = set()
+        for entry, what in entries:
+            if entry.kind == "infer":
+                covered |= self.closure(what)
+            elif entry.kind == "train":
+                covered |= self.closure(self.objective_refs(what))
+        rest = [n for n in order if n not in covered]
+        rest = [n for n in rest if root.declarations[n].role not in ("in", "param")]
+        if not rest:
+            return
+        needed = self.closure(rest)
+        inputs, params = self.entry_args(needed)
+        args = [(n, self.decl_types[n]) for n in inputs + params]
+        if any(t is None for _, t in args):
+            return
+        before = len(self.module.functions)
+        fn, arguments = self.start_entry("unused", args)  # type: ignore[arg-type]
+        given = {n: TV(a.type, a, sym=self.decl_sym(n)) for n, a in zip(inputs + params, arguments)}
+        with contextlib.suppress(Abort):
+            self.model_scope(order, needed, given, training=False)
+        self.drop_functions_from(before)
+
+    def drop_functions_from(self, index: int) -> None:
+        """Removes the functions created after `index` (compiled only to be checked)."""
+        dropped = self.module.functions[index:]
+        for f in dropped:
+            self.module.remove_function(f)
+        ids = {id(f) for f in dropped}
+        for key in [k for k, inst in self.instances.items() if id(inst.ir) in ids]:
+            del self.instances[key]
+
+    def check_functions(self) -> None:
+        """Compiles every function of the model's file whose signature has no dimension
+        variables (open element types take the module's), so `telc check` reports errors in
+        functions nothing calls yet; what only this needed is then dropped."""
+        root = self.program.root
+        before = len(self.module.functions)
         for fn in root.functions.values():
             if fn.export:
                 continue
-            scope = Scope(root)
+            scope = Scope(root, dtype_var=root.dtype)
             types = []
             for p in fn.parameters:
                 if not isinstance(p.type, ast.ScalarType | ast.TensorType) or _open(p.type, root):
@@ -825,12 +866,13 @@ class Model(Statements):
                     self.instance(
                         FnRef(fn, root), types, Scope(root, dtype_var=root.dtype), fn.span
                     )
+        self.drop_functions_from(before)
 
 
 def _open(spec: ast.ScalarType | ast.TensorType, unit) -> bool:
     if isinstance(spec, ast.ScalarType):
         return False
-    if spec.dtype is None or spec.shape.rest is not None:
+    if spec.shape.rest is not None:
         return True
     return any(isinstance(d.value, str) and d.value not in unit.dims for d in spec.shape.dims)
 

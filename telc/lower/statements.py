@@ -43,11 +43,13 @@ class Statements(Calls):
                     stmt.span, "this statement is never reached: every path before it returns"
                 )
                 return None
+            before = current
             try:
                 current = self.statement(stmt, current)
             except Abort:
                 # Reported; names it binds become POISON so later statements are still checked
                 # without repeating the error.
+                current = before
                 for name in _binds(stmt):
                     current.values[name] = POISON
                 if isinstance(stmt, ast.Return):
@@ -174,6 +176,13 @@ class Statements(Calls):
         if not isinstance(tv, TV):
             self.error(value.span, f"cannot return {describe(tv)}")
             raise Abort
+        if self.inlining:  # the block branches to the call's result block once all are known
+            frame = self.inlining[-1]
+            if frame.result is None:
+                frame.result = TV(tv.ty, tv.ir()).ty if tv.weak else tv.ty
+            assert self.b.block is not None
+            frame.returns.append((self.b.block, (tv, value.span)))
+            return
         ty = self.fn.result or tv.ty
         v = self.coerce(tv, ty, value.span, f"the result of '{self.fn.tel_name}'")
         if isinstance(v, _Poison):

@@ -61,18 +61,20 @@ def assigned_names(block: ast.Block) -> list[str]:
 
 
 class FunctionFacts:
-    """For the functions of the model's own file: the module parameters each reads (directly
-    or through the functions it calls or differentiates) and whether it reads `training`,
-    both as fixpoints over the call graph, so recursion is handled."""
+    """For the functions of one file: the module parameters each reads (directly or through the
+    functions it calls or differentiates), whether it reads `training` and whether it draws
+    random numbers, as fixpoints over the call graph, so recursion is handled."""
 
     def __init__(
         self,
         functions: dict[str, ast.Function],
         params: list[str],
         imported_training: set[str] | frozenset[str] = frozenset(),
+        imported_random: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         self.params: dict[str, list[str]] = {}
         self.training: dict[str, bool] = {}
+        self.random: dict[str, bool] = {}  # draws random numbers (random, normal), maybe in callees
         direct: dict[str, set[str]] = {}
         calls: dict[str, set[str]] = {}
         for name, fn in functions.items():
@@ -80,6 +82,7 @@ class FunctionFacts:
             direct[name] = used & set(params)
             calls[name] = used & set(functions)
             self.training[name] = "training" in used or bool(used & imported_training)
+            self.random[name] = bool(used & {"random", "normal"}) or bool(used & imported_random)
         changed = True
         while changed:
             changed = False
@@ -90,6 +93,9 @@ class FunctionFacts:
                         changed = True
                     if self.training[callee] and not self.training[name]:
                         self.training[name] = True
+                        changed = True
+                    if self.random[callee] and not self.random[name]:
+                        self.random[name] = True
                         changed = True
         order = {p: i for i, p in enumerate(params)}
         for name in functions:

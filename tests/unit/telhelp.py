@@ -1,0 +1,145 @@
+"""Helpers for the TEL tests: compiling samples and snippets, calling their entry points on the
+interpreter with arguments named after the TEL declarations, and finite differences."""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from dlvm.interp import run_function
+from telc.driver import Compiled, compile_text, optimize
+from telc.lower import Interface
+from telc.lower.model import Entry
+
+SAMPLES_DIR = "samples"
+
+Arrays = dict[str, np.ndarray]
+
+
+def sample_names() -> list[str]:
+    """The file names (without .tel) of samples/*.tel, sorted."""
+    paths = sorted(glob.glob(os.path.join(SAMPLES_DIR, "*.tel")))
+    return [os.path.splitext(os.path.basename(p))[0] for p in paths]
+
+
+def sample_path(name: str) -> str:
+    return os.path.join(SAMPLES_DIR, name + ".tel")
+
+
+@functools.cache
+def compiled_sample(name: str) -> Compiled:
+    """samples/NAME.tel compiled and optimised (differentiated), shared by the tests of one
+    process; nothing the tests do modifies it."""
+    path = sample_path(name)
+    with open(path, encoding="utf-8") as f:
+        compiled = compile_text(path, f.read())
+    optimize(compiled.module)
+    return compiled
+
+
+def compile_snippet(directory: str, text: str, name: str = "snippet") -> Compiled:
+    """TEL source written to DIRECTORY/NAME.tel, compiled and optimised."""
+    path = os.path.join(directory, name + ".tel")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    compiled = compile_text(path, text)
+    optimize(compiled.module)
+    return compiled
+
+
+def entry(interface: Interface, kind: str) -> Entry:
+    """The only entry point of the given kind."""
+    found = [e for e in interface.entries if e.kind == kind]
+    assert len(found) == 1, f"{len(found)} entry points of kind {kind} in {interface.name}"
+    return found[0]
+
+
+def has_entry(interface: Interface, kind: str) -> bool:
+    return any(e.kind == kind for e in interface.entries)
+
+
+def param_names(interface: Interface) -> list[str]:
+    return [name for name, _ in interface.params]
+
+
+def run_init(compiled: Compiled, seed: int, float64: bool = True) -> Arrays:
+    """The `init` entry point's parameters, by name."""
+    init = entry(compiled.interface, "init")
+    values = run_function(compiled.module, init.name, [], float64=float64, seed=seed)
+    names = param_names(compiled.interface)
+    assert isinstance(values, (tuple, list)) and len(values) == len(names)
+    return dict(zip(names, values))
+
+
+def as_tuple(value: object, count: int) -> tuple:
+    """An entry point's result as a tuple of COUNT values (one result comes back bare)."""
+    if count == 1 and not isinstance(value, (tuple, list)):
+        return (value,)
+    assert isinstance(value, (tuple, list)) and len(value) == count, value
+    return tuple(value)
+
+
+def run_infer(
+    compiled: Compiled, inputs: Arrays, params: Arrays, float64: bool = True, seed: int = 0
+) -> Arrays:
+    """The `infer` entry point's outputs, by name."""
+    infer = entry(compiled.interface, "infer")
+    args = [inputs[n] for n, _ in infer.inputs] + [params[n] for n in infer.params]
+    result = run_function(compiled.module, infer.name, args, float64=float64, seed=seed)
+    values = as_tuple(result, len(infer.outputs))
+    return {name: v for (name, _), v in zip(infer.outputs, values)}
+
+
+def zero_states(train: Entry, dtype: type = np.float64) -> list[np.ndarray]:
+    """Optimiser state as the model starts with it: zeros, in the entry's state order."""
+    return [np.zeros(ty.shape, dtype=dtype) for _, _, ty in train.states]
+
+
+def run_train_step(
+    compiled: Compiled,
+    train: Entry,
+    inputs: Arrays,
+    params: Arrays,
+    states: list[np.ndarray],
+    step: int,
+    float64: bool = True,
+    seed: int | None = None,
+) -> tuple[float, Arrays, list[np.ndarray]]:
+    """One call of a train entry point: (loss, new parameters by name, new state in order)."""
+    args = [inputs[n] for n, _ in train.inputs] + [params[n] for n in train.params] + states
+    if train.step is not None:
+        args.append(np.asarray(step, dtype=np.float64 if float64 else np.float32))
+    result = run_function(
+        compiled.module, train.name, args, float64=float64, seed=step if seed is None else seed
+    )
+    values = as_tuple(result, 1 + len(train.params) + len(train.states))
+    assert len(train.outputs) == len(values)
+    loss = float(values[0])
+    new_params = dict(zip(train.params, values[1 : 1 + len(train.params)]))
+    new_states = list(values[1 + len(train.params) :])
+    return loss, new_params, new_states
+
+
+def central_gradient(
+    f: Callable[[np.ndarray], float],
+    x: np.ndarray,
+    h: float = 1e-6,
+    indices: list[tuple[int, ...]] | None = None,
+) -> np.ndarray:
+    """Central differences (f(x + h e_i) - f(x - h e_i)) / 2h of a scalar function, in float64,
+    at every index of x (or only at INDICES; the other entries are NaN)."""
+    x = np.array(x, dtype=np.float64)
+    grad = np.full(x.shape, np.nan)
+    for i in indices if indices is not None else list(np.ndindex(x.shape)):
+        saved = x[i]
+        x[i] = saved + h
+        up = float(f(x))
+        x[i] = saved - h
+        down = float(f(x))
+        x[i] = saved
+        grad[i] = (up - down) / (2 * h)
+    return grad
