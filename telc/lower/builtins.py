@@ -52,7 +52,7 @@ class Args:
             return
         else:
             for n, a in zip(names, pos):
-                self.values[n] = self.eval(a)
+                self.values[n] = self.eval(a, n)
                 self.spans[n] = a.span
         for kw in e.keywords:
             if kw.name not in names or (variadic and kw.name == names[0][1:]):
@@ -63,7 +63,7 @@ class Args:
                 lw.error(kw.span, f"'{kw.name}' is given twice")
                 self.ok = False
                 continue
-            self.values[kw.name] = self.eval(kw.value)
+            self.values[kw.name] = self.eval(kw.value, kw.name)
             self.spans[kw.name] = kw.value.span
         for n in names:
             key = n.lstrip("*")
@@ -80,7 +80,14 @@ class Args:
             ):
                 self.ok = False
 
-    def eval(self, a: ast.Expr) -> Any:
+    def eval(self, a: ast.Expr, name: str = "") -> Any:
+        if name == "shape" and isinstance(a, ast.Concat) and a.axis is None:
+            # `shape: [4]`, `shape: [N]`: a one-dimensional shape, not a concatenation
+            parts = [self.lw.lower_expr(x, self.scope) for x in a.elements]
+            if all(isinstance(p, TV) and _is_int_const(p) for p in parts):
+                dims = tuple(int(p.const) for p in parts)  # type: ignore[union-attr,arg-type]
+                if all(d > 0 for d in dims):
+                    return ShapeVal(dims)
         if isinstance(a, ast.Tuple):  # `(2, 2)`: integers known at compile time, no IR
             parts = [self.lw.lower_expr(x, self.scope) for x in a.elements]
             if all(isinstance(p, TV) and _is_int_const(p) for p in parts):
@@ -463,11 +470,6 @@ def _shape_arg(lw: Calls, a: Args, required: bool = True) -> tuple[int, ...] | N
         return v.shape
     if v is None and not required:
         return None
-    node = a._node("shape")
-    if isinstance(node, ast.Concat):  # `[N]`, `[4]`: a one-dimensional shape
-        parts = [lw.lower_expr(x, a.scope) for x in node.elements]
-        if all(isinstance(p, TV) and _is_int_const(p) and int(p.const) > 0 for p in parts):  # type: ignore[arg-type]
-            return tuple(int(p.const) for p in parts)  # type: ignore[union-attr,arg-type]
     if not isinstance(v, _Poison):
         lw.error(
             a.span("shape"),

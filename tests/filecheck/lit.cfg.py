@@ -8,7 +8,7 @@ import lit.formats
 config.name = "dlvm"  # noqa: F821
 # lit's internal shell (as in LLVM): it provides `not` for tests that expect a failure.
 config.test_format = lit.formats.ShTest(execute_external=False)  # noqa: F821
-config.suffixes = [".dl"]  # noqa: F821
+config.suffixes = [".dl", ".tel"]  # noqa: F821
 config.test_source_root = os.path.dirname(__file__)  # noqa: F821
 config.excludes = ["Inputs"]  # noqa: F821
 config.environment["PATH"] = os.environ["PATH"]  # noqa: F821
