@@ -181,8 +181,8 @@ class Exprs(Core):
         if a.const is not None and b.const is not None and a.weak and b.weak and op in FOLD:
             try:
                 return fold(op, a.const, b.const, a, b)
-            except (ZeroDivisionError, OverflowError, ValueError) as ex:
-                return self.error(span, f"cannot compute {a.const} {op} {b.const}: {ex}")
+            except (ZeroDivisionError, OverflowError, ValueError, TypeError):
+                return self.error(span, f"cannot compute {a.const} {op} {b.const} at compile time")
         dtype = self.unify_dtypes(op, a, b, span)
         if dtype is None:
             return POISON
@@ -198,7 +198,7 @@ class Exprs(Core):
         irop = ARITHMETIC.get(op) or COMPARE.get(op) or LOGIC.get(op) or op
         if op in LOGIC and not dtype.is_bool:
             return self.error(span, f"'{op}' needs bool operands, found {dtype}")
-        if op in ARITHMETIC and dtype.is_bool:
+        if (op in ARITHMETIC or op in ("max", "min")) and dtype.is_bool:
             return self.error(span, f"{_op_noun(op)} needs numbers, found bool tensors")
         if op in ("<", "<=", ">", ">=") and dtype.is_bool:
             return self.error(span, f"'{op}' compares numbers, found bool tensors")
@@ -236,6 +236,8 @@ class Exprs(Core):
         dtype = self.unify_dtypes(".", a, b, span)
         if dtype is None:
             return POISON
+        if dtype.is_bool:
+            return self.error(span, f"matrix product needs numbers, found {show(a.ty)}")
         sa, sb = a.shape, b.shape
         details = self.operand_details(
             ("left", e.left, a), ("right", e.right, b), scope_dims(self, a, b)
@@ -591,6 +593,8 @@ class Exprs(Core):
 def fold(op: str, x, y, a: TV, b: TV) -> TV:
     """A weak-number operation computed at compile time."""
     result = FOLD[op](x, y)
+    if isinstance(result, complex):
+        raise ValueError("the result is not a real number")
     if isinstance(result, bool):
         return TV(BOOL, const=result)
     dtype = a.dtype if a.dtype.is_float else b.dtype

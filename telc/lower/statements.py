@@ -52,6 +52,8 @@ class Statements(Calls):
                 current = before
                 for name in _binds(stmt):
                     current.values[name] = POISON
+                if isinstance(stmt, ast.Var):
+                    current.mutable.add(stmt.name)
                 if isinstance(stmt, ast.Return):
                     current = None
         if current is None:
@@ -248,7 +250,8 @@ class Statements(Calls):
 
     def carried_value(self, scope: Scope, name: str, ty: Type, span):
         tv = scope.values[name]
-        assert isinstance(tv, TV)
+        if not isinstance(tv, TV):  # its assignment had an error, already reported
+            raise Abort
         v = self.coerce(tv, ty, span, f"'{name}'")
         if isinstance(v, _Poison):
             raise Abort

@@ -1,9 +1,10 @@
 """Property: whatever text telc is given (random bytes, random text, soups of TEL tokens, and
-every sample and stdlib module mutated at random: a deleted, duplicated or replaced character
-or token, swapped or duplicated lines), `telc.driver.compile_text` and `telc.program.load`
-either succeed or raise DiagnosticError whose diagnostics all render (and that is no internal
-error: IR that does not verify); never another exception.
-Through the command line, `telc check` exits with 0 or 1 and never prints a traceback."""
+every sample, stdlib module and construct test of tests/filecheck/tel mutated at random: a
+deleted, duplicated or replaced character or token, swapped, duplicated or deleted lines),
+`telc.driver.compile_text` and `telc.program.load` either succeed or raise DiagnosticError whose
+diagnostics all render and include no internal error (IR that does not verify); never another
+exception. Through the command line, `telc check` exits with 0 or 1 and never prints a
+traceback."""
 
 from __future__ import annotations
 
@@ -25,10 +26,17 @@ from telc.program import load
 
 SAMPLES = sorted(glob.glob("samples/*.tel"))
 STDLIB = sorted(glob.glob("stdlib/*.tel"))
+# The FileCheck tests of every construct (functions, loops, recurrence, grad…, which the samples
+# do not all use), without their comment lines: more programs to mutate. Those that expect telc
+# to fail (`RUN: not …`) test diagnostics themselves and are left out.
+CONSTRUCTS = sorted(
+    p
+    for p in glob.glob("tests/filecheck/tel/*.tel")
+    if "RUN: not" not in Path(p).read_text(encoding="utf-8")
+)
 
 # Programs that call every stdlib function, appended to the module so that mutations of the
-# function bodies reach the checker and the lowering (a generic function that is never called
-# is only parsed).
+# function bodies reach the lowering of an instance, as in a real model.
 _DRIVERS = {
     "nn": """
 x: in[4 x 3]
@@ -68,7 +76,15 @@ def _bases() -> list[tuple[str, str]]:
     return out
 
 
-BASES = _bases()
+def _constructs() -> list[tuple[str, str]]:
+    out = []
+    for p in CONSTRUCTS:
+        lines = Path(p).read_text(encoding="utf-8").split("\n")
+        out.append((p, "\n".join(line for line in lines if not line.startswith("//"))))
+    return out
+
+
+BASES = _bases() + _constructs()  # each compiles as it is
 
 # The tokens that mutations insert or substitute, and that soups are made of.
 TOKENS = (  # noqa: SIM905
@@ -195,7 +211,7 @@ def check(path: str, text: str) -> None:
 
 
 def test_the_bases_compile() -> None:
-    assert len(SAMPLES) >= 8 and len(STDLIB) >= 2
+    assert len(SAMPLES) >= 8 and len(STDLIB) >= 2 and len(CONSTRUCTS) >= 15
     for path, text in BASES:
         compile_text(path, text)
 
@@ -247,6 +263,33 @@ def test_token_soups_in_samples(tokens: list[str], at: int) -> None:
     check(path, "\n".join(lines[:i] + [" ".join(tokens)] + lines[i:]))
 
 
+BLOCKS = [(path, text) for path, text in BASES if "\n    " in text]
+
+
+def _block_tokens(text: str) -> list[tuple[int, str]]:
+    """The tokens on indented lines: inside function bodies, loops and recurrent blocks."""
+    out = []
+    for offset, tok in _tokens(text):
+        start = text.rfind("\n", 0, offset) + 1
+        if text[start] in " \t":
+            out.append((offset, tok))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(BLOCKS), st.data())
+def test_token_replaced_in_blocks(base: tuple[str, str], data: st.DataObject) -> None:
+    """One token of a function body, loop, if or recurrent block replaced by another: an unknown
+    name, a value of another shape or type, a keyword, a bracket… Statements lower through
+    their own code paths (carried vars, joins, early returns), which top-level mutations rarely
+    reach."""
+    path, text = base
+    toks = _block_tokens(text)
+    offset, tok = data.draw(st.sampled_from(toks), label="replaced")
+    new = data.draw(st.sampled_from(TOKENS + [t for _, t in toks]), label="by")
+    check(path, text[:offset] + new + text[offset + len(tok) :])
+
+
 @pytest.fixture(scope="module")
 def workdir():
     with tempfile.TemporaryDirectory() as d:
@@ -273,6 +316,30 @@ def test_cli_check_on_mutated_files(workdir: str, base: tuple[str, str], steps: 
     assert "Traceback" not in result.output
     if result.exit_code == 1:
         assert "error" in result.output
+
+
+# Hand-made mutations, each a typical mistake: (file, text replaced, replacement).
+EDITS = [
+    ("samples/xor.tel", "linear(x, W1, b1)", "linear(x, W2, b1)"),
+    ("samples/rnn.tel", "h[t-1] . Wh", "h[t-2] . Wh"),
+    ("samples/cnn.tel", "maxpool2d(conv,", "maxpool2d conv,"),
+    ("tests/filecheck/tel/functions.tel", "acc = acc * 2", "acc = nope * 2"),
+    ("tests/filecheck/tel/recursion.tel", "def fact(k: i64) -> i64 {", "def fact(k: i64) {"),
+    ("tests/filecheck/tel/train.tel", "using adam()", "using adam(rate: x)"),
+]
+
+
+@pytest.mark.parametrize(("path", "old", "new"), EDITS)
+def test_cli_check_on_edited_files(workdir: str, path: str, old: str, new: str) -> None:
+    text = Path(path).read_text(encoding="utf-8")
+    assert old in text
+    target = os.path.join(workdir, "edited_" + os.path.basename(path))
+    Path(target).write_text(text.replace(old, new, 1), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["check", target])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output and "internal error" not in result.output
+    assert f"{target}:" in result.output and ": error: " in result.output
 
 
 def test_cli_check_on_bad_bytes(workdir: str) -> None:
