@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dlvm.ir.types import DataType, TensorType, TupleType, Type
+from dlvm.ir.types import DataType
 
 DTYPES: dict[str, DataType] = {
     "float16": DataType.F16,
@@ -33,25 +33,3 @@ def numpy_broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] |
 def shape_str(shape: tuple[int | str, ...]) -> str:
     """`[B x 64]`, `[]`."""
     return "[" + " x ".join(map(str, shape)) + "]"
-
-
-def type_str(ty: Type) -> str:
-    """A type as TEL writes it: `[32 x 64]`, `f64[3]`, `f32` for scalars, tuples in parens."""
-    if isinstance(ty, TensorType):
-        if not ty.shape:
-            return ty.dtype.text
-        return (
-            shape_str(ty.shape) if ty.dtype is DataType.F32 else ty.dtype.text + shape_str(ty.shape)
-        )
-    if isinstance(ty, TupleType):
-        return "(" + ", ".join(type_str(t) for t in ty.elements) + ")"
-    return str(ty)
-
-
-def full_type_str(ty: Type) -> str:
-    """Like type_str, always with the element type: `f32[32 x 64]`."""
-    if isinstance(ty, TensorType):
-        return ty.dtype.text + (shape_str(ty.shape) if ty.shape else "")
-    if isinstance(ty, TupleType):
-        return "(" + ", ".join(full_type_str(t) for t in ty.elements) + ")"
-    return str(ty)

@@ -521,31 +521,24 @@ def gaussian(
     return lw.emit("add", [mean, lw.emit("multiply", [std, z], span)], span)
 
 
-@builtin("random")
-def random(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
-    a = Args(lw, e, scope, ["lo", "hi", "shape"], {"shape": None})
+@builtin("random", "normal")
+def random_tensor(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
+    """`random(lo, hi, shape:)` (uniform) and `normal(mean, std, shape:)` (Gaussian); in a
+    parameter's initialiser the shape is the parameter's."""
+    uniform_draw = _name(e) == "random"
+    bounds = ("lo", "hi") if uniform_draw else ("mean", "std")
+    a = Args(lw, e, scope, [*bounds, "shape"], {"shape": None})
     if not a.ok:
         return POISON
     shape = _shape_arg(lw, a, required=scope.values.get("<declared shape>") is None)
     shape = shape if shape is not None else _declared_shape(scope)
-    b = _bounds(lw, a, ("lo", "hi"), scope)
+    b = _bounds(lw, a, bounds, scope)
     if shape is None or b is None:
         return POISON
-    v = uniform(lw, b[0], b[1], shape, e.span)
-    return TV(v.type, v)
-
-
-@builtin("normal")
-def normal(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
-    a = Args(lw, e, scope, ["mean", "std", "shape"], {"shape": None})
-    if not a.ok:
-        return POISON
-    shape = _shape_arg(lw, a, required=scope.values.get("<declared shape>") is None)
-    shape = shape if shape is not None else _declared_shape(scope)
-    b = _bounds(lw, a, ("mean", "std"), scope)
-    if shape is None or b is None:
-        return POISON
-    v = gaussian(lw, b[0], b[1], shape, b[2], e.span)
+    if uniform_draw:
+        v = uniform(lw, b[0], b[1], shape, e.span)
+    else:
+        v = gaussian(lw, b[0], b[1], shape, b[2], e.span)
     return TV(v.type, v)
 
 

@@ -8,7 +8,7 @@ import contextlib
 from dataclasses import dataclass
 
 from dlvm.ir.typerules import TypeRuleError, gradient_type
-from dlvm.ir.types import DataType, FunctionType, TensorType, TupleType, Type
+from dlvm.ir.types import FunctionType, TensorType, TupleType, Type
 from dlvm.ir.values import (
     Argument,
     Block,
@@ -21,7 +21,7 @@ from dlvm.ir.values import (
 from telc import ast
 from telc.lower.core import Abort, FnState, InlineFrame, Scope, ftype, show
 from telc.lower.exprs import Exprs, describe
-from telc.lower.values import POISON, TV, Elaborated, FnRef, GradSpec, ShapeVal, _Poison
+from telc.lower.values import POISON, TV, Elaborated, FnRef, GradSpec, _Poison
 from telc.program import Unit, stdlib_home, suggest
 from telc.types import shape_str
 
@@ -39,13 +39,6 @@ class Instance:
 
 class Calls(Exprs):
     """Function calls, instances and gradients."""
-
-    @property
-    def instances(self) -> dict[tuple, Instance]:
-        cache = self.__dict__.get("_instances")
-        if cache is None:
-            cache = self.__dict__["_instances"] = {}
-        return cache
 
     def x_call(self, e: ast.Call, scope: Scope) -> Elaborated:
         from telc.lower.builtins import BUILTINS
@@ -317,7 +310,6 @@ class Calls(Exprs):
             sym = _written_sym(p.type, cs)
             body.values[p.name] = TV(a.type, a, sym=sym)
         body.params = {n: TV(a.type, a) for n, a in zip(inst.param_names, args[len(inst.params) :])}
-        body.values = {k: v for k, v in body.values.items()}
         with contextlib.suppress(Abort):
             self.lower_body(fn, body, state, inst)  # type: ignore[attr-defined]
         inst.done = True
@@ -457,13 +449,6 @@ class Calls(Exprs):
             return TV(out.type, out)
         return TV(value.type, value)
 
-    @property
-    def gradients(self) -> dict:
-        cache = self.__dict__.get("_gradients")
-        if cache is None:
-            cache = self.__dict__["_gradients"] = {}
-        return cache
-
     def wrt_index(
         self, w: ast.Expr, fn: ast.Function, own: list[str], inst: Instance, scope: Scope
     ) -> int | None:
@@ -558,4 +543,4 @@ def _is_generic(fn: ast.Function, unit: Unit, core: Calls) -> bool:
     return False
 
 
-__all__ = ["Calls", "Instance", "make_grad", "Block", "DataType", "ShapeVal"]
+__all__ = ["Calls", "Instance", "make_grad"]

@@ -14,7 +14,7 @@ from dlvm.ir.typerules import TypeRuleError
 from dlvm.ir.types import DataType, FunctionType, TensorType, TupleType, Type
 from dlvm.ir.values import Function, Instruction, LiteralValue, Module, Value, fresh_name
 from telc import ast
-from telc.lower.values import POISON, TV, Elaborated, FnRef, _Poison, number
+from telc.lower.values import POISON, TV, Elaborated, FnRef, _Poison
 from telc.lower.walk import FunctionFacts
 from telc.program import Program, Unit, suggest
 from telc.types import DTYPES, numpy_broadcast, shape_str
@@ -86,6 +86,9 @@ class Core:
         self.b = Builder()
         self.fn: FnState | None = None
         self.inlining: list[InlineFrame] = []
+        self.const_cache: dict[tuple, Any] = {}  # const values, per file and name
+        self.instances: dict[tuple, Any] = {}  # (def, argument types, training) -> Instance
+        self.gradients: dict[tuple, Function] = {}  # gradient declarations made for grad()
         self.facts: dict[int, FunctionFacts] = {}
         self.dim_values: dict[tuple[int, str], int | None] = {}
 
@@ -356,10 +359,6 @@ def show(ty: Type) -> str:
     if isinstance(ty, TupleType):
         return "(" + ", ".join(show(t) for t in ty.elements) + ")"
     return str(ty)
-
-
-def weak_number(value: int | float, scope: Scope) -> TV:
-    return number(value, scope.default_float)
 
 
 __all__ = ["POISON", "TV", "Abort", "Core", "FnRef", "FnState", "Scope", "show"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import operator
 
+from dlvm.ir.compose import slice_along
 from dlvm.ir.types import BOOL, DataType, TensorType, TupleType, Type
 from dlvm.ir.values import Block, ElementKey, Successor, Value
 from telc import ast
@@ -144,13 +145,6 @@ class Exprs(Core):
             tv = self.error(decl.value.span, "a const must be a number known at compile time")
         self.const_cache[key] = tv
         return tv
-
-    @property
-    def const_cache(self) -> dict:
-        cache = self.__dict__.get("_const_cache")
-        if cache is None:
-            cache = self.__dict__["_const_cache"] = {}
-        return cache
 
     def x_shapeliteral(self, e: ast.ShapeLiteral, scope: Scope) -> Elaborated:
         shape = self.resolve_shape(e.shape, scope)
@@ -466,24 +460,12 @@ class Exprs(Core):
         return v + size if v < 0 else v
 
     def slice_along(self, v: Value, axis: int, lo: int, hi: int, span: ast.Span) -> Value:
-        """v[…, lo..hi (closed), …] along any axis: `slice` cuts the first dimension, so the
-        tensor is viewed as [P, n·Q], transposed, cut, and turned back."""
-        t = v.type
-        assert isinstance(t, TensorType)
-        if axis == 0:
-            return self.emit("slice", [v], span, lo=lo, hi=hi)
-        p, n, q = math.prod(t.shape[:axis]), t.shape[axis], math.prod(t.shape[axis + 1 :])
-        flat = self.emit("transpose", [self.emit("shapeCast", [v], span, shape=(p, n * q))], span)
-        rows = self.emit(
-            "slice", [self.emit("shapeCast", [flat], span, shape=(n, q * p))], span, lo=lo, hi=hi
-        )
-        k = hi - lo + 1
-        back = self.emit(
-            "transpose", [self.emit("shapeCast", [rows], span, shape=(k * q, p))], span
-        )
-        return self.emit(
-            "shapeCast", [back], span, shape=t.shape[:axis] + (k,) + t.shape[axis + 1 :]
-        )
+        """v[…, lo..hi (closed), …] along any axis (dlvm.ir.compose.slice_along)."""
+
+        def op(name: str, *operands: Value, **attrs) -> Value:
+            return self.emit(name, list(operands), span, **attrs)
+
+        return slice_along(op, v, axis, lo, hi)
 
     def tuple_element(self, e: ast.Index, base: TV, scope: Scope) -> Elaborated:
         assert isinstance(base.ty, TupleType)

@@ -567,12 +567,7 @@ class Model(Statements):
         name = e.operand.id
         root = self.program.root
         block = root.recurrent_of.get(name)
-        if (
-            block is None
-            or scope.unit is not root
-            or name in scope.values
-            and not _is_model_scope(scope, name)
-        ):
+        if block is None or scope.unit is not root:
             return None
         if len(e.subscripts) == 1 and isinstance(e.subscripts[0], ast.Every):
             tv = scope.values.get(f"{name}[*]")
@@ -894,10 +889,6 @@ def _previous_step(e: ast.Index, var: str) -> bool:
         and isinstance(x.right, ast.Number)
         and x.right.value == 1
     )
-
-
-def _is_model_scope(scope: Scope, name: str) -> bool:
-    return True
 
 
 def _describe(x: Elaborated) -> str:

@@ -68,8 +68,6 @@ class Statements(Calls):
     def statement(self, s: ast.Statement, scope: Scope) -> Scope | None:
         if isinstance(s, ast.Let | ast.Var):
             tv = self.bound_value(s.value, s.type, scope, s.name)
-            if s.name in scope.values and s.name not in scope.mutable and isinstance(s, ast.Var):
-                pass
             scope.values[s.name] = tv
             if isinstance(s, ast.Var):
                 scope.mutable.add(s.name)
@@ -147,7 +145,7 @@ class Statements(Calls):
         if isinstance(tv, _Poison):
             raise Abort
         if isinstance(old, TV) and isinstance(tv, TV):
-            ty = self.var_type(old)
+            ty = old.ty
             if not tv.weak and tv.ty != ty:
                 self.error(
                     s.value.span,
@@ -163,12 +161,6 @@ class Statements(Calls):
         else:
             scope.values[s.name] = tv
         return scope
-
-    def var_type(self, tv: TV) -> Type:
-        """The type a variable keeps: a weak number's default type."""
-        if tv.weak and isinstance(tv.ty, TensorType):
-            return tv.ty
-        return tv.ty
 
     def return_value(self, value: ast.Expr, span: ast.Span, scope: Scope) -> None:
         assert self.fn is not None
@@ -236,7 +228,7 @@ class Statements(Calls):
             if any(a.values.get(n) is not scope.values.get(n) for _, a in ends)
         ]
         carried = [n for n in carried if isinstance(scope.values.get(n), TV)]
-        types = [self.var_type(scope.values[n]) for n in carried]  # type: ignore[arg-type]
+        types = [scope.values[n].ty for n in carried]  # type: ignore[union-attr]
         join = self.new_block("endif", list(zip(carried, types)))
         for blk, after in ends:
             self.b.at_end(blk)
@@ -273,7 +265,7 @@ class Statements(Calls):
             for n in assigned_names(s.body)
             if n in scope.mutable and isinstance(scope.values.get(n), TV)
         ]
-        types = [self.var_type(scope.values[n]) for n in carried]  # type: ignore[arg-type]
+        types = [scope.values[n].ty for n in carried]  # type: ignore[union-attr]
         header = self.new_block("for_" + s.var, [(s.var, counter)] + list(zip(carried, types)))
         body_block, exit_block = self.new_block(s.var + "_body"), self.new_block(s.var + "_exit")
         start = [self.carried_value(scope, n, t, s.span) for n, t in zip(carried, types)]

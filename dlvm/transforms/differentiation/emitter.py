@@ -8,6 +8,7 @@ from typing import Any
 
 from dlvm.analysis.differentiability import carries_gradient
 from dlvm.ir.builder import Builder
+from dlvm.ir.compose import slice_along
 from dlvm.ir.literals import ZERO, AggregateLiteral, Literal, ScalarLiteral, StructLiteral
 from dlvm.ir.types import (
     ArrayType,
@@ -95,20 +96,8 @@ class Emitter:
         return r if rt.shape == t.shape else self.op("shapeCast", r, shape=t.shape)
 
     def slice_along(self, v: Value, axis: int, lo: int, hi: int) -> Value:
-        """v[…, lo..hi (closed), …] along any axis. `slice` works on the first dimension; for
-        another axis the tensor is viewed as [P, n·Q], transposed to [n·Q, P], sliced, and
-        turned back (P and Q are the products of the dimensions before and after the axis)."""
-        t = canonical(v.type)
-        assert isinstance(t, TensorType)
-        if axis == 0:
-            return self.op("slice", v, lo=lo, hi=hi)
-        p = _product(t.shape[:axis])
-        n, q = t.shape[axis], _product(t.shape[axis + 1 :])
-        flat = self.op("transpose", self.op("shapeCast", v, shape=(p, n * q)))
-        rows = self.op("slice", self.op("shapeCast", flat, shape=(n, q * p)), lo=lo, hi=hi)
-        k = hi - lo + 1
-        back = self.op("transpose", self.op("shapeCast", rows, shape=(k * q, p)))
-        return self.op("shapeCast", back, shape=t.shape[:axis] + (k,) + t.shape[axis + 1 :])
+        """v[…, lo..hi (closed), …] along any axis (dlvm.ir.compose.slice_along)."""
+        return slice_along(self.op, v, axis, lo, hi)
 
     def dot_transposed(self, a: Value, b: Value, transpose_left: bool) -> Value:
         """`dot a, bᵀ` (or `dot aᵀ, b`), transposing only the last two dimensions: `transpose`
