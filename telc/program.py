@@ -57,6 +57,14 @@ def load(path: str, text: str, defines: dict[str, int | float] | None = None) ->
     if loader.diags:
         raise DiagnosticError(loader.diags)
     assert root is not None
+    known = [n for u in loader.order for n in [*u.dims, *u.consts]]
+    unknown = [
+        Diagnostic(f"-D {name}: there is no dim or const named '{name}'{suggest(name, known)}")
+        for name in defines or {}
+        if name not in known
+    ]
+    if unknown:
+        raise DiagnosticError(unknown)
     return Program(root, loader.order, dict(defines or {}))
 
 

@@ -18,6 +18,26 @@ DTYPES: dict[str, DataType] = {
 }
 
 
+_FLOAT_MAX = {DataType.F16: 65504.0, DataType.F32: 3.4028234663852886e38}
+
+
+def fits(value: int | float, dtype: DataType) -> bool:
+    """Whether a number is representable in dtype: integers within its range, and for floats
+    a magnitude that does not round to infinity."""
+    if dtype.is_int:
+        if isinstance(value, float):
+            return False
+        bound = 1 << (dtype.bits - 1)
+        return -bound <= value < bound
+    if dtype.is_float:
+        try:
+            magnitude = abs(float(value))
+        except OverflowError:
+            return False
+        return magnitude <= _FLOAT_MAX.get(dtype, 1.7976931348623157e308)
+    return False
+
+
 def numpy_broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
     """NumPy's broadcast of two shapes (aligned on the right, 1 stretches), None if they clash."""
     out = []

@@ -7,13 +7,13 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from dlvm.ir.literals import AggregateLiteral, ScalarLiteral
+from dlvm.ir.literals import ScalarLiteral
 from dlvm.ir.types import BOOL, DataType, TensorType
 from dlvm.ir.values import LiteralValue, Value
 from telc import ast
 from telc.lower import exprs
 from telc.lower.calls import Calls, make_grad
-from telc.lower.core import Scope, show
+from telc.lower.core import Scope, show, weak_misfit
 from telc.lower.exprs import describe
 from telc.lower.values import POISON, TV, Elaborated, ShapeVal, _Poison
 from telc.program import suggest
@@ -229,14 +229,9 @@ def reduction(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
     keep = a.flag("keepdims")
     if not a.ok:
         return POISON
-    dims = list(range(rank)) if axes is None else []
-    for ax in axes or ():
-        d = ax + rank if ax < 0 else ax
-        if not 0 <= d < rank:
-            return lw.error(a.span("axis"), f"axis {ax} is out of range for {show(x.ty)}")
-        if d in dims:
-            return lw.error(a.span("axis"), f"axis {ax} is repeated")
-        dims.append(d)
+    dims = list(range(rank)) if axes is None else _axes(lw, a, axes, x)
+    if dims is None:
+        return POISON
     if x.dtype.is_bool:
         return lw.error(e.span, f"{name} needs numbers, found {show(x.ty)}")
     if not dims:
@@ -283,6 +278,23 @@ def transpose(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
     return TV(v.type, v)
 
 
+def _axes(lw: Calls, a: Args, axes: tuple[int, ...], x: TV) -> list[int] | None:
+    """The `axis:` argument as dimensions of x (negative ones count from the end); None after
+    an error for one out of range or repeated."""
+    rank = len(x.shape)
+    dims: list[int] = []
+    for ax in axes:
+        d = ax + rank if ax < 0 else ax
+        if not 0 <= d < rank:
+            lw.error(a.span("axis"), f"axis {ax} is out of range for {show(x.ty)}")
+            return None
+        if d in dims:
+            lw.error(a.span("axis"), f"axis {ax} is repeated")
+            return None
+        dims.append(d)
+    return dims
+
+
 @builtin("reverse")
 def reverse(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
     a = Args(lw, e, scope, ["x", "axis"], {})
@@ -290,11 +302,10 @@ def reverse(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
     axes = a.ints("axis") if x is not None else None
     if x is None or axes is None:
         return POISON
-    rank = len(x.shape)
-    dims = tuple(sorted({ax + rank if ax < 0 else ax for ax in axes}))
-    if any(not 0 <= d < rank for d in dims):
-        return lw.error(a.span("axis"), f"an axis is out of range for {show(x.ty)}")
-    v = lw.emit("reverse", [x.ir()], e.span, dims=dims)
+    dims = _axes(lw, a, axes, x)
+    if dims is None:
+        return POISON
+    v = lw.emit("reverse", [x.ir()], e.span, dims=tuple(sorted(dims)))
     return TV(v.type, v)
 
 
@@ -328,11 +339,12 @@ def cast(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
         return lw.error(pos[1].span, f"unknown element type '{text}'{suggest(text, DTYPES)}")
     to = DTYPES[pos[1].id]
     if x.weak:
-        return (
-            TV(TensorType((), to), x.ir(to), const=x.const)
-            if (to.is_float or not isinstance(x.const, float))
-            else (lw.error(e.span, f"cannot cast {x.const} to {to}"))
-        )
+        misfit = weak_misfit(x, to)
+        if misfit is not None:
+            return lw.error(
+                e.span, f"cannot cast {x.const} to {to}" if misfit == "kind" else misfit
+            )
+        return TV(TensorType((), to), x.ir(to), const=x.const)
     if x.dtype is to:
         return x
     if x.dtype.is_bool:  # a flag as a number: 1 where true
@@ -386,6 +398,8 @@ def conv2d(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
         )
     if x.dtype is not k.dtype:
         return lw.error(e.span, f"conv2d of different element types: {show(x.ty)} and {show(k.ty)}")
+    if not x.dtype.is_float:
+        return lw.error(e.span, f"conv2d needs float tensors, found {show(x.ty)}")
     n, c, h, w = x.shape
     o, ci, kh, kw = k.shape
     if g <= 0 or c % g or o % g or ci * g != c:
@@ -598,9 +612,12 @@ def fans(shape: tuple[int, ...]) -> tuple[int, int]:
 
 
 def _iota(lw: Calls, n: int, dtype: DataType, span: ast.Span) -> Value:
-    items = tuple(LiteralValue(ScalarLiteral(i), TensorType((), dtype)) for i in range(n))
-    ty = TensorType((n,), dtype)
-    return lw.emit("literal", [LiteralValue(AggregateLiteral("tensor", items), ty)], span)
+    """[0, 1, …, n-1] as a running sum of ones less one: a few instructions whatever n is,
+    where a literal would hold n elements."""
+    ones = lw.splat(1, TensorType((n,), dtype), span)
+    counts = lw.emit("scan", [ones], span, comb="add", dims=(0,))
+    one = LiteralValue(ScalarLiteral(1), TensorType((), dtype))
+    return lw.emit("subtract", [counts, one], span)
 
 
 @builtin("onehot")

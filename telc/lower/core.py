@@ -4,6 +4,7 @@ broadcasting, constants, IR naming)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from telc import ast
 from telc.lower.values import POISON, TV, Elaborated, FnRef, _Poison
 from telc.lower.walk import FunctionFacts
 from telc.program import Program, Unit, suggest
-from telc.types import DTYPES, numpy_broadcast, shape_str
+from telc.types import DTYPES, fits, numpy_broadcast, shape_str
 
 
 class Abort(Exception):
@@ -168,8 +169,11 @@ class Core:
         t = tv.tensor
         assert t is not None
         if tv.weak:
-            if not compatible_weak(tv, ty.dtype):
+            misfit = weak_misfit(tv, ty.dtype)
+            if misfit == "kind":
                 return self.error(span, f"{what}: expected {show(ty)}, found the number {tv.const}")
+            if misfit is not None:
+                return self.error(span, f"{what}: {misfit}")
             if tv.value is None and tv.const is not None:
                 return self.splat(tv.const, ty, span)
             return self.broadcast_to(tv.ir(ty.dtype), ty.shape, span)
@@ -216,10 +220,12 @@ class Core:
         value: int | None = None
         override = self.program.defines.get(decl.name)
         if override is not None:
-            value = override if isinstance(override, int) and override > 0 else None
+            positive = isinstance(override, int) and override > 0
+            value = override if positive and fits(override, DataType.I64) else None  # type: ignore[arg-type]
             if value is None:
                 self.error(
-                    decl.span, f"-D {decl.name}={override}: a dim must be a positive integer"
+                    decl.span,
+                    f"-D {decl.name}={override}: a dim must be a positive integer below 2**63",
                 )
         else:
             tv = self.constant_of(decl.value, Scope(unit))
@@ -279,6 +285,10 @@ class Core:
                     self.error(d.span, f"unknown dimension '{d.value}'{hint}")
                 return None
             out.append(v)
+        if math.prod(out) >= 1 << 63:
+            self.error(shape.span, f"a tensor of shape {shape_str(tuple(out))} has more elements "
+                       "than an i64 can count")  # fmt: skip
+            return None
         return tuple(out)
 
     def _dim_failed(self, d: ast.Dim, scope: Scope) -> bool:
@@ -343,13 +353,17 @@ def ftype(fn: Function) -> FunctionType:
     return t
 
 
-def compatible_weak(tv: TV, dtype: DataType) -> bool:
-    """Whether a weak number can take the element type dtype."""
-    if isinstance(tv.const, bool):
-        return dtype.is_bool
-    if isinstance(tv.const, float):
-        return dtype.is_float
-    return dtype.is_numeric
+def weak_misfit(tv: TV, dtype: DataType) -> str | None:
+    """Why a weak number cannot take the element type dtype (None when it can): the kinds
+    differ, or the number is out of the type's range."""
+    c = tv.const
+    if isinstance(c, bool):
+        return None if dtype.is_bool else "kind"
+    if c is None or not dtype.is_numeric or (isinstance(c, float) and not dtype.is_float):
+        return "kind"
+    if not fits(c, dtype):
+        return f"the number {c} does not fit in {dtype}"
+    return None
 
 
 def show(ty: Type) -> str:

@@ -10,10 +10,10 @@ from dlvm.ir.compose import slice_along
 from dlvm.ir.types import BOOL, DataType, TensorType, TupleType, Type
 from dlvm.ir.values import Block, ElementKey, Successor, Value
 from telc import ast
-from telc.lower.core import Abort, Core, Scope, compatible_weak, show
+from telc.lower.core import Abort, Core, Scope, show, weak_misfit
 from telc.lower.values import POISON, TV, Elaborated, FnRef, ShapeVal, _Poison, number
 from telc.program import suggest
-from telc.types import numpy_broadcast, shape_str
+from telc.types import fits, numpy_broadcast, shape_str
 
 ARITHMETIC = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide", "%": "modulo"}
 ARITHMETIC["**"] = "power"
@@ -43,13 +43,21 @@ def _c_mod(a, b):
     return math.fmod(a, b)
 
 
+def _pow(a, b):
+    # A guard before computing: 2 ** 10000000 as a Python int would take minutes.
+    ints = isinstance(a, int) and isinstance(b, int)
+    if ints and b > 0 and abs(a) > 1 and b * math.log2(abs(a)) > 64:
+        raise OverflowError
+    return operator.pow(a, b)
+
+
 FOLD = {
     "+": operator.add,
     "-": operator.sub,
     "*": operator.mul,
     "/": _c_div,
     "%": _c_mod,
-    "**": operator.pow,
+    "**": _pow,
     "<": operator.lt,
     "<=": operator.le,
     ">": operator.gt,
@@ -80,6 +88,12 @@ class Exprs(Core):
     # Leaves ---------------------------------------------------------------------------------
 
     def x_number(self, e: ast.Number, scope: Scope) -> Elaborated:
+        if isinstance(e.value, int) and not fits(e.value, DataType.I64):
+            return self.error(
+                e.span, f"the number {e.value} does not fit in i64; write {e.value}.0 for a float"
+            )
+        if isinstance(e.value, float) and not fits(e.value, DataType.F64):
+            return self.error(e.span, "the number is too large for f64")
         return number(e.value, scope.default_float)
 
     def x_boolean(self, e: ast.Boolean, scope: Scope) -> Elaborated:
@@ -173,10 +187,17 @@ class Exprs(Core):
         """An operator or built-in over two broadcast operands: arithmetic, comparison,
         logic, or `max`/`min` (op is then the IR name)."""
         if a.const is not None and b.const is not None and a.weak and b.weak and op in FOLD:
+            what = f"{a.const} {op} {b.const}"
             try:
                 return fold(op, a.const, b.const, a, b)
-            except (ZeroDivisionError, OverflowError, ValueError, TypeError):
-                return self.error(span, f"cannot compute {a.const} {op} {b.const} at compile time")
+            except ZeroDivisionError:
+                return self.error(span, f"{what} divides by zero")
+            except OverflowError:
+                return self.error(
+                    span, f"{what} is too large: compile-time numbers must fit in i64 or f64"
+                )
+            except (ValueError, TypeError):
+                return self.error(span, f"{what} is not a real number")
         dtype = self.unify_dtypes(op, a, b, span)
         if dtype is None:
             return POISON
@@ -208,8 +229,11 @@ class Exprs(Core):
         if a.weak and not b.weak:
             a, b = b, a
         if b.weak and not a.weak:
-            if not compatible_weak(b, a.dtype):
-                self.error(span, f"{_op_noun(op)} of {a.dtype} with the number {b.const}")
+            misfit = weak_misfit(b, a.dtype)
+            if misfit is not None:
+                if misfit == "kind":
+                    misfit = f"{_op_noun(op)} of {a.dtype} with the number {b.const}"
+                self.error(span, misfit)
                 return None
             return a.dtype
         if a.weak and b.weak:  # a weak and a non-constant: cannot happen, both fold
@@ -579,6 +603,8 @@ def fold(op: str, x, y, a: TV, b: TV) -> TV:
         raise ValueError("the result is not a real number")
     if isinstance(result, bool):
         return TV(BOOL, const=result)
+    if not fits(result, DataType.I64 if isinstance(result, int) else DataType.F64):
+        raise OverflowError
     dtype = a.dtype if a.dtype.is_float else b.dtype
     if isinstance(result, float):
         dtype = dtype if dtype.is_float else DataType.F32

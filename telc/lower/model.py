@@ -68,10 +68,7 @@ class Model(Statements):
             if name in names[:i]:
                 what = entries[i][1]
                 span = what.span if isinstance(what, ast.Node) else root.tree.span
-                self.error(
-                    span,
-                    f"two entry points are named '{name}'; name the train: train NAME minimizing …",
-                )
+                self.error(span, f"two entry points are named '{name}'", [_clash_hint(entries, i)])
         self.reserved = set(names) | {
             n + "_objective" for e, n in zip(entries, names) if e[0].kind == "train"
         }
@@ -904,3 +901,16 @@ def _fresh(name: str, taken: set[str]) -> str:
 
 
 __all__ = ["POISON", "Entry", "Interface", "Model"]
+
+
+def _clash_hint(entries: list[tuple[Entry, object]], i: int) -> str:
+    """How to resolve the clash of entries[i] with an earlier entry of the same name."""
+    entry = entries[i][0]
+    first = next(e for e, _ in entries if e.name == entry.name)
+    generated = {"init": "the model has parameters", "infer": "the model has outputs"}
+    if first.kind in generated:
+        return (f"'{entry.name}' is generated because {generated[first.kind]}; "
+                "rename the function")  # fmt: skip
+    if first.kind == "train":
+        return "name the train: train NAME minimizing …"
+    return "rename one of them"

@@ -1068,8 +1068,81 @@ SEVERAL = [
     ),
 ]
 
+# Numbers that do not fit, and built-in arguments of the wrong kind ------------------------------
+
+RANGES = [
+    case(
+        "numbers-that-do-not-fit-their-type",
+        """
+        export def f(x: i32[4]) -> i32[4] = x + 3000000000
+        export def g(x: i8[4]) -> i8[4] = x - 128
+        export def h(x: f32[4]) -> f32[4] = x * 1e39
+        export def k(x: f16[4]) -> f16[4] = x + 70000
+        export def ok(x: i8[4]) -> i8[4] = x + 127 - (-128 + 128)
+        """,
+        (1, 37, "the number 3000000000 does not fit in i32"),
+        (2, 35, "the number 128 does not fit in i8"),
+        (3, 37, "the number 1e+39 does not fit in f32"),
+        (4, 37, "the number 70000 does not fit in f16"),
+    ),
+    case(
+        "compile-time-numbers-that-overflow",
+        """
+        const big = 2 ** 70
+        const huge = 2 ** 100000000
+        const far = 10.0 ** 400
+        const inf = 1e300 * 1e300
+        const lit = 99999999999999999999
+        const zero = 1 / 0
+        const c = cast(300, i8)
+        x: in[2]
+        y: out = x * (big + huge + far + inf + lit + zero + c)
+        """,
+        (1, 13, "2 ** 70 is too large: compile-time numbers must fit in i64 or f64"),
+        (2, 14, "2 ** 100000000 is too large"),
+        (3, 13, "10.0 ** 400 is too large"),
+        (4, 13, "1e+300 * 1e+300 is too large"),
+        (5, 13, ("the number 99999999999999999999 does not fit in i64", "99999999999999999999.0")),
+        (6, 14, "1 / 0 divides by zero"),
+        (7, 11, "the number 300 does not fit in i8"),
+    ),
+    case(
+        "shape-with-too-many-elements",
+        """
+        dim N = 4294967296
+        x: in[N x N x 2]
+        y: out = x
+        """,
+        (2, 6, "has more elements than an i64 can count"),
+    ),
+    case(
+        "conv2d-of-bool-and-repeated-axes",
+        """
+        x: in bool[1 x 1 x 4 x 4]
+        k: in bool[1 x 1 x 3 x 3]
+        v: in[4 x 4]
+        y: out = conv2d(x, k)
+        r: out = reverse(v, axis: (0, -2))
+        s: out = sum(v, axis: (1, 1))
+        """,
+        (4, 10, "conv2d needs float tensors, found bool[1 x 1 x 4 x 4]"),
+        (5, 27, "axis -2 is repeated"),
+        (6, 23, "axis 1 is repeated"),
+    ),
+    case(
+        "export-named-like-a-generated-entry",
+        """
+        x: in[4]
+        w: param[4] = 1.0
+        y: out = x * w
+        export def infer(a: [4]) -> [4] = a
+        """,
+        (4, 1, "two entry points are named 'infer'"),
+    ),
+]
+
 ALL = SYNTAX + NAMES + SHAPES + DTYPES + CALLS + DECLARATIONS + TRAIN + RECURRENT
-ALL += STATEMENTS + GRADS + SEVERAL
+ALL += STATEMENTS + GRADS + SEVERAL + RANGES
 
 
 @pytest.mark.parametrize("text, expected", ALL)
@@ -1191,3 +1264,39 @@ def test_cli_reports_a_missing_file(tmp_path):
     assert result.exit_code == 1
     assert "no such file" in result.output
     assert "Traceback" not in result.output
+
+
+def test_clash_with_a_generated_entry_says_why_it_exists():
+    (d,) = diagnostics_of(program("export-named-like-a-generated-entry"))
+    assert _details(d) == [
+        "'infer' is generated because the model has outputs; rename the function"
+    ]
+
+
+def test_define_of_an_unknown_name_is_an_error_with_a_suggestion():
+    text = tel(
+        """
+        dim B = 4
+        x: in[B]
+        y: out = x
+        """
+    )
+    with pytest.raises(DiagnosticError) as info:
+        compile_text("model.tel", text, {"BB": 2, "B": 3})
+    (d,) = info.value.diagnostics
+    assert d.message == "-D BB: there is no dim or const named 'BB'; did you mean 'B'?"
+
+
+def test_define_too_large_for_a_dim_is_an_error():
+    text = tel(
+        """
+        dim B = 4
+        x: in[B]
+        y: out = x
+        """
+    )
+    with pytest.raises(DiagnosticError) as info:
+        compile_text("model.tel", text, {"B": 2**64})
+    (d,) = info.value.diagnostics
+    assert "a dim must be a positive integer below 2**63" in d.message
+    assert d.loc is not None and d.loc.line_col == (1, 1)
