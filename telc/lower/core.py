@@ -220,8 +220,8 @@ class Core:
         value: int | None = None
         override = self.program.defines.get(decl.name)
         if override is not None:
-            positive = isinstance(override, int) and override > 0
-            value = override if positive and fits(override, DataType.I64) else None  # type: ignore[arg-type]
+            if isinstance(override, int) and override > 0 and fits(override, DataType.I64):
+                value = override
             if value is None:
                 self.error(
                     decl.span,
