@@ -3,7 +3,7 @@ snake case), each carrying the span of source it was parsed from."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from dlvm.diagnostics import Location, Source
 
@@ -374,3 +374,32 @@ class Module(Node):
     """One parsed `.tel` file."""
 
     items: tuple[Item, ...]
+
+
+def dump(module: Module) -> str:
+    """The tree as indented text, one node per line with its line:col and its plain fields
+    (`telc --emit ast`); child nodes follow indented under the field that holds them."""
+    lines: list[str] = []
+    for item in module.items:
+        _dump(item, "", 0, lines)
+    return "\n".join(lines) + "\n"
+
+
+def _dump(node: Node, label: str, depth: int, lines: list[str]) -> None:
+    line, col = node.span.loc.line_col
+    plain = []
+    children: list[tuple[str, Node]] = []
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if isinstance(value, Span):
+            continue
+        items = value if isinstance(value, tuple) else (value,)
+        if value != () and all(isinstance(v, Node) for v in items):
+            many = isinstance(value, tuple)
+            children += [(f"{f.name}[{i}]" if many else f.name, v) for i, v in enumerate(items)]
+        elif value is not None and value != () and value is not False:
+            plain.append(f"{f.name}={value!r}" if isinstance(value, str) else f"{f.name}={value}")
+    head = "  " * depth + (f"{label}: " if label else "") + type(node).__name__
+    lines.append(" ".join([head, f"<{line}:{col}>", *plain]))
+    for name, child in children:
+        _dump(child, name, depth + 1, lines)

@@ -13,6 +13,7 @@ from dlvm.diagnostics import DiagnosticError
 from dlvm.ir.printer import module_text
 from dlvm.tools.driver import EXIT_INPUT, EXIT_USAGE, read_text, report
 from telc import __version__
+from telc.ast import dump
 from telc.driver import STAGES, compile_text, optimize, parse_defines
 from telc.program import load
 
@@ -64,7 +65,7 @@ def build(file: str, emit: str, output: str | None, defines: tuple[str, ...]) ->
         text = read_text(file)
         if emit == "ast":
             program = load(file, text, values)
-            return "\n".join(repr(item) for item in program.root.tree.items) + "\n"
+            return dump(program.root.tree)
         compiled = compile_text(file, text, values)
         if emit == "so":
             click.echo(

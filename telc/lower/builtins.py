@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from dlvm.ir.compose import permute
 from dlvm.ir.literals import ScalarLiteral
 from dlvm.ir.types import BOOL, DataType, TensorType
 from dlvm.ir.values import LiteralValue, Value
@@ -266,15 +267,18 @@ def transpose(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
         return POISON
     perm = a.ints("perm")
     rank = len(x.shape)
-    if perm is not None and tuple(perm) != tuple(reversed(range(rank))):
+    if perm is None or tuple(perm) == tuple(reversed(range(rank))):
+        if rank < 2:
+            return x
+        v = lw.emit("transpose", [x.ir()], e.span)
+        return TV(v.type, v)
+    axes = tuple(p + rank if p < 0 else p for p in perm)
+    if sorted(axes) != list(range(rank)):
         return lw.error(
             a.span("perm"),
-            f"transpose supports only the reversal of all axes ({tuple(reversed(range(rank)))}); "
-            "DLVM IR has no general permutation",
+            f"transpose: {tuple(perm)} is not a permutation of the {rank} axes of {show(x.ty)}",
         )
-    if rank < 2:
-        return x
-    v = lw.emit("transpose", [x.ir()], e.span)
+    v = permute(lambda name, *vs, **attrs: lw.emit(name, list(vs), e.span, **attrs), x.ir(), axes)
     return TV(v.type, v)
 
 

@@ -164,6 +164,8 @@ class Calls(Exprs):
         if ref.grad is not None:
             return self.call_gradient(ref, inst, operands, span, scope)
         if inst.result is None:
+            if inst.done:  # its body failed, and said why
+                return POISON
             return self.error(
                 span,
                 f"'{fn.name}' calls itself before its result type is known; declare it: -> TYPE",
@@ -480,7 +482,14 @@ def make_grad(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
     f = lw.lower_expr(pos[0], scope)
     if isinstance(f, _Poison):
         return f
-    if not isinstance(f, FnRef) or f.grad is not None:
+    if isinstance(f, FnRef) and f.grad is not None:
+        return lw.error(
+            pos[0].span,
+            "grad of a gradient: name the inner one first, as in "
+            f"`def d{f.function.name}(x: …) -> … = grad({f.function.name}, wrt: x)(x)`, "
+            f"then take grad(d{f.function.name}, …)",
+        )
+    if not isinstance(f, FnRef):
         return lw.error(
             pos[0].span, f"grad needs a function defined with 'def', found {describe(f)}"
         )

@@ -12,11 +12,12 @@ from dlvm.ir.types import DataType, FunctionType, TensorType, TupleType, Type
 from dlvm.ir.values import Argument, Block, ElementKey, Function, GradientDecl, Successor, Value
 from telc import ast
 from telc.lower.core import Abort, FnState, Scope, ftype, show
+from telc.lower.exprs import BUILTIN_NAMES
 from telc.lower.statements import Statements
 from telc.lower.values import POISON, TV, Elaborated, FnRef, _Poison
-from telc.lower.walk import names_used, walk
-from telc.program import suggest
-from telc.types import shape_str
+from telc.lower.walk import bound_names, names_used, walk
+from telc.program import Unit, suggest
+from telc.types import DTYPES, shape_str
 
 
 @dataclass
@@ -858,7 +859,22 @@ class Model(Statements):
                     self.instance(
                         FnRef(fn, root), types, Scope(root, dtype_var=root.dtype), fn.span
                     )
+                continue
+            if not any(key[0] == id(fn) for key in self.instances):
+                self.check_names(fn, root)
         self.drop_functions_from(before)
+
+    def check_names(self, fn: ast.Function, unit: Unit) -> None:
+        """Reports the unknown names of a generic function no call has compiled (its shapes
+        are checked only once a call binds them)."""
+        signature = [*fn.parameters, *([fn.result] if fn.result is not None else [])]
+        dims = {d.value for s in signature for d in walk(s) if isinstance(d, ast.Dim)}
+        rests = {s.rest for p in signature for s in walk(p) if isinstance(s, ast.Shape)}
+        known = bound_names(fn) | set(self.visible_names(Scope(unit))) | BUILTIN_NAMES
+        known |= set(DTYPES) | {d for d in dims | rests if isinstance(d, str)}
+        for n in walk(fn.body):
+            if isinstance(n, ast.Name) and n.id not in known:
+                self.error(n.span, f"unknown name '{n.id}'{suggest(n.id, known)}")
 
 
 def _open(spec: ast.ScalarType | ast.TensorType, unit) -> bool:

@@ -1130,6 +1130,39 @@ RANGES = [
         (6, 23, "axis 1 is repeated"),
     ),
     case(
+        "gradient-of-a-gradient-and-untyped-recursion",
+        """
+        def f(x: f32) -> f32 = x * x * x
+        export def g(x: f32) -> f32 = grad(grad(f))(x)
+        def r(x: f32) = if x > 0.0 then r(x - 1.0) else x
+        export def h(x: f32) -> f32 = r(x)
+        """,
+        (2, 36, ("grad of a gradient: name the inner one first", "grad(f, wrt: x)(x)")),
+        (3, 33, "'r' calls itself before its result type is known"),
+    ),
+    case(
+        "unknown-names-in-a-generic-function-nothing-calls",
+        """
+        def g(a: [N x M], b: [S...]) -> [N] {
+            let c = sum(a, axis: 1) * N + cast(sum(b), f32)
+            return c + nope + cc
+        }
+        b: param[2] = 0.0
+        x: in[2]
+        y: out = x + b
+        """,
+        (3, 16, "unknown name 'nope'"),
+        (3, 23, "unknown name 'cc'; did you mean 'c'?"),
+    ),
+    case(
+        "transpose-by-a-non-permutation",
+        """
+        x: in[2 x 3 x 4]
+        y: out = transpose(x, perm: (0, 0, 1))
+        """,
+        (2, 29, "transpose: (0, 0, 1) is not a permutation of the 3 axes of f32[2 x 3 x 4]"),
+    ),
+    case(
         "export-named-like-a-generated-entry",
         """
         x: in[4]
