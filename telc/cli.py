@@ -11,7 +11,7 @@ import click
 
 from dlvm.diagnostics import DiagnosticError
 from dlvm.ir.printer import module_text
-from dlvm.tools.driver import EXIT_INPUT, EXIT_USAGE, read_text, report
+from dlvm.tools.driver import EXIT_INPUT, read_text, report
 from telc import __version__
 from telc.ast import dump
 from telc.driver import STAGES, compile_text, optimize, parse_defines
@@ -55,31 +55,43 @@ def check(file: str, defines: tuple[str, ...]) -> None:
     default="so",
     show_default=True,
     help="ast: the syntax tree; ir: raw DLVM IR; optimized: IR after differentiation and "
-    "optimisation; so: a shared library.",
+    "optimisation; compute: with kernels outlined; schedule: with schedules; llvm: optimised "
+    "LLVM IR; so: a shared library NAME.so with NAME.h and dlrt.h beside it.",
 )
-@click.option("-o", "output", metavar="OUT", help="Write to OUT instead of standard output.")
+@click.option(
+    "-o", "output", metavar="OUT", help="Write to OUT (for so: default FILE's stem + .so)."
+)
+@click.option(
+    "--cpu", default="native", show_default=True, help="Target CPU: native, x86-64-v3, znver4…"
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @_define
-def build(file: str, emit: str, output: str | None, defines: tuple[str, ...]) -> None:
-    def work() -> str:
+def build(
+    file: str, emit: str, output: str | None, cpu: str, quiet: bool, defines: tuple[str, ...]
+) -> None:
+    def work() -> str | None:
         values = parse_defines(list(defines))
         text = read_text(file)
         if emit == "ast":
             program = load(file, text, values)
             return dump(program.root.tree)
         compiled = compile_text(file, text, values)
-        if emit == "so":
-            click.echo(
-                f"telc: {file} is correct, but --emit so is not available yet: native code "
-                "generation arrives with the code generation work; use --emit ir or "
-                "--emit optimized",
-                err=True,
-            )
-            sys.exit(EXIT_USAGE)
+        if emit == "ir":
+            return module_text(compiled.module)
+        optimize(compiled.module)
         if emit == "optimized":
-            optimize(compiled.module)
-        return module_text(compiled.module)
+            return module_text(compiled.module)
+        from telc.library import build_so, emit_stage  # llvmlite loads only when needed
+
+        if emit == "so":
+            target = output or os.path.splitext(os.path.basename(file))[0] + ".so"
+            build_so(compiled, target, cpu, quiet)
+            return None
+        return emit_stage(compiled.module, emit, cpu)
 
     text = _run(work)
+    if text is None:
+        return
     if output:
         try:
             with open(output, "w", encoding="utf-8") as f:
@@ -91,14 +103,22 @@ def build(file: str, emit: str, output: str | None, defines: tuple[str, ...]) ->
         click.echo(text, nl=False)
 
 
+# Failures of code generation and of the C toolchain: the user's build cannot be made, and
+# the message says why (named here so that loading telc does not load llvmlite).
+_BUILD_FAILURES = ("CodegenError", "BuildError", "RuntimeBuildError")
+
+
 def _run(work):
     try:
         return work()
     except DiagnosticError as e:
         report(e.diagnostics)
         sys.exit(EXIT_INPUT)
-    except Exception as e:  # our bug, not the user's: say so without a traceback
-        if os.environ.get("TELC_TRACEBACK"):
+    except Exception as e:
+        if type(e).__name__ in _BUILD_FAILURES:
+            click.echo(f"telc: cannot build: {e}", err=True)
+            sys.exit(EXIT_INPUT)
+        if os.environ.get("TELC_TRACEBACK"):  # our bug, not the user's: no traceback unless asked
             raise
         click.echo(
             f"telc: internal error: {type(e).__name__}: {e}\n"

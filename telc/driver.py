@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dlvm.codegen.spec import EntrySpec, LibrarySpec, StateSpec, TensorSpec
 from dlvm.diagnostics import Diagnostic, DiagnosticError
+from dlvm.ir.types import TensorType, Type
 from dlvm.ir.values import Module
 from dlvm.ir.verifier import verify
 from dlvm.transforms.pass_manager import PassManager
+from telc import __version__
 from telc.lower import Interface, lower
 from telc.program import Program, load
 
-STAGES = ("ast", "ir", "optimized", "so")
+STAGES = ("ast", "ir", "optimized", "compute", "schedule", "llvm", "so")
 OPTIMIZATIONS = ["differentiation", "algebra-simplification", "common-subexpression-elimination"]
 OPTIMIZATIONS += ["dead-code-elimination"]
 
@@ -64,3 +67,44 @@ def optimize(module: Module) -> Module:
     manager = PassManager()
     manager.run(module, PassManager.resolve(OPTIMIZATIONS))
     return module
+
+
+def library_spec(interface: Interface) -> LibrarySpec:
+    """The shipped library's description (docs/c-abi.md) from the lowering's interface."""
+
+    def tensor(name: str, ty: Type) -> TensorSpec:
+        assert isinstance(ty, TensorType), f"{name} has type {ty}; entries take tensors"
+        return TensorSpec(name, ty.dtype.text, tuple(ty.shape))
+
+    params = tuple(tensor(n, t) for n, t in interface.params)
+    states: dict[str, StateSpec] = {}
+    entries = []
+    init = None
+    for e in interface.entries:
+        inputs = tuple(tensor(n, t) for n, t in e.inputs)
+        if e.kind == "init":
+            init = e.name
+            continue
+        state_names = tuple(f"{p}_{s}" for p, s, _ in e.states)
+        for (p, _, t), name in zip(e.states, state_names):
+            st = tensor(name, t)
+            states.setdefault(name, StateSpec(name, p, st.dtype, st.shape))
+        outputs = e.outputs
+        if e.kind == "train":
+            outputs = outputs[: len(outputs) - len(e.params) - len(e.states)]
+        entries.append(
+            EntrySpec(
+                e.name,
+                e.kind,
+                e.name,
+                inputs,
+                tuple(tensor(n, t) for n, t in outputs),
+                tuple(e.params),
+                state_names,
+                e.step is not None,
+                tensor("step", e.step).dtype if e.step is not None else "f32",
+            )
+        )
+    return LibrarySpec(
+        interface.name, f"telc {__version__}", params, tuple(states.values()), init, tuple(entries)
+    )

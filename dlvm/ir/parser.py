@@ -15,6 +15,7 @@ from dlvm.diagnostics import DiagnosticError
 from dlvm.ir import lexer as L
 from dlvm.ir.parse_body import BodyParser
 from dlvm.ir.parse_tokens import _Error, _unescape
+from dlvm.ir.schedule import TARGETS, Schedule
 from dlvm.ir.types import (
     VOID,
     AliasType,
@@ -277,9 +278,17 @@ class Parser(BodyParser):
             self.pos += 1
             self.expect_newline()
             self.skip_newlines()
-        if self.at("["):
-            declaration = self.declaration_line()
+        compute = False
+        schedule: Schedule | None = None
+        while self.at("["):
+            line = self.declaration_line()
             self.skip_newlines()
+            if line == "compute":
+                compute = True
+            elif isinstance(line, Schedule):
+                schedule = line
+            else:
+                declaration = line
         self.expect("func", "'func'")
         pos = self.pos
         name = self.expect_kind(L.GLOBAL, "a function name (@name)")[1:]
@@ -293,6 +302,8 @@ class Parser(BodyParser):
             self.error(f"a function needs a function type, found {ty}", type_pos)
         fn.type = ty
         fn.attributes = attributes
+        fn.compute = compute
+        fn.schedule = schedule
         if isinstance(declaration, tuple):
             of_name, of_pos, decl = declaration
             of = self.globals.get(of_name)
@@ -310,14 +321,33 @@ class Parser(BodyParser):
             self.error(f"expected '{{' to begin the body of @{name}, found {self.describe()}")
         self.expect_newline()
 
+    def schedule_line(self) -> Schedule:
+        """The rest of `[schedule TARGET key value …]` (dlvm.ir.schedule)."""
+        pos = self.pos
+        target = self.expect_kind(L.WORD, "a schedule target (cpu, cuda or host)")
+        if target not in TARGETS:
+            self.error(f"unknown schedule target '{target}' (expected cpu, cuda or host)", pos)
+        items = []
+        while not self.at("]"):
+            key = self.expect_kind(L.WORD, "a schedule key or ']'")
+            value = [self.int_(f"a number after '{key}'")]
+            while self.accept("x"):
+                value.append(self.int_(f"a number after 'x' in '{key}'"))
+            items.append((key, tuple(value)))
+        self.expect("]")
+        self.expect_newline()
+        return Schedule(target, tuple(items))
+
     def declaration_line(self) -> Any:
         self.expect("[")
         pos = self.pos
-        word = self.expect_kind(L.WORD, "'extern', 'gradient' or 'adjoint'")
-        if word == "extern":
+        word = self.expect_kind(L.WORD, "'extern', 'gradient', 'adjoint', 'compute' or 'schedule'")
+        if word in ("extern", "compute"):
             self.expect("]")
             self.expect_newline()
-            return EXTERN
+            return EXTERN if word == "extern" else "compute"
+        if word == "schedule":
+            return self.schedule_line()
         if word not in ("gradient", "adjoint"):
             self.error(f"unknown declaration kind '{word}'", pos)
         of_pos = self.pos

@@ -161,6 +161,10 @@ def block_text(block: Block, names: _Names) -> str:
 
 def function_text(fn: Function) -> str:
     lines = [f"!{a}" for a in fn.attributes]
+    if fn.compute:
+        lines.append("[compute]")
+    if fn.schedule is not None:
+        lines.append(str(fn.schedule))
     if fn.declaration is not None:
         decl = fn.declaration
         lines.append(f"[{decl}]" if isinstance(decl, str) else str(decl))

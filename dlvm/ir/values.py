@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dlvm.ir.literals import Literal, ScalarLiteral
+from dlvm.ir.schedule import Schedule
 from dlvm.ir.types import FunctionType, PointerType, Type, is_void
 
 if TYPE_CHECKING:
@@ -385,6 +386,8 @@ class Function(Value):
         "blocks",
         "attributes",
         "declaration",
+        "compute",
+        "schedule",
         "module",
         "revision",
         "loc",
@@ -397,6 +400,8 @@ class Function(Value):
         self.blocks: list[Block] = []
         self.attributes: list[str] = []  # `!inline` and friends, without the `!`
         self.declaration: GradientDecl | str | None = None  # EXTERN, a GradientDecl, or None
+        self.compute = False  # `[compute]`: a kernel outlined by compute generation
+        self.schedule: Schedule | None = None  # `[schedule …]`, from compute scheduling
         self.module: Module | None = None
         self.revision = 0
         self.loc = loc

@@ -1,41 +1,73 @@
-"""dlc: compiles a DLVM IR module. Today it reads, verifies and prints modules (`--emit ir`);
-LLVM IR, objects and shared libraries come with the code generator."""
+"""dlc: compiles a DLVM IR module: `--emit ir` (verified and printed), `--emit llvm` (optimised
+LLVM IR), `--emit so` (a shared library with every function an entry point, docs/c-abi.md).
+The kind defaults from the output's suffix (`-o m.so`), else ir."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from dlvm import __version__
 from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.printer import module_text
 from dlvm.tools.driver import EXIT_INPUT, EXIT_OK, EXIT_USAGE, load_module, report
 
-EMIT_KINDS = ("ir",)
+EMIT_KINDS = ("ir", "llvm", "so")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="dlc", description="Compile DLVM IR modules.")
     ap.add_argument("input", metavar="FILE")
-    ap.add_argument("--emit", default="ir", help="what to produce: " + ", ".join(EMIT_KINDS))
+    ap.add_argument("--emit", help="what to produce: " + ", ".join(EMIT_KINDS))
     ap.add_argument("-o", "--output", metavar="OUT")
+    ap.add_argument("--cpu", default="native", help="target CPU (native, x86-64-v3, …)")
     args = ap.parse_args(argv)
-    if args.emit not in EMIT_KINDS:
-        report(
-            [
-                Diagnostic(
-                    f"dlc cannot emit '{args.emit}' yet; it can emit: " + ", ".join(EMIT_KINDS)
-                )
-            ]
-        )
+    emit = args.emit or ("so" if args.output and args.output.endswith(".so") else "ir")
+    if emit not in EMIT_KINDS:
+        report([Diagnostic(f"dlc cannot emit '{emit}'; it can emit: " + ", ".join(EMIT_KINDS))])
+        return EXIT_USAGE
+    if emit == "so" and not args.output:
+        report([Diagnostic("dlc --emit so needs -o OUT.so")])
         return EXIT_USAGE
     try:
         module = load_module(args.input)
     except DiagnosticError as e:
         report(e.diagnostics)
         return EXIT_INPUT
-    text = module_text(module)
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
+    if emit == "ir":
+        return _write(module_text(module), args.output)
+    return _compile(module, emit, args)
+
+
+def _compile(module, emit: str, args: argparse.Namespace) -> int:
+    # Code generation loads llvmlite: only when asked for.
+    from dlvm.codegen.build import BuildError, build_library, schedule
+    from dlvm.codegen.llgen import compile_object
+    from dlvm.codegen.scalar import CodegenError
+    from dlvm.codegen.spec import module_spec
+    from dlvm.runtime import RuntimeBuildError
+    from dlvm.transforms.differentiation import Differentiation
+
+    try:
+        if module.stage == "raw":
+            Differentiation().run(module)
+        if emit == "llvm":
+            return _write(compile_object(schedule(module), cpu=args.cpu)[1], args.output)
+        build_library(module, module_spec(module, f"dlc {__version__}"), Path(args.output),
+                      cpu=args.cpu)  # fmt: skip
+    except DiagnosticError as e:
+        report(e.diagnostics)
+        return EXIT_INPUT
+    except (CodegenError, BuildError, RuntimeBuildError, ValueError) as e:
+        report([Diagnostic(f"cannot build: {e}")])
+        return EXIT_INPUT
+    return EXIT_OK
+
+
+def _write(text: str, output: str | None) -> int:
+    if output:
+        with open(output, "w", encoding="utf-8") as f:
             f.write(text)
     else:
         sys.stdout.write(text)

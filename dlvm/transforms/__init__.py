@@ -7,6 +7,8 @@ import difflib
 from dlvm.transforms.algebra_simplification import AlgebraSimplification
 from dlvm.transforms.checkpointing import Checkpointing
 from dlvm.transforms.common_subexpression_elimination import CommonSubexpressionElimination
+from dlvm.transforms.compute_generation import ComputeGeneration
+from dlvm.transforms.compute_scheduling import ComputeScheduling
 from dlvm.transforms.dead_code_elimination import DeadCodeElimination
 from dlvm.transforms.differentiation import Differentiation
 from dlvm.transforms.pass_base import FunctionPass, Pass
@@ -19,6 +21,8 @@ PASSES: dict[str, type[Pass]] = {
         DeadCodeElimination,
         AlgebraSimplification,
         Checkpointing,
+        ComputeGeneration,
+        ComputeScheduling,
     )
 }
 ALIASES: dict[str, str] = {p.alias: p.name for p in PASSES.values()}

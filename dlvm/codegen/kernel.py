@@ -1,0 +1,503 @@
+"""A `[compute]` function as LLVM IR (DESIGN.md section 2): a loop nest that writes the root's
+result, computing the pointwise instructions fused into it on the fly at each index.
+
+Each kernel becomes two functions: `body(ptr args, i64 begin, i64 end)`, the runtime's task
+signature, which runs the outermost loop from begin to end, and `kernel(ptr args)`, which runs
+the body on the calling thread or hands it to `dlrt_parallel_for` as the schedule says. `args`
+points to the kernel's input pointers followed by the output pointer."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from dlvm.codegen import scalar as S
+from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, unravel
+from dlvm.codegen.scalar import I64, PTR, CodegenError
+from dlvm.interp.reductions import window_padding
+from dlvm.ir.literals import AggregateLiteral, ScalarLiteral, SpecialLiteral
+from dlvm.ir.types import DataType, TensorType
+from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
+
+TASK = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
+KERNEL = ir.FunctionType(ir.VoidType(), [PTR])
+
+_COMBINE = {"add", "multiply", "max", "min", "and", "or"}
+
+
+def tensor_type(v: Value) -> TensorType:
+    t = v.type
+    assert isinstance(t, TensorType), f"expected a tensor, found {t}"
+    return t
+
+
+def constant_array(lit: LiteralValue) -> np.ndarray:
+    """A literal without nested uses as a flat NumPy array of its element values."""
+    t = tensor_type(lit)
+    n = math.prod(t.shape)
+    value = lit.literal
+    if isinstance(value, ScalarLiteral):
+        return np.full(n, value.value, dtype=object)
+    if isinstance(value, SpecialLiteral) and value.word in ("zero", "undefined"):
+        return np.zeros(n, dtype=object)
+    if isinstance(value, AggregateLiteral) and value.kind == "tensor":
+        parts = [constant_array(item) for item in value.items]  # type: ignore[arg-type]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=object)
+    raise CodegenError(f"literal {value} cannot be compiled")
+
+
+class KernelGen:
+    """Lowers one [compute] function into `module`; `entry` is the kernel(args) function."""
+
+    def __init__(self, module: ir.Module, fn: Function, symbol: str, parallel_for: ir.Function):
+        self.module = module
+        self.fn = fn
+        ret = fn.blocks[-1].instructions[-1]
+        root = ret.operands[0]
+        if len(fn.blocks) != 1 or not isinstance(root, Instruction):
+            raise CodegenError(f"@{fn.name}: a [compute] function must be one block")
+        self.root = root
+        self.body = ir.Function(module, TASK, symbol + ".body")
+        self.body.linkage = "internal"
+        self.entry = ir.Function(module, KERNEL, symbol)
+        self.entry.linkage = "internal"
+        self.parallel_for = parallel_for
+        self.memo: dict[tuple[int, tuple[int, ...]], tuple[ir.Value, list[ir.Value]]] = {}
+        self.ptrs: dict[Value, ir.Value] = {}
+        self.literal_count = 0
+
+    # The two functions ---------------------------------------------------------------------
+
+    def emit(self) -> ir.Function:
+        self.emit_body()
+        b = ir.IRBuilder(self.entry.append_basic_block("entry"))
+        (args,) = self.entry.args
+        extent = self.outer_extent()
+        sched = self.fn.schedule
+        if sched is not None and sched.get("parallel") and extent > 1:
+            grain = ir.Constant(I64, max(1, sched.get("grain", 1)))
+            b.call(self.parallel_for, [ir.Constant(I64, extent), grain, self.body, args])
+        else:
+            b.call(self.body, [args, ir.Constant(I64, 0), ir.Constant(I64, extent)])
+        b.ret_void()
+        return self.entry
+
+    def outer_extent(self) -> int:
+        """The trip count of the loop the body splits: the output's first dimension."""
+        out = tensor_type(self.root)
+        if self.root.opcode == "scan":  # one pass per axis over the whole tensor
+            return 1
+        if self.root.opcode == "dot" and len(out.shape) >= 1:
+            return out.shape[0] if len(out.shape) >= 2 else 1
+        return out.shape[0] if out.shape else 1
+
+    def emit_body(self) -> None:
+        b = ir.IRBuilder(self.body.append_basic_block("entry"))
+        self.b = b
+        args, begin, end = self.body.args
+        inputs = self.fn.arguments
+        for i, a in enumerate(inputs):
+            self.ptrs[a] = b.load(b.gep(args, [ir.Constant(I64, i)], source_etype=PTR), typ=PTR)
+        out = b.load(b.gep(args, [ir.Constant(I64, len(inputs))], source_etype=PTR), typ=PTR)
+        op = self.root.opcode
+        if op == "dot":
+            self.dot(out, begin, end)
+        elif op == "reduce":
+            self.reduce(out, begin, end)
+        elif op == "convolve":
+            self.convolve(out, begin, end)
+        elif op == "reduceWindow":
+            self.reduce_window(out, begin, end)
+        elif op == "scan":
+            self.scan(out)
+        else:
+            self.pointwise(out, begin, end)
+        b.ret_void()
+
+    # Root kinds ----------------------------------------------------------------------------
+
+    def pointwise(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
+        t = tensor_type(self.root)
+
+        def at(idx: list[ir.Value]) -> None:
+            self.memo.clear()
+            v = self.elem(self.root, idx)
+            self.store(out, idx, t, v)
+
+        if not t.shape:
+            at([])
+        else:
+            loop_nest(self.b, list(t.shape), at, first=(begin, end))
+
+    def reduce(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
+        b = self.b
+        root = self.root
+        src = root.operands[0]
+        st, t = tensor_type(src), tensor_type(root)
+        comb = root.attrs["comb"]
+        if comb not in _COMBINE:
+            raise CodegenError(f"@{self.fn.name}: reduce by '{comb}' is not compiled yet")
+        dims = sorted(root.attrs["dims"])
+        kept = [d for d in range(len(st.shape)) if d not in dims]
+        acc_slot = self.alloca(S.value_type(t.dtype))
+
+        def at(out_idx: list[ir.Value]) -> None:
+            self.memo.clear()
+            init = self.elem(root.operands[1], [])
+            b.store(init, acc_slot)
+
+            def inner(red_idx: list[ir.Value]) -> None:
+                self.memo.clear()
+                full: list[ir.Value] = [ir.Constant(I64, 0)] * len(st.shape)
+                for d, i in zip(kept, out_idx):
+                    full[d] = i
+                for d, i in zip(dims, red_idx):
+                    full[d] = i
+                x = self.elem(src, full)
+                acc = b.load(acc_slot)
+                b.store(S.binary(b, comb, acc, x, t.dtype), acc_slot)
+
+            loop_nest(b, [st.shape[d] for d in dims], inner)
+            self.store(out, out_idx, t, b.load(acc_slot))
+
+        if not t.shape:
+            at([])
+        else:
+            loop_nest(b, list(t.shape), at, first=(begin, end))
+
+    def dot(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
+        """out[…, i, j] = Σp a[…, i, p] · b[…, p, j], with j innermost so that rows of b and
+        of out stream through vector registers (two vectors give a scalar)."""
+        b = self.b
+        x, y = self.root.operands
+        xt, t = tensor_type(x), tensor_type(self.root)
+        dt = t.dtype
+        k = xt.shape[-1]
+        if len(xt.shape) == 1:  # vector · vector
+            slot = self.alloca(S.value_type(dt))
+            b.store(S.constant(dt, 0), slot)
+
+            def step(p: ir.Value) -> None:
+                self.memo.clear()
+                prod = S.binary(b, "multiply", self.elem(x, [p]), self.elem(y, [p]), dt)
+                b.store(S.binary(b, "add", b.load(slot), prod, dt), slot)
+
+            counted_loop(b, 0, k, step, name="p")
+            self.store(out, [], t, b.load(slot))
+            return
+        n = t.shape[-1]
+        zero = S.constant(dt, 0)
+
+        def row(idx: list[ir.Value]) -> None:
+            batch, i = idx[:-1], idx[-1]
+
+            def clear(j: ir.Value) -> None:
+                self.store(out, [*idx, j], t, zero)
+
+            counted_loop(b, 0, n, clear, name="z")
+
+            def step(p: ir.Value) -> None:
+                self.memo.clear()
+                a_ip = self.elem(x, [*batch, i, p])
+
+                def lane(j: ir.Value) -> None:
+                    self.memo.clear()
+                    prod = S.binary(b, "multiply", a_ip, self.elem(y, [*batch, p, j]), dt)
+                    ptr = self.address(out, [*idx, j], t)
+                    acc = S.load_element(b, ptr, dt)
+                    S.store_element(b, S.binary(b, "add", acc, prod, dt), ptr, dt)
+
+                counted_loop(b, 0, n, lane, name="j")
+
+            counted_loop(b, 0, k, step, name="p")
+
+        loop_nest(b, list(t.shape[:-1]), row, first=(begin, end))
+
+    def scan(self, out: ir.Value) -> None:
+        """Inclusive running folds along each listed axis in turn: the first pass reads the
+        operand, later ones rewrite `out` in place."""
+        b = self.b
+        root = self.root
+        t = tensor_type(root)
+        comb = root.attrs["comb"]
+        if comb not in _COMBINE:
+            raise CodegenError(f"@{self.fn.name}: scan by '{comb}' is not compiled yet")
+        slot = self.alloca(S.value_type(t.dtype))
+        for k, d in enumerate(root.attrs["dims"]):
+            others = [n for axis, n in enumerate(t.shape) if axis != d]
+
+            def read(idx: list[ir.Value], first: bool = k == 0) -> ir.Value:
+                if first:
+                    return self.elem(root.operands[0], idx)
+                return S.load_element(b, self.address(out, idx, t), t.dtype)
+
+            def line(rest: list[ir.Value], d: int = d, read=read) -> None:
+                def full(i: ir.Value) -> list[ir.Value]:
+                    return [*rest[:d], i, *rest[d:]]
+
+                self.memo.clear()
+                start = full(ir.Constant(I64, 0))
+                b.store(read(start), slot)
+                self.store(out, start, t, b.load(slot))
+
+                def step(i: ir.Value) -> None:
+                    self.memo.clear()
+                    acc = S.binary(b, comb, b.load(slot), read(full(i)), t.dtype)
+                    b.store(acc, slot)
+                    self.store(out, full(i), t, acc)
+
+                counted_loop(b, 1, t.shape[d], step, name="s")
+
+            loop_nest(b, others, line)
+
+    def reduce_window(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
+        """out[o] folds init and x[o·s + w − low] over the window offsets w; a position in
+        the padding contributes init (the interpreter pads with it)."""
+        b = self.b
+        root = self.root
+        x, init_v = root.operands
+        xt, t = tensor_type(x), tensor_type(root)
+        comb = root.attrs["comb"]
+        if comb not in _COMBINE:
+            raise CodegenError(f"@{self.fn.name}: reduceWindow by '{comb}' is not compiled yet")
+        dims, strides = root.attrs["dims"], root.attrs["strides"]
+        pads = [
+            window_padding(n, w, s, m, root.attrs["padding"])
+            for n, w, s, m in zip(xt.shape, dims, strides, t.shape)
+        ]
+        slot = self.alloca(S.value_type(t.dtype))
+
+        def at(o: list[ir.Value]) -> None:
+            self.memo.clear()
+            init = self.elem(init_v, [])
+            b.store(init, slot)
+
+            def tap(w: list[ir.Value]) -> None:
+                self.memo.clear()
+                pos = [
+                    b.sub(b.add(b.mul(oi, ir.Constant(I64, s)), wi), ir.Constant(I64, lo))
+                    for oi, wi, s, (lo, _) in zip(o, w, strides, pads)
+                ]
+                inside, clamped = self.clamp(pos, xt.shape)
+                v = b.select(inside, self.elem(x, clamped), init)
+                b.store(S.binary(b, comb, b.load(slot), v, t.dtype), slot)
+
+            loop_nest(b, list(dims), tap)
+            self.store(out, o, t, b.load(slot))
+
+        loop_nest(b, list(t.shape), at, first=(begin, end))
+
+    def convolve(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
+        """XLA's convolution (dlvm/interp/convolution.py), one output element at a time: the
+        sum over the group's input channels and the kernel taps of input × kernel, where the
+        input position of a tap is (p·stride + tap·rightDilation − padLow) / leftDilation
+        when that divides exactly and lands inside the input."""
+        b = self.b
+        root = self.root
+        x, k = root.operands
+        xt, kt, t = tensor_type(x), tensor_type(k), tensor_type(root)
+        n = len(xt.shape) - 2
+        a = root.attrs
+        strides = a.get("strides") or (1,) * n
+        padding = a.get("padding") or ((0, 0),) * n
+        ld = a.get("leftDilation") or (1,) * n
+        rd = a.get("rightDilation") or (1,) * n
+        groups = a.get("groups") or 1
+        cin_g, cout_g = kt.shape[1], kt.shape[0] // groups
+        dt = t.dtype
+        slot = self.alloca(S.value_type(dt))
+
+        def at(o: list[ir.Value]) -> None:
+            batch, oc, p = o[0], o[1], o[2:]
+            b.store(S.constant(dt, 0), slot)
+            base = b.mul(b.udiv(oc, ir.Constant(I64, cout_g)), ir.Constant(I64, cin_g))
+
+            def tap(ct: list[ir.Value]) -> None:
+                self.memo.clear()
+                c, taps = ct[0], ct[1:]
+                pos, ok = [], []
+                for pi, ti, s, r, (lo, _), dil in zip(p, taps, strides, rd, padding, ld):
+                    q = b.add(b.mul(pi, ir.Constant(I64, s)), b.mul(ti, ir.Constant(I64, r)))
+                    q = b.sub(q, ir.Constant(I64, lo))
+                    if dil > 1:
+                        ok.append(b.icmp_signed("==", b.srem(q, ir.Constant(I64, dil)),
+                                                ir.Constant(I64, 0)))  # fmt: skip
+                        q = b.sdiv(q, ir.Constant(I64, dil))
+                    pos.append(q)
+                inside, clamped = self.clamp(pos, xt.shape[2:])
+                for cond in ok:
+                    inside = b.and_(inside, cond)
+                xv = self.elem(x, [batch, b.add(base, c), *clamped])
+                xv = b.select(inside, xv, S.constant(dt, 0))
+                kv = self.elem(k, [oc, c, *taps])
+                acc = S.binary(b, "add", b.load(slot), S.binary(b, "multiply", xv, kv, dt), dt)
+                b.store(acc, slot)
+
+            loop_nest(b, [cin_g, *kt.shape[2:]], tap)
+            self.store(out, o, t, b.load(slot))
+
+        loop_nest(b, list(t.shape), at, first=(begin, end))
+
+    def clamp(self, pos: list[ir.Value], shape: tuple[int, ...]) -> tuple[ir.Value, list[ir.Value]]:
+        """Whether every position is inside the shape, and the positions clamped into it (so
+        that a load is always in bounds; the caller selects it away when outside)."""
+        b = self.b
+        inside: ir.Value = ir.Constant(S.I1, 1)
+        clamped = []
+        for q, n in zip(pos, shape):
+            ok = b.icmp_unsigned("<", q, ir.Constant(I64, n))
+            inside = b.and_(inside, ok)
+            clamped.append(b.select(ok, q, ir.Constant(I64, 0)))
+        return inside, clamped
+
+    # Elements ------------------------------------------------------------------------------
+
+    def alloca(self, ty: ir.Type) -> ir.Value:
+        """A stack slot in the entry block (promoted to a register by LLVM)."""
+        b = self.b
+        here = b.block
+        b.position_at_start(self.body.entry_basic_block)
+        slot = b.alloca(ty)
+        b.position_at_end(here)
+        return slot
+
+    def address(self, base: ir.Value, idx: list[ir.Value], t: TensorType) -> ir.Value:
+        off = linear_index(self.b, idx, t.shape)
+        return self.b.gep(base, [off], source_etype=S.memory_type(t.dtype))
+
+    def store(self, base: ir.Value, idx: list[ir.Value], t: TensorType, v: ir.Value) -> None:
+        S.store_element(self.b, v, self.address(base, idx, t), t.dtype)
+
+    def elem(self, v: Value, idx: list[ir.Value]) -> ir.Value:
+        """The element of v at idx, computed at the builder's position."""
+        # Keyed by identity; the entry keeps idx alive so that no id is reused while it lives.
+        key = (id(v), tuple(id(i) for i in idx))
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit[0]
+        result = self._elem(v, idx)
+        self.memo[key] = (result, idx)
+        return result
+
+    def _elem(self, v: Value, idx: list[ir.Value]) -> ir.Value:
+        b = self.b
+        if isinstance(v, Argument):
+            t = tensor_type(v)
+            return S.load_element(b, self.address(self.ptrs[v], idx, t), t.dtype)
+        if isinstance(v, LiteralValue):
+            return self.literal(v, idx)
+        assert isinstance(v, Instruction)
+        op = v.opcode
+        fam = v.op.family
+        t = tensor_type(v)
+        if fam in ("unary", "binary", "boolean", "compare"):
+            operands = [self.elem(o, self.broadcast(idx, t, o)) for o in v.operands]
+            if fam == "compare":
+                return S.compare(b, op, operands[0], operands[1], tensor_type(v.operands[0]).dtype)
+            if op == "not":
+                return b.not_(operands[0])
+            if len(operands) == 1:
+                return S.unary(b, op, operands[0], t.dtype)
+            return S.binary(b, op, operands[0], operands[1], t.dtype)
+        if op == "select":
+            x, y, c = (self.elem(o, self.broadcast(idx, t, o)) for o in v.operands)
+            return b.select(c, x, y)
+        if op == "dataTypeCast":
+            src = v.operands[0]
+            return S.cast(b, self.elem(src, idx), tensor_type(src).dtype, t.dtype)
+        if op == "literal":
+            return self.literal(v.operands[0], idx)  # type: ignore[arg-type]
+        if op == "transpose":
+            return self.elem(v.operands[0], list(reversed(idx)))
+        if op == "reverse":
+            flipped = list(idx)
+            for d in v.attrs["dims"]:
+                flipped[d] = b.sub(ir.Constant(I64, t.shape[d] - 1), idx[d])
+            return self.elem(v.operands[0], flipped)
+        if op == "slice":
+            first = b.add(idx[0], ir.Constant(I64, v.attrs["lo"]))
+            return self.elem(v.operands[0], [first, *idx[1:]])
+        if op == "padShape":
+            i = v.attrs["index"]
+            return self.elem(v.operands[0], idx[:i] + idx[i + 1 :])
+        if op == "squeezeShape":
+            i = v.attrs["index"]
+            return self.elem(v.operands[0], [*idx[:i], ir.Constant(I64, 0), *idx[i:]])
+        if op == "shapeCast":
+            src_t = tensor_type(v.operands[0])
+            flat = linear_index(b, idx, t.shape)
+            return self.elem(v.operands[0], unravel(b, flat, src_t.shape))
+        if op == "concatenate":
+            return self.concatenate(v, idx)
+        raise CodegenError(f"@{self.fn.name}: '{op}' cannot be fused into a kernel")
+
+    def broadcast(self, idx: list[ir.Value], t: TensorType, operand: Value) -> list[ir.Value]:
+        """The index of an elementwise operand (a scalar, or equal rank with 1s stretched)."""
+        ot = tensor_type(operand)
+        if not ot.shape:
+            return []
+        zero = ir.Constant(I64, 0)
+        return [zero if n == 1 and m != 1 else i for i, n, m in zip(idx, ot.shape, t.shape)]
+
+    def literal(self, lit: LiteralValue, idx: list[ir.Value]) -> ir.Value:
+        t = tensor_type(lit)
+        if isinstance(lit.literal, ScalarLiteral):
+            return S.constant(t.dtype, lit.literal.value)
+        if isinstance(lit.literal, SpecialLiteral) and lit.literal.word in ("zero", "undefined"):
+            return S.constant(t.dtype, 0)
+        values = constant_array(lit)
+        table = self.constant_table(values, t.dtype)
+        off = linear_index(self.b, idx, t.shape)
+        ptr = self.b.gep(table, [off], source_etype=S.memory_type(t.dtype))
+        return S.load_element(self.b, ptr, t.dtype)
+
+    def constant_table(self, values: np.ndarray, dt: DataType) -> ir.GlobalVariable:
+        mt = S.memory_type(dt)
+        items = [
+            ir.Constant(mt, int(bool(x)) if dt.is_bool else (float(x) if dt.is_float else int(x)))
+            for x in values
+        ]
+        ty = ir.ArrayType(mt, len(items))
+        name = f"{self.body.name}.lit{self.literal_count}"
+        self.literal_count += 1
+        g = ir.GlobalVariable(self.module, ty, name)
+        g.initializer = ir.Constant(ty, items)
+        g.global_constant = True
+        g.linkage = "private"
+        return g
+
+    def concatenate(self, v: Instruction, idx: list[ir.Value]) -> ir.Value:
+        """The element comes from the operand whose range along the axis holds idx[axis]:
+        a chain of branches, one per operand, meeting at a phi."""
+        b = self.b
+        axis = v.attrs["axis"]
+        t = tensor_type(v)
+        merge = self.body.append_basic_block("cat.merge")
+        incoming: list[tuple[ir.Value, ir.Block]] = []
+        start = 0
+        saved = dict(self.memo)
+        for k, operand in enumerate(v.operands):
+            size = tensor_type(operand).shape[axis]
+            local = [*idx[:axis], b.sub(idx[axis], ir.Constant(I64, start)), *idx[axis + 1 :]]
+            if k == len(v.operands) - 1:
+                self.memo = dict(saved)
+                incoming.append((self.elem(operand, local), b.block))
+                b.branch(merge)
+                break
+            here = self.body.append_basic_block(f"cat.{k}")
+            other = self.body.append_basic_block(f"cat.{k}.next")
+            b.cbranch(b.icmp_signed("<", idx[axis], ir.Constant(I64, start + size)), here, other)
+            b.position_at_end(here)
+            self.memo = dict(saved)
+            incoming.append((self.elem(operand, local), b.block))
+            b.branch(merge)
+            b.position_at_end(other)
+            start += size
+        b.position_at_end(merge)
+        self.memo = saved
+        phi = b.phi(S.value_type(t.dtype))
+        for value, block in incoming:
+            phi.add_incoming(value, block)
+        return phi

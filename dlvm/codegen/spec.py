@@ -1,0 +1,110 @@
+"""What a shipped library contains besides code: its name, parameters, optimiser state and entry
+points, each mapped onto the host function that computes it (docs/c-abi.md). Front ends build a
+LibrarySpec (telc from its Interface, dlc from the IR alone); the glue generator, the header, the
+manifest and the Python loader read it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A named tensor: `dtype` is an IR element type name (`f32`, `i64`, `bool`…); shape () is a
+    scalar."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """One optimiser state tensor of a parameter (`W1_m` of `W1`)."""
+
+    name: str
+    param: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class EntrySpec:
+    """An entry point. Its host function `dl_<host>` takes the inputs, then the parameters named
+    in `params` (in that order), then the states named in `states`, then the step when `step`
+    is set (a scalar of `step_dtype`), and returns the outputs; for a train entry, the outputs
+    are followed by the new values of `params` and then of `states`."""
+
+    name: str
+    kind: str  # "infer" | "train" | "export"
+    host: str
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    params: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+    step: bool = False
+    step_dtype: str = "f32"
+
+
+@dataclass(frozen=True)
+class LibrarySpec:
+    """A whole library. `init` is the host function that returns every parameter in `params`
+    order (None when the model has none)."""
+
+    name: str
+    compiler: str
+    params: tuple[TensorSpec, ...] = ()
+    states: tuple[StateSpec, ...] = ()
+    init: str | None = None
+    entries: tuple[EntrySpec, ...] = field(default_factory=tuple)
+
+    @property
+    def c_name(self) -> str:
+        return c_identifier(self.name)
+
+
+def c_identifier(name: str) -> str:
+    """A C identifier for a model or entry name (docs/c-abi.md section 1)."""
+    ident = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return "m_" + ident if not ident or ident[0].isdigit() else ident
+
+
+def host_symbol(function: str) -> str:
+    """The C symbol of a compiled IR host function (IR names may hold '.')."""
+    return "dl_" + re.sub(r"[^A-Za-z0-9_]", "_", function)
+
+
+def module_spec(module, compiler: str) -> LibrarySpec:
+    """The library of an IR module (`dlc m.dl -o m.so`): every function with a body whose
+    arguments are tensors becomes an export entry, its inputs named after the entry block's
+    arguments and its outputs `result` (or `result0`, `result1`… for a tuple)."""
+    from dlvm.ir.types import TensorType, TupleType  # the IR is a dependency of every user
+
+    def flat(t) -> list[TensorType]:
+        if isinstance(t, TupleType):
+            return [x for e in t.elements for x in flat(e)]
+        return [t] if isinstance(t, TensorType) else []
+
+    entries = []
+    for fn in module.functions:
+        if not fn.blocks or fn.is_declaration or fn.compute:
+            continue
+        args = fn.arguments
+        if any(not isinstance(a.type, TensorType) for a in args):
+            continue
+        results = flat(fn.type.result)
+        names = ["result"] if len(results) == 1 else [f"result{i}" for i in range(len(results))]
+        entries.append(
+            EntrySpec(
+                fn.name,
+                "export",
+                fn.name,
+                tuple(
+                    TensorSpec(a.name or f"arg{i}", a.type.dtype.text, a.type.shape)
+                    for i, a in enumerate(args)
+                ),  # fmt: skip
+                tuple(TensorSpec(n, t.dtype.text, t.shape) for n, t in zip(names, results)),
+            )
+        )
+    return LibrarySpec(module.name, compiler, entries=tuple(entries))

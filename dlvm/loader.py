@@ -1,0 +1,392 @@
+"""dlvm.load: a shipped model library (docs/c-abi.md) opened with ctypes, with one method per
+entry point that takes and returns NumPy arrays checked against the library's manifest. Needs
+only ctypes and NumPy: no llvmlite and no C compiler."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import re
+import struct
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dlvm.runtime import DType, Status
+
+ABI_VERSION = 1
+
+
+class LibraryError(RuntimeError):
+    """A non-OK status from a model library (a Status, or the int a library made up), with its
+    dlrt_last_error() message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        try:
+            self.status: int = Status(status)
+            name = Status(status).name
+        except ValueError:
+            self.status, name = status, f"status {status}"
+        self.message = message
+        super().__init__(f"{message} [{name}]")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (int(self.status), self.message))
+
+
+def load(
+    path: str | os.PathLike[str], device: str = "cpu", seed: int = 0, name: str | None = None
+) -> Model:
+    """Opens the model library at `path` and creates a model on `device` whose parameters are
+    initialised with random stream `seed`. `name` is the model's C name (NAME of NAME_create);
+    by default the one model the library exports."""
+    return Model(path, device=device, seed=seed, name=name)
+
+
+def dims(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+class Tensor:
+    """An argument, output or parameter as the manifest describes it."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.name: str = doc["name"]
+        self.dtype_name: str = doc["dtype"]
+        self.dtype = DType.from_ir(self.dtype_name).numpy
+        self.shape: tuple[int, ...] = tuple(doc["shape"])
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.dtype_name}{dims(self.shape)}"
+
+    def convert(self, value: Any, where: str) -> np.ndarray:
+        """`value` as a C-contiguous, aligned array of exactly this dtype and shape. Another
+        dtype is cast when np.can_cast allows it with 'same_kind' (f64 to f32, int to float, i64
+        to i32 when the values fit); anything else is a TypeError."""
+        what = f"{where} '{self.name}'"
+        arr = _as_array(value, what)
+        if arr.dtype != self.dtype:
+            ok = arr.dtype.kind in "biuf" and np.can_cast(arr.dtype, self.dtype, "same_kind")
+            if not ok:
+                raise TypeError(
+                    f"{what} must be {self.dtype_name}{dims(self.shape)}, got dtype {arr.dtype}"
+                    f" (which does not cast to {self.dtype} without changing kind)"
+                )
+            if self.dtype.kind in "iu" and arr.dtype.kind in "iu" and arr.size:
+                info = np.iinfo(self.dtype)
+                if arr.min() < info.min or arr.max() > info.max:
+                    raise ValueError(f"{what}: values do not fit in {self.dtype_name}")
+        if arr.shape != self.shape:
+            raise ValueError(
+                f"{what} must have shape {dims(self.shape)} ({self.dtype_name}),"
+                f" got {dims(arr.shape)}"
+            )
+        return np.require(arr, dtype=self.dtype, requirements=["C_CONTIGUOUS", "ALIGNED"])
+
+
+def _as_array(value: Any, what: str) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "__dlpack__"):
+        try:
+            return np.from_dlpack(value)
+        except (TypeError, ValueError, RuntimeError, BufferError) as e:
+            if not hasattr(value, "__array__"):
+                raise TypeError(f"{what}: NumPy cannot read this DLPack array ({e})") from e
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{what}: cannot be made an array ({e})") from e
+    return arr
+
+
+def _pointer(arr: np.ndarray) -> int:
+    # An empty array may have no storage; the library needs a non-NULL pointer all the same.
+    return arr.ctypes.data or _EMPTY.ctypes.data
+
+
+_EMPTY = np.zeros(8, np.uint8)
+
+
+class Entry:
+    """One entry point of a loaded model: call it with the inputs, positionally or by name;
+    returns the output, or a tuple of the outputs in manifest order (a 0-d output is a NumPy
+    scalar)."""
+
+    def __init__(self, model: Model, doc: dict[str, Any]) -> None:
+        self.model = model
+        self.name: str = doc["name"]
+        self.kind: str = doc["kind"]
+        self.symbol: str = doc["symbol"]
+        self.inputs = [Tensor(t) for t in doc["inputs"]]
+        self.outputs = [Tensor(t) for t in doc["outputs"]]
+        self._fn = model._function(self.symbol, 1 + len(self.inputs) + len(self.outputs))
+        self.__doc__ = f"{self.signature} ({self.kind} entry of model '{model.name}')"
+
+    @property
+    def signature(self) -> str:
+        ins = ", ".join(str(t) for t in self.inputs)
+        outs = ", ".join(str(t) for t in self.outputs) or "()"
+        return f"{self.name}({ins}) -> {outs}"
+
+    def __repr__(self) -> str:
+        return f"<dlvm entry {self.signature}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        where = f"{self.model.name}.{self.name}: input"
+        values = self._bind(args, kwargs)
+        arrays = [t.convert(v, where) for t, v in zip(self.inputs, values, strict=True)]
+        outs = [np.empty(t.shape, t.dtype) for t in self.outputs]
+        self.model._call(self._fn, *(_pointer(a) for a in [*arrays, *outs]))
+        results = [o[()] if o.ndim == 0 else o for o in outs]
+        if len(results) == 1:
+            return results[0]
+        return tuple(results) if results else None
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        names = [t.name for t in self.inputs]
+        listed = ", ".join(names) or "none"
+        if len(args) > len(names):
+            raise TypeError(
+                f"{self.model.name}.{self.name}() takes {len(names)} input(s) ({listed}),"
+                f" got {len(args)}"
+            )
+        values = dict(zip(names, args))
+        for key, value in kwargs.items():
+            if key not in names:
+                raise TypeError(
+                    f"{self.model.name}.{self.name}() has no input '{key}' (inputs: {listed})"
+                )
+            if key in values:
+                raise TypeError(
+                    f"{self.model.name}.{self.name}() got input '{key}' by position and by name"
+                )
+            values[key] = value
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise TypeError(
+                f"{self.model.name}.{self.name}() is missing input(s) "
+                + ", ".join(f"'{n}'" for n in missing)
+                + f" (inputs: {listed})"
+            )
+        return [values[n] for n in names]
+
+
+class Model:
+    """A model created from a shipped library (see `load`). Each entry point is a method named
+    after it (and always reachable as `model.entries[name]`). One call at a time: calls from
+    several threads are serialised."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        device: str = "cpu",
+        seed: int = 0,
+        name: str | None = None,
+    ) -> None:
+        self._handle: ctypes.c_void_p | None = None
+        self._lock = threading.RLock()
+        self.path = os.path.abspath(os.fspath(path))
+        self.device = device
+        self.seed = seed
+        if not isinstance(device, str):
+            raise TypeError(f"device must be a string such as 'cpu', got {device!r}")
+        if not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+        self._lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_LOCAL)
+        self.c_name = name if name is not None else library_name(self._lib, self.path)
+        self._last_error = self._lookup("dlrt_last_error")
+        self._last_error.restype = ctypes.c_char_p
+        self._last_error.argtypes = []
+        manifest = self._symbol("manifest")
+        manifest.restype = ctypes.c_char_p
+        manifest.argtypes = []
+        self.manifest: dict[str, Any] = json.loads(manifest().decode("utf-8"))
+        if self.manifest.get("abi") != ABI_VERSION:
+            raise ValueError(
+                f"{self.path}: library ABI {self.manifest.get('abi')!r} is not supported"
+                f" (this dlvm reads ABI {ABI_VERSION})"
+            )
+        self.name: str = self.manifest["name"]
+        self.param_specs = {p["name"]: Tensor(p) for p in self.manifest["params"]}
+        self._destroy = self._symbol("destroy")
+        self._destroy.restype = None
+        self._destroy.argtypes = [ctypes.c_void_p]
+        create = self._symbol("create")
+        create.restype = ctypes.c_int32
+        create.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_void_p)]
+        self._save = self._function(self.c_name + "_save", 2)
+        self._load = self._function(self.c_name + "_load", 2)
+        self._get_param = self._function(self.c_name + "_get_param", 3)
+        self._set_param = self._function(self.c_name + "_set_param", 3)
+        self.entries = {e["name"]: Entry(self, e) for e in self.manifest["entries"]}
+        handle = ctypes.c_void_p()
+        self._check(create(device.encode("utf-8"), seed, ctypes.byref(handle)))
+        self._handle = handle
+        for entry_name, entry in self.entries.items():
+            if entry_name.isidentifier() and not hasattr(self, entry_name):
+                setattr(self, entry_name, entry)
+
+    # -- the C calls --
+
+    def _symbol(self, suffix: str) -> Any:
+        return self._lookup(f"{self.c_name}_{suffix}")
+
+    def _lookup(self, symbol: str) -> Any:
+        try:
+            return self._lib[symbol]
+        except AttributeError:
+            raise ValueError(
+                f"{self.path} has no function {symbol}: not the library of a model"
+                f" named '{self.c_name}'"
+            ) from None
+
+    def _function(self, symbol: str, n_args: int) -> Any:
+        fn = self._lookup(symbol)
+        fn.restype = ctypes.c_int32
+        fn.argtypes = [ctypes.c_void_p] * n_args
+        return fn
+
+    def _check(self, status: int) -> None:
+        if status != 0:
+            raise LibraryError(status, self._last_error().decode("utf-8", "replace"))
+
+    def _call(self, fn: Any, *args: Any) -> None:
+        with self._lock:
+            if self._handle is None:
+                raise ValueError(f"model '{self.name}' is closed")
+            self._check(fn(self._handle, *args))
+
+    # -- parameters and checkpoints --
+
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        """A copy of every parameter, by name, in manifest order."""
+        return {n: self.get_param(n) for n in self.param_specs}
+
+    def _param(self, name: str) -> Tensor:
+        if name not in self.param_specs:
+            known = ", ".join(self.param_specs) or "none"
+            raise ValueError(f"model '{self.name}' has no parameter '{name}' (known: {known})")
+        return self.param_specs[name]
+
+    def get_param(self, name: str) -> np.ndarray:
+        spec = self._param(name)
+        out = np.empty(spec.shape, spec.dtype)
+        self._call(self._get_param, name.encode("utf-8"), _pointer(out))
+        return out
+
+    def set_param(self, name: str, value: Any) -> None:
+        arr = self._param(name).convert(value, f"{self.name}.set_param: parameter")
+        self._call(self._set_param, name.encode("utf-8"), _pointer(arr))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Writes the parameters, optimiser state and step count (safetensors, atomically)."""
+        self._call(self._save, os.fsencode(os.fspath(path)))
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Reads a checkpoint written by `save`; on error the model is unchanged."""
+        self._call(self._load, os.fsencode(os.fspath(path)))
+
+    # -- lifetime --
+
+    def close(self) -> None:
+        """Frees the model (once); later calls raise ValueError."""
+        with self._lock:
+            if self._handle is not None:
+                self._destroy(self._handle)
+                self._handle = None
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else self.device
+        lines = [f"<dlvm.Model '{self.name}' from {self.path} ({state}, seed {self.seed})"]
+        lines += [f"  {e.signature}  ({e.kind})" for e in self.entries.values()]
+        params = ", ".join(str(p) for p in self.param_specs.values())
+        lines.append(f"  params {params or '(none)'}>")
+        return "\n".join(lines)
+
+
+def library_name(lib: ctypes.CDLL, path: str) -> str:
+    """The NAME of the one model that library `path` exports: the prefix P of the P_manifest,
+    P_create and P_destroy functions of its ELF dynamic symbol table; where that cannot be read
+    (not ELF, no section headers), the file stem (without "lib") made a C identifier."""
+    symbols = elf_exported_functions(path) or []
+    found = set(symbols)
+    names = sorted(
+        s[: -len("_manifest")]
+        for s in symbols
+        if s.endswith("_manifest")
+        and {s[: -len("manifest")] + x for x in ("create", "destroy")} <= found
+    )
+    if len(names) > 1:
+        raise ValueError(f"{path} exports several models ({', '.join(names)}); pass name=")
+    if names:
+        return names[0]
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(path).split(".")[0])
+    for candidate in [stem, *([stem[3:]] if stem.startswith("lib") else [])]:
+        with contextlib.suppress(AttributeError):
+            lib[candidate + "_manifest"]
+            return candidate
+    raise ValueError(f"{path} is not a dlvm model library (no NAME_manifest function found)")
+
+
+def elf_exported_functions(path: str) -> list[str] | None:
+    """The defined global functions of the ELF file's dynamic symbol table, or None when the
+    file is not ELF."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF":
+        return None
+    try:
+        return _dynamic_functions(data)
+    except (struct.error, IndexError, ValueError):
+        return None
+
+
+def _dynamic_functions(data: bytes) -> list[str]:
+    wide = data[4] == 2
+    end = "<" if data[5] == 1 else ">"
+    if wide:
+        (shoff,) = struct.unpack_from(end + "Q", data, 0x28)
+        shentsize, shnum = struct.unpack_from(end + "HH", data, 0x3A)
+        section, symbol = end + "IIQQQQIIQQ", end + "IBBHQQ"
+    else:
+        (shoff,) = struct.unpack_from(end + "I", data, 0x20)
+        shentsize, shnum = struct.unpack_from(end + "HH", data, 0x2E)
+        section, symbol = end + "IIIIIIIIII", end + "IIIBBH"
+    sections = [struct.unpack_from(section, data, shoff + i * shentsize) for i in range(shnum)]
+    names = []
+    for sh in sections:
+        if sh[1] != 11:  # SHT_DYNSYM
+            continue
+        strings = sections[sh[6]][4]
+        for off in range(sh[4], sh[4] + sh[5], sh[9]):
+            fields = struct.unpack_from(symbol, data, off)
+            if wide:
+                name, info, shndx = fields[0], fields[1], fields[3]
+            else:
+                name, info, shndx = fields[0], fields[3], fields[5]
+            binding, kind = info >> 4, info & 0xF
+            if shndx == 0 or binding not in (1, 2) or kind != 2:  # defined GLOBAL/WEAK FUNC
+                continue
+            start = strings + name
+            names.append(data[start : data.index(b"\0", start)].decode("utf-8", "replace"))
+    return names

@@ -1,0 +1,296 @@
+"""The C runtime from Python (runtime/, docs/c-abi.md section 4): where it lives, building it into
+cached object files that every shipped library links, and a ctypes mirror of dlrt.h's enums and
+structs. The only module of dlvm that imports ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import functools
+import hashlib
+import os
+import shlex
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+# Flags every runtime object is compiled with (docs/c-abi.md section 4), before extra_flags.
+BASE_FLAGS = ("-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-pthread", "-Iruntime/include")
+
+# Part of every cache key: bump it when the way objects are built changes.
+_CACHE_FORMAT = "dlvm-runtime-1"
+
+
+class RuntimeBuildError(Exception):
+    """The C compiler is missing, or it failed on the runtime; the message carries its output."""
+
+
+def runtime_dir() -> Path:
+    """runtime/ of this checkout (it is not installed as package data yet)."""
+    return Path(__file__).resolve().parents[1] / "runtime"
+
+
+def default_cache_dir() -> Path:
+    """$DLVM_CACHE_DIR, else $XDG_CACHE_HOME/dlvm, else ~/.cache/dlvm."""
+    if override := os.environ.get("DLVM_CACHE_DIR"):
+        return Path(override)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "dlvm"
+
+
+@functools.cache
+def compiler_identity(command: tuple[str, ...]) -> str:
+    """The first line of `cc --version`: part of the cache key, so a new compiler rebuilds."""
+    done = _run([*command, "--version"], cwd=None)
+    if done.returncode != 0:
+        raise RuntimeBuildError(
+            f"the C compiler '{shlex.join(command)}' does not run: {done.stderr.strip()}"
+        )
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def build_runtime(
+    cc: str | None = None,
+    extra_flags: tuple[str, ...] = (),
+    cache_dir: Path | None = None,
+) -> list[Path]:
+    """Compiles runtime/src/*.c with `cc` (default $CC, else "cc"), BASE_FLAGS and `extra_flags`,
+    and returns the object files in source order. Objects are cached under a key of the sources,
+    headers, compiler identity and flags, reused when present and written atomically, so
+    parallel builds do not clash. The compiler runs in runtime/'s parent directory with that path
+    mapped away (-ffile-prefix-map), so objects are byte-identical wherever the checkout is."""
+    command = tuple(shlex.split(cc if cc is not None else os.environ.get("CC") or "cc"))
+    if not command:
+        raise RuntimeBuildError("no C compiler: the compiler command is empty")
+    root = runtime_dir()
+    sources = sorted((root / "src").glob("*.c"))
+    if not sources:
+        raise RuntimeBuildError(f"no runtime sources in {root / 'src'}")
+    flags = (*BASE_FLAGS, *extra_flags)
+    key = _cache_key(root, sources, command, flags)
+    target = (cache_dir if cache_dir is not None else default_cache_dir()) / f"runtime-{key}"
+    objects = [target / f"{src.stem}.o" for src in sources]
+    missing = [(src, obj) for src, obj in zip(sources, objects) if not obj.is_file()]
+    if missing:
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RuntimeBuildError(
+                f"cannot create the runtime cache {target}: {e.strerror} (set DLVM_CACHE_DIR)"
+            ) from None
+        # Not the C file's absolute path: one mapping for sources, __FILE__ and debug info.
+        mapped = (*flags, f"-ffile-prefix-map={root.parent}=.")
+        with ThreadPoolExecutor(max_workers=min(len(missing), os.cpu_count() or 1)) as pool:
+            for _ in pool.map(lambda job: _compile(command, mapped, root, *job), missing):
+                pass
+    return objects
+
+
+def _cache_key(
+    root: Path, sources: list[Path], command: tuple[str, ...], flags: tuple[str, ...]
+) -> str:
+    """A hash of everything that decides the objects' bytes (never of where root is)."""
+    digest = hashlib.sha256()
+
+    def add(part: bytes) -> None:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+
+    add(_CACHE_FORMAT.encode())
+    headers = sorted([*(root / "include").rglob("*.h"), *(root / "src").glob("*.h")])
+    for path in [*sources, *headers]:
+        add(path.relative_to(root).as_posix().encode())
+        add(path.read_bytes())
+    add(compiler_identity(command).encode())
+    for part in (*command, *flags):
+        add(part.encode())
+    return digest.hexdigest()[:24]
+
+
+def _compile(
+    command: tuple[str, ...], flags: tuple[str, ...], root: Path, src: Path, obj: Path
+) -> None:
+    """Compiles `src` into a temporary file beside `obj`, then renames it into place."""
+    fd, temp = tempfile.mkstemp(dir=obj.parent, prefix=f".{obj.stem}-", suffix=".o.tmp")
+    os.close(fd)
+    try:
+        relative = src.relative_to(root.parent).as_posix()
+        done = _run([*command, *flags, "-c", relative, "-o", temp], cwd=root.parent)
+        if done.returncode != 0:
+            raise RuntimeBuildError(
+                f"compiling the runtime's {src.name} failed ({shlex.join(command)}, "
+                f"exit status {done.returncode}):\n{done.stderr.strip()}"
+            )
+        os.replace(temp, obj)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
+
+
+def _run(args: list[str], cwd: Path | None) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=False)
+    except OSError as e:
+        raise RuntimeBuildError(f"cannot run the C compiler '{args[0]}': {e.strerror}") from None
+
+
+# ---- The ctypes mirror of dlrt.h (tests/unit/test_runtime.py keeps it in step) ----
+
+
+class Status(enum.IntEnum):
+    """dlrt_status (DLRT_OK, DLRT_ERR_*)."""
+
+    OK = 0
+    INVALID_ARGUMENT = 1
+    OUT_OF_MEMORY = 2
+    DEVICE = 3
+    IO = 4
+    FORMAT = 5
+    INTERNAL = 6
+
+
+class DType(enum.IntEnum):
+    """dlrt_dtype: the element types of tensors, named as in the IR."""
+
+    BOOL = 0
+    I8 = 1
+    I16 = 2
+    I32 = 3
+    I64 = 4
+    F16 = 5
+    F32 = 6
+    F64 = 7
+
+    @property
+    def ir_name(self) -> str:
+        """The IR's name of the type: "f32", "bool"…"""
+        return self.name.lower()
+
+    @property
+    def numpy(self) -> np.dtype:
+        return np.dtype(_NUMPY_TYPES[self])
+
+    @property
+    def size(self) -> int:
+        """Bytes per element (dlrt_dtype_size)."""
+        return self.numpy.itemsize
+
+    @classmethod
+    def from_ir(cls, name: str) -> DType:
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            raise ValueError(f"'{name}' is not an IR element type") from None
+
+    @classmethod
+    def from_numpy(cls, dtype: npt.DTypeLike) -> DType:
+        """The DType of a NumPy dtype in native byte order; ValueError for any other."""
+        wanted = np.dtype(dtype)
+        for member in cls:
+            if member.numpy == wanted:
+                return member
+        raise ValueError(f"NumPy dtype {wanted.str} has no dlrt_dtype")
+
+
+_NUMPY_TYPES: dict[DType, type] = {
+    DType.BOOL: np.bool_,
+    DType.I8: np.int8,
+    DType.I16: np.int16,
+    DType.I32: np.int32,
+    DType.I64: np.int64,
+    DType.F16: np.float16,
+    DType.F32: np.float32,
+    DType.F64: np.float64,
+}
+
+
+class DlrtTensor(ctypes.Structure):
+    """dlrt_tensor: a named contiguous row-major tensor for dlrt_save and dlrt_load."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_int),  # a DType
+        ("rank", ctypes.c_int32),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("data", ctypes.c_void_p),
+    ]
+
+
+class DLDeviceType(enum.IntEnum):
+    """DLPack v0.8 DLDeviceType (kDLCPU…)."""
+
+    CPU = 1
+    CUDA = 2
+    CUDAHost = 3
+    OpenCL = 4
+    Vulkan = 7
+    Metal = 8
+    VPI = 9
+    ROCM = 10
+    ROCMHost = 11
+    ExtDev = 12
+    CUDAManaged = 13
+    OneAPI = 14
+    WebGPU = 15
+    Hexagon = 16
+
+
+class DLDataTypeCode(enum.IntEnum):
+    """DLPack v0.8 DLDataTypeCode (kDLInt…)."""
+
+    Int = 0
+    UInt = 1
+    Float = 2
+    OpaqueHandle = 3
+    Bfloat = 4
+    Complex = 5
+    Bool = 6
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+    @classmethod
+    def of(cls, dtype: DType) -> DLDataType:
+        """The DLPack description of a dlrt dtype (bool is kDLBool with 8 bits)."""
+        if dtype is DType.BOOL:
+            code = DLDataTypeCode.Bool
+        elif dtype in (DType.F16, DType.F32, DType.F64):
+            code = DLDataTypeCode.Float
+        else:
+            code = DLDataTypeCode.Int
+        return cls(code, 8 * dtype.size, 1)
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DLManagedTensorDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+
+DLManagedTensor._fields_ = [
+    ("dl_tensor", DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", DLManagedTensorDeleter),
+]

@@ -1,0 +1,176 @@
+"""compute-generation (CG): groups each function's tensor work into kernels (DESIGN.md section 2)
+and outlines every kernel into a `[compute]` function called with `apply`; sets stage compute.
+
+A kernel has one root, the value it writes to memory, and the pointwise instructions that
+feed only it, computed on the fly at the index being written. A pointwise instruction
+(elementwise, compare, select, cast, shape-only, tensor literal) joins its consumer's kernel
+when that consumer is its only user, sits in the same block, and reads it at most once per
+element written: a pointwise instruction, or the reduced operand of a `reduce`. `dot`,
+`convolve`, `scan` and `reduceWindow` are roots whose operands are in memory; everything else
+(calls, tuples, control flow, random numbers, stacks) stays in the host function."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from dlvm.ir.builder import create
+from dlvm.ir.ops import lookup
+from dlvm.ir.types import FunctionType, TensorType
+from dlvm.ir.values import (
+    Argument,
+    Block,
+    Function,
+    Instruction,
+    LiteralValue,
+    Module,
+    Value,
+    fresh_name,
+)
+from dlvm.transforms.pass_base import Pass
+
+POINTWISE_FAMILIES = {"unary", "binary", "boolean", "compare", "select"}
+POINTWISE_OPS = {
+    "dataTypeCast",
+    "transpose",
+    "reverse",
+    "concatenate",
+    "slice",
+    "padShape",
+    "squeezeShape",
+    "shapeCast",
+    "literal",
+}
+ROOT_ONLY = {"dot", "convolve", "scan", "reduceWindow"}
+
+
+def is_pointwise(inst: Instruction) -> bool:
+    """Computable element by element from its operands' elements at known indices."""
+    if not isinstance(inst.type, TensorType):
+        return False
+    if inst.opcode == "literal":
+        lit = inst.operands[0]
+        return isinstance(lit, LiteralValue) and not any(True for _ in inst.uses())
+    return inst.op.family in POINTWISE_FAMILIES or inst.opcode in POINTWISE_OPS
+
+
+def is_kernel(inst: Instruction) -> bool:
+    """Whether the instruction belongs in a kernel rather than in the host function."""
+    if is_pointwise(inst) or inst.opcode in ROOT_ONLY:
+        return True
+    return inst.opcode == "reduce" and isinstance(inst.attrs["comb"], str)
+
+
+def fusable_into(user: Instruction, operand_index: int) -> bool:
+    """Whether `user` reads operand `operand_index` once per element it writes."""
+    if is_pointwise(user):
+        return True
+    return user.opcode == "reduce" and operand_index == 0 and is_kernel(user)
+
+
+class ComputeGeneration(Pass):
+    name = "compute-generation"
+    alias = "CG"
+    summary = "groups tensor work into [compute] kernels called with apply; sets stage compute"
+    stages = ("optimizable", "compute")
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        taken = {f.name for f in module.functions}
+        for fn in list(module.functions):
+            if fn.blocks and not fn.is_declaration and not fn.compute:
+                changed |= _outline_kernels(fn, module, taken)
+        changed |= module.stage != "compute"
+        module.stage = "compute"
+        return changed
+
+
+def _use_counts(fn: Function) -> Counter[Value]:
+    counts: Counter[Value] = Counter()
+    for inst in fn.instructions():
+        counts.update(inst.uses())
+    return counts
+
+
+def _outline_kernels(fn: Function, module: Module, taken: set[str]) -> bool:
+    counts = _use_counts(fn)
+    changed = False
+    index = module.functions.index(fn) + 1
+    for block in fn.blocks:
+        inlined = _inlined(block, counts)
+        for inst in list(block.instructions):
+            if is_kernel(inst) and inst not in inlined:
+                kernel = _outline(inst, inlined, fresh_name(f"{fn.name}_k", taken))
+                module.add_function(kernel, index)
+                index += 1
+                changed = True
+    return changed
+
+
+def _inlined(block: Block, counts: Counter[Value]) -> set[Instruction]:
+    """The pointwise instructions of the block computed inside their only user's kernel."""
+    out: set[Instruction] = set()
+    for user in block.instructions:
+        if not is_kernel(user):
+            continue
+        for i, v in enumerate(user.operands):
+            if (
+                isinstance(v, Instruction)
+                and v.block is block
+                and is_pointwise(v)
+                and counts[v] == 1
+                and fusable_into(user, i)
+            ):
+                out.add(v)
+    return out
+
+
+def _outline(root: Instruction, inlined: set[Instruction], name: str) -> Function:
+    """Moves root and the instructions inlined into it to a new [compute] function, leaving
+    `apply @name(inputs…)` in root's place."""
+    members: list[Instruction] = []
+    inputs: list[Value] = []
+
+    def visit(inst: Instruction) -> None:
+        for v in inst.operands:
+            if isinstance(v, Instruction) and v in inlined:
+                visit(v)
+            elif not isinstance(v, LiteralValue | Function) and v not in inputs:
+                inputs.append(v)
+        members.append(inst)
+
+    visit(root)
+    block = root.block
+    assert block is not None
+    order = {inst: i for i, inst in enumerate(block.instructions)}
+    members.sort(key=order.__getitem__)
+    kernel = Function(name, FunctionType(tuple(v.type for v in inputs), root.type))
+    kernel.compute = True
+    names = {m.name for m in members if m.name is not None}
+    args = [Argument(fresh_name(_arg_name(v, i), names), v.type) for i, v in enumerate(inputs)]
+    entry = Block("entry", args)
+    kernel.add_block(entry)
+    mapping: dict[Value, Value] = dict(zip(inputs, args))
+    for inst in members:
+        operands = [mapping.get(v, v) for v in inst.operands]
+        copy = Instruction(inst.op, operands, dict(inst.attrs), inst.type, inst.name, inst.loc)
+        entry.append(copy)
+        mapping[inst] = copy
+    ret = lookup("return")
+    assert ret is not None
+    entry.append(create(ret, [mapping[root]]))
+    call = create(lookup("apply"), [kernel, *inputs])  # type: ignore[arg-type]
+    call.name = root.name
+    call.loc = root.loc
+    block.insert(block.instructions.index(root), call)
+    fn = block.function
+    assert fn is not None
+    for inst in fn.instructions():
+        if any(v is root for v in inst.uses()):
+            inst.map_values(lambda v: call if v is root else v)
+    block.remove_all(set(members))
+    return kernel
+
+
+def _arg_name(v: Value, i: int) -> str:
+    name = getattr(v, "name", None)
+    return name if isinstance(name, str) else f"in{i}"

@@ -1,0 +1,212 @@
+/* dlrt.h: the whole API of the runtime linked into every shipped model library (docs/c-abi.md
+ * section 4): status codes and the thread-local last error, aligned memory and arenas, the thread
+ * pool, byte stacks for the differentiation tape, safetensors files, and the DLPack v0.8 structs.
+ *
+ * The runtime is compiled with -fvisibility=hidden, so every function here is private to the
+ * library that links it except those marked DLRT_EXPORT (only dlrt_last_error). Several models
+ * can therefore live in one process, each with its own copy of the runtime. */
+#ifndef DLRT_H_
+#define DLRT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Marks a symbol that the shipped library exports (default visibility). */
+#if defined(__GNUC__) || defined(__clang__)
+#define DLRT_EXPORT __attribute__((visibility("default")))
+#else
+#define DLRT_EXPORT
+#endif
+
+/* Lets the compiler check dlrt_error's format string against its arguments. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DLRT_PRINTF(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
+#else
+#define DLRT_PRINTF(fmt_index, first_arg)
+#endif
+
+/* ---- Status codes: 0 is success; the list is append-only (part of the ABI). ---- */
+
+typedef enum {
+    DLRT_OK = 0,
+    DLRT_ERR_INVALID_ARGUMENT = 1,
+    DLRT_ERR_OUT_OF_MEMORY = 2,
+    DLRT_ERR_DEVICE = 3,
+    DLRT_ERR_IO = 4,
+    DLRT_ERR_FORMAT = 5,
+    DLRT_ERR_INTERNAL = 6
+} dlrt_status;
+
+/* ---- Errors: one message per thread, set by every function that returns a non-OK status. ---- */
+
+/* Capacity of the message buffer, terminating NUL included; longer messages are cut and end in
+   "...". Part of the ABI: libraries built from this header share the buffer (see error.c). */
+#define DLRT_ERROR_CAPACITY 1024
+
+/* The calling thread's message for the last non-OK status; "" when none. Never NULL. */
+DLRT_EXPORT const char *dlrt_last_error(void);
+/* Sets the calling thread's message from a printf format and returns `code`. The arguments may
+   include dlrt_last_error() itself, to add context to an earlier message. */
+dlrt_status dlrt_error(dlrt_status code, const char *fmt, ...) DLRT_PRINTF(2, 3);
+/* Makes dlrt_last_error() return "" on the calling thread. */
+void dlrt_clear_error(void);
+
+/* ---- Memory: 64-byte aligned blocks; NULL (and a set error) when out of memory. ---- */
+
+/* A 64-byte aligned block of `bytes` bytes (a unique non-NULL block for 0 bytes). */
+void *dlrt_alloc(size_t bytes);
+/* Frees a block of dlrt_alloc; NULL does nothing. */
+void dlrt_free(void *p);
+
+/* Arena: a stack of frames in chunks; each host-function call takes one frame. A push that does
+   not fit in the current chunk starts a new chunk, so earlier pointers stay valid. */
+typedef struct dlrt_arena dlrt_arena;
+/* An empty arena whose first chunk holds `initial_bytes` (a default size for 0); NULL on OOM. */
+dlrt_arena *dlrt_arena_create(size_t initial_bytes);
+/* Frees the arena and every chunk; NULL does nothing. */
+void dlrt_arena_destroy(dlrt_arena *a);
+/* `bytes` bytes, 64-byte aligned, valid until a reset to a mark taken before this push. NULL
+   (and a set error) when out of memory or `a` is NULL. */
+void *dlrt_arena_push(dlrt_arena *a, size_t bytes);
+/* The current top of the arena, for a later dlrt_arena_reset; 0 for an empty (or NULL) arena. */
+size_t dlrt_arena_mark(const dlrt_arena *a);
+/* Pops every push made after `mark` was taken and frees the chunks they started. A mark above
+   the current top (or a NULL arena) does nothing. */
+void dlrt_arena_reset(dlrt_arena *a, size_t mark);
+
+/* ---- Thread pool ---- */
+
+/* One chunk of a parallel loop: indices [begin, end). */
+typedef void (*dlrt_task)(void *ctx, int64_t begin, int64_t end);
+/* Runs fn(ctx, begin, end) over [0, n) in chunks of at least `grain` indices (grain < 1 counts as
+   1) on the calling thread plus the pool's workers and returns after every chunk ran. Runs
+   inline as one chunk when n <= grain or with one thread, and inline (same chunks) when called
+   from inside a task. The chunks depend only on (n, grain, dlrt_num_threads()). n <= 0 or a
+   NULL fn does nothing. */
+void dlrt_parallel_for(int64_t n, int64_t grain, dlrt_task fn, void *ctx);
+/* Threads used by dlrt_parallel_for: the last dlrt_set_num_threads, else $DLRT_NUM_THREADS (a
+   positive integer), else the number of online CPUs; at most 1024. */
+int dlrt_num_threads(void);
+/* Sets the thread count (n < 1: back to the default); the pool is resized at the next loop. */
+void dlrt_set_num_threads(int n);
+
+/* ---- Stacks of bytes for the differentiation tape (createStack/push/pop) ---- */
+
+typedef struct dlrt_stack dlrt_stack;
+/* An empty stack; NULL (and a set error) on OOM. */
+dlrt_stack *dlrt_stack_create(void);
+/* Frees the stack; NULL does nothing. */
+void dlrt_stack_destroy(dlrt_stack *s);
+/* Pushes a copy of `bytes` bytes of `data`. */
+dlrt_status dlrt_stack_push(dlrt_stack *s, const void *data, size_t bytes);
+/* Pops the top `bytes` bytes into `out`; DLRT_ERR_FORMAT when fewer bytes are on the stack. */
+dlrt_status dlrt_stack_pop(dlrt_stack *s, void *out, size_t bytes);
+
+/* ---- Safetensors files (docs/c-abi.md section 3) ---- */
+
+/* Element types, named as in the IR (`bool` is one byte, 0 or 1); append-only. */
+typedef enum {
+    DLRT_BOOL = 0,
+    DLRT_I8 = 1,
+    DLRT_I16 = 2,
+    DLRT_I32 = 3,
+    DLRT_I64 = 4,
+    DLRT_F16 = 5,
+    DLRT_F32 = 6,
+    DLRT_F64 = 7
+} dlrt_dtype;
+
+/* A named contiguous row-major tensor; rank 0 is a scalar (shape may then be NULL). */
+typedef struct {
+    const char *name;
+    dlrt_dtype dtype;
+    int32_t rank;
+    const int64_t *shape;
+    void *data;
+} dlrt_tensor;
+
+/* Writes the tensors (header in the given order, after "__metadata__": {"format": "dlvm",
+   "model": model}) to `path` atomically: to `path.tmp.<pid>`, flushed and synced, then renamed
+   over `path`; on failure the temporary file is removed and `path` is untouched. */
+dlrt_status dlrt_save(const char *path, const char *model, const dlrt_tensor *ts, size_t n);
+/* Reads `path` and fills every entry's data, or changes nothing: the first `required` entries
+   must be in the file, later ones are optional (a missing optional entry keeps its data), and
+   every tensor in the file must be an entry with the same dtype and shape. */
+dlrt_status dlrt_load(const char *path, const dlrt_tensor *ts, size_t n, size_t required);
+/* Bytes per element of `t`; 0 for a value that is not a dlrt_dtype. */
+size_t dlrt_dtype_size(dlrt_dtype t);
+
+/* ---- DLPack v0.8 (https://github.com/dmlc/dlpack), the layout every framework exchanges ----
+   Skipped when dlpack.h was included first; include a newer dlpack.h before this header if its
+   additions are needed. */
+#ifndef DLPACK_DLPACK_H_
+#define DLPACK_DLPACK_H_
+
+#define DLPACK_VERSION 80
+#define DLPACK_ABI_VERSION 1
+
+typedef enum {
+    kDLCPU = 1,
+    kDLCUDA = 2,
+    kDLCUDAHost = 3,
+    kDLOpenCL = 4,
+    kDLVulkan = 7,
+    kDLMetal = 8,
+    kDLVPI = 9,
+    kDLROCM = 10,
+    kDLROCMHost = 11,
+    kDLExtDev = 12,
+    kDLCUDAManaged = 13,
+    kDLOneAPI = 14,
+    kDLWebGPU = 15,
+    kDLHexagon = 16
+} DLDeviceType;
+
+typedef struct {
+    DLDeviceType device_type;
+    int32_t device_id;
+} DLDevice;
+
+typedef enum {
+    kDLInt = 0,
+    kDLUInt = 1,
+    kDLFloat = 2,
+    kDLOpaqueHandle = 3,
+    kDLBfloat = 4,
+    kDLComplex = 5,
+    kDLBool = 6
+} DLDataTypeCode;
+
+typedef struct {
+    uint8_t code;   /* a DLDataTypeCode */
+    uint8_t bits;   /* bits per lane: 8, 16, 32, 64 */
+    uint16_t lanes; /* 1 for a scalar element */
+} DLDataType;
+
+typedef struct {
+    void *data;           /* start of the allocation (see byte_offset) */
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;       /* ndim extents */
+    int64_t *strides;     /* ndim strides in elements; NULL means compact row-major */
+    uint64_t byte_offset; /* from data to the first element */
+} DLTensor;
+
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;                              /* owner's state, for the deleter */
+    void (*deleter)(struct DLManagedTensor *self);  /* called by the consumer when done */
+} DLManagedTensor;
+
+#endif /* DLPACK_DLPACK_H_ */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLRT_H_ */

@@ -1,0 +1,49 @@
+/* safetensors.h: pieces shared by dlrt_save and dlrt_load (internal): the parsed header, and the
+ * checks of the caller's tensor entries. */
+#ifndef DLRT_SAFETENSORS_H_
+#define DLRT_SAFETENSORS_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlrt.h"
+#include "json.h"
+
+/* One tensor of a file's header. */
+typedef struct {
+    char *name;
+    char *dtype; /* the safetensors name ("F32"); any string the file holds */
+    int64_t *shape;
+    size_t rank;
+    int64_t begin; /* data_offsets, relative to the end of the header */
+    int64_t end;
+    size_t order; /* position in the header */
+} sf_tensor;
+
+/* A parsed header: its tensors sorted by name ("__metadata__" is checked, then dropped). */
+typedef struct {
+    sf_tensor *tensors;
+    size_t count;
+} sf_header;
+
+/* Parses the header JSON in `r`; false (with r->message) when it is malformed. `h` must be
+   freed with sf_header_free either way. */
+bool sf_parse_header(json_reader *r, sf_header *h);
+void sf_header_free(sf_header *h);
+/* The header's tensor called `name`, or NULL. */
+const sf_tensor *sf_find(const sf_header *h, const char *name);
+
+/* Checks the caller's entries for function `fn` (names, dtypes, shapes, data pointers, no name
+   twice) and sets bytes[i] to the size of entry i. *sorted (malloc'd, freed by the caller) gets
+   the entries sorted by name, for sf_find_entry. INVALID_ARGUMENT or OUT_OF_MEMORY otherwise. */
+dlrt_status sf_check_entries(const char *fn, const dlrt_tensor *ts, size_t n, size_t *bytes,
+                             const dlrt_tensor ***sorted);
+/* The entry called `name` among `sorted` (from sf_check_entries), or NULL. */
+const dlrt_tensor *sf_find_entry(const dlrt_tensor **sorted, size_t n, const char *name);
+/* The index of the first byte of `data` that is neither 0 nor 1, or `bytes` when none is. */
+size_t sf_first_bad_bool(const unsigned char *data, size_t bytes);
+/* Writes "[2, 3]" into buf, cut with "..." when it does not fit. */
+void sf_format_shape(char *buf, size_t cap, const int64_t *shape, size_t rank);
+
+#endif /* DLRT_SAFETENSORS_H_ */
