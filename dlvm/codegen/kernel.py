@@ -25,6 +25,7 @@ TASK = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
 KERNEL = ir.FunctionType(ir.VoidType(), [PTR])
 
 _COMBINE = {"add", "multiply", "max", "min", "and", "or"}
+DOT_ROWS = 4  # rows of a matrix product computed together (each row of b read once for all)
 
 
 def tensor_type(v: Value) -> TensorType:
@@ -190,30 +191,44 @@ class KernelGen:
         n = t.shape[-1]
         zero = S.constant(dt, 0)
 
-        def row(idx: list[ir.Value]) -> None:
-            batch, i = idx[:-1], idx[-1]
+        def rows(batch: list[ir.Value], i0: ir.Value, count: int) -> None:
+            """`count` rows from i0: each element of b read once serves all of them."""
+            idx = [b.add(i0, ir.Constant(I64, r)) if r else i0 for r in range(count)]
 
             def clear(j: ir.Value) -> None:
-                self.store(out, [*idx, j], t, zero)
+                for i in idx:
+                    self.store(out, [*batch, i, j], t, zero)
 
             counted_loop(b, 0, n, clear, name="z")
 
             def step(p: ir.Value) -> None:
                 self.memo.clear()
-                a_ip = self.elem(x, [*batch, i, p])
+                a_ip = [self.elem(x, [*batch, i, p]) for i in idx]
 
                 def lane(j: ir.Value) -> None:
                     self.memo.clear()
-                    prod = S.binary(b, "multiply", a_ip, self.elem(y, [*batch, p, j]), dt)
-                    ptr = self.address(out, [*idx, j], t)
-                    acc = S.load_element(b, ptr, dt)
-                    S.store_element(b, S.binary(b, "add", acc, prod, dt), ptr, dt)
+                    b_pj = self.elem(y, [*batch, p, j])
+                    for i, a in zip(idx, a_ip):
+                        prod = S.binary(b, "multiply", a, b_pj, dt)
+                        ptr = self.address(out, [*batch, i, j], t)
+                        acc = S.load_element(b, ptr, dt)
+                        S.store_element(b, S.binary(b, "add", acc, prod, dt), ptr, dt)
 
                 counted_loop(b, 0, n, lane, name="j")
 
             counted_loop(b, 0, k, step, name="p")
 
-        loop_nest(b, list(t.shape[:-1]), row, first=(begin, end))
+        if len(t.shape) == 2:  # rows [begin, end) in blocks of DOT_ROWS, then one at a time
+            blocks = b.udiv(b.sub(end, begin), ir.Constant(I64, DOT_ROWS))
+
+            def block(q: ir.Value) -> None:
+                rows([], b.add(begin, b.mul(q, ir.Constant(I64, DOT_ROWS))), DOT_ROWS)
+
+            counted_loop(b, 0, blocks, block, name="blk")
+            rest = b.add(begin, b.mul(blocks, ir.Constant(I64, DOT_ROWS)))
+            counted_loop(b, rest, end, lambda i: rows([], i, 1), name="row")
+            return
+        loop_nest(b, list(t.shape[:-1]), lambda idx: rows(idx[:-1], idx[-1], 1), first=(begin, end))
 
     def scan(self, out: ir.Value) -> None:
         """Inclusive running folds along each listed axis in turn: the first pass reads the

@@ -2,13 +2,15 @@
 llvmlite builder calls, with the interpreter's semantics (dlvm/interp/elementwise.py).
 
 Values in registers: floats as half/float/double, integers as iN, bools as i1 (stored as i8).
-Transcendental functions call LLVM intrinsics where LLVM has one and the C math library
-otherwise (libm: ≤ 1 ulp in glibc)."""
+f32 exp and tanh are inline approximations (dlvm.codegen.approx, ≤ 1.5 ulp) that vectorise;
+the other transcendental functions call LLVM intrinsics where LLVM has one and the C math
+library otherwise (glibc: ≤ 1 ulp for most, a few ulp for some)."""
 
 from __future__ import annotations
 
 from llvmlite import ir
 
+from dlvm.codegen import approx
 from dlvm.ir.types import DataType
 
 I1 = ir.IntType(1)
@@ -129,6 +131,8 @@ def unary(b: ir.IRBuilder, op: str, x: ir.Value, dt: DataType) -> ir.Value:
         return b.fdiv(ir.Constant(x.type, 1.0), call_math(b, "sqrt", [x]))
     if op == "digamma":
         raise CodegenError("digamma is not compiled yet (the interpreter has it)")
+    if dt is DataType.F32 and op in ("exp", "tanh"):  # vectorisable, ≤ 1.5 ulp
+        return approx.exp_f32(b, x) if op == "exp" else approx.tanh_f32(b, x)
     return call_math(b, op, [x])
 
 

@@ -1,0 +1,77 @@
+"""Vectorisable f32 approximations of exp and tanh as straight-line LLVM IR (no calls, so
+LLVM's loop vectoriser turns a kernel's loop into SIMD code).
+
+Accuracy, measured against float64 NumPy over the whole f32 range
+(tests/unit/test_codegen_approx.py):
+- exp: ≤ 1 ulp for results ≥ 2^-126 (Cephes' expf: a range reduction by ln 2 in two parts and a
+  degree-6 polynomial; 2^n applied as two factors so that n = 128 does not overflow the
+  exponent); 0 below (subnormal results are flushed), +inf above 88.72283, NaN stays NaN.
+- tanh: ≤ 1.5 ulp (Cephes' tanhf: an odd degree-11 polynomial for |x| < 0.625, else
+  1 - 2/(exp(2|x|) + 1) with the sign of x); NaN stays NaN.
+f64 and f16 use the math library (through LLVM intrinsics)."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+I32 = ir.IntType(32)
+F32 = ir.FloatType()
+
+_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+             1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
+_TANH_POLY = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
+              -3.33332819422e-1)  # fmt: skip
+EXP_HI = 88.72283
+EXP_LO = -87.33654
+
+
+def _c(v: float) -> ir.Constant:
+    return ir.Constant(F32, v)
+
+
+def _intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
+    fname = f"llvm.{name}.f32"
+    fn = b.module.globals.get(fname) or ir.Function(
+        b.module, ir.FunctionType(F32, [F32] * len(args)), fname
+    )
+    return b.call(fn, args)
+
+
+def _horner(b: ir.IRBuilder, x: ir.Value, coefficients: tuple[float, ...]) -> ir.Value:
+    p: ir.Value = _c(coefficients[0])
+    for k in coefficients[1:]:
+        p = b.fadd(b.fmul(p, x), _c(k))
+    return p
+
+
+def _pow2(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
+    """2^n for an i32 n in [-63, 64], built from its exponent bits."""
+    bits = b.shl(b.add(n, ir.Constant(I32, 127)), ir.Constant(I32, 23))
+    return b.bitcast(bits, F32)
+
+
+def exp_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    lo, hi = _c(EXP_LO), _c(EXP_HI)
+    xc = b.select(b.fcmp_ordered(">", x, hi), hi, b.select(b.fcmp_ordered("<", x, lo), lo, x))
+    n = _intrinsic(b, "floor", [b.fadd(b.fmul(xc, _c(1.44269504088896341)), _c(0.5))])
+    r = b.fsub(b.fsub(xc, b.fmul(n, _c(0.693359375))), b.fmul(n, _c(-2.12194440e-4)))
+    p = _horner(b, r, _EXP_POLY)
+    y = b.fadd(b.fadd(b.fmul(b.fmul(p, r), r), r), _c(1.0))
+    ni = b.fptosi(b.select(b.fcmp_unordered("!=", n, n), _c(0.0), n), I32)
+    half = b.ashr(ni, ir.Constant(I32, 1))
+    y = b.fmul(b.fmul(y, _pow2(b, half)), _pow2(b, b.sub(ni, half)))
+    y = b.select(b.fcmp_ordered(">", x, hi), _c(float("inf")), y)
+    y = b.select(b.fcmp_ordered("<", x, lo), _c(0.0), y)
+    return b.select(b.fcmp_unordered("!=", x, x), x, y)
+
+
+def tanh_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    a = _intrinsic(b, "fabs", [x])
+    z = b.fmul(x, x)
+    small = b.fadd(b.fmul(b.fmul(_horner(b, z, _TANH_POLY), z), x), x)
+    small = _intrinsic(b, "copysign", [small, x])  # tanh(-0) is -0
+    e = exp_f32(b, b.select(b.fcmp_ordered("<", a, _c(44.0)), b.fmul(a, _c(2.0)), _c(88.0)))
+    big = b.fsub(_c(1.0), b.fdiv(_c(2.0), b.fadd(e, _c(1.0))))
+    big = _intrinsic(b, "copysign", [big, x])
+    y = b.select(b.fcmp_ordered("<", a, _c(0.625)), small, big)
+    return b.select(b.fcmp_unordered("!=", x, x), x, y)
