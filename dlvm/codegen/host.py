@@ -15,6 +15,7 @@ from typing import Any, TypeAlias
 from llvmlite import ir
 
 from dlvm.codegen import scalar as S
+from dlvm.codegen.frame import FramePlan, storage_size
 from dlvm.codegen.kernel import tensor_type
 from dlvm.codegen.loops import counted_loop
 from dlvm.codegen.scalar import I8, I32, I64, PTR, CodegenError
@@ -96,7 +97,9 @@ class HostGen:
         self.kernels, self.hosts = kernels, hosts
         self.llfn = hosts[fn]
         self.values: dict[Value, HostValue] = {}
-        self.frame_size = 0
+        self.plan = FramePlan(fn)
+        self.frame_size = self.plan.size  # temporaries go past the planned owners
+        self.cursor: int | None = None
         self.offsets: list[tuple[ir.Instruction, int]] = []
         self.globals = 0
 
@@ -126,7 +129,7 @@ class HostGen:
         self.blocks = {blk: llfn.append_basic_block(f"b.{blk.name}") for blk in fn.blocks}
         for blk in fn.blocks[1:]:
             for a in blk.arguments:
-                self.values[a] = self.new_value(a.type)
+                self.values[a] = self.new_value(a.type, a)
         b.branch(self.blocks[fn.blocks[0]])
         for blk in fn.blocks:
             b.position_at_end(self.blocks[blk])
@@ -141,10 +144,16 @@ class HostGen:
             raise CodegenError(f"@{self.fn.name}: tuple arguments are not compiled yet")
         return ptrs[0]
 
-    def slot(self, t: TensorType) -> ir.Value:
-        """A fresh 64-byte-aligned slot of the frame."""
-        off = self.frame_size
-        self.frame_size += -(-max(nbytes(t), 1) // ALIGN) * ALIGN
+    def slot(self, t: TensorType | StackType) -> ir.Value:
+        """The next 64-byte-aligned slot: in the planned storage of the owner being laid out
+        (`self.cursor`), else fresh bytes past the plan."""
+        size = storage_size(t)
+        if self.cursor is not None:
+            off = self.cursor
+            self.cursor += size
+        else:
+            off = self.frame_size
+            self.frame_size += size
         return self.frame_offset(off)
 
     def frame_offset(self, off: int) -> ir.Value:
@@ -152,19 +161,24 @@ class HostGen:
         # which dominates every later use (SSA).
         return self.b.gep(self.frame, [ir.Constant(I64, off)], source_etype=I8)
 
-    def new_value(self, t: Type) -> HostValue:
+    def new_value(self, t: Type, owner: Value | None = None) -> HostValue:
+        """Storage for a value of type t: the owner's planned place (dlvm.codegen.frame), or
+        fresh bytes for a temporary."""
+        saved = self.cursor
+        self.cursor = self.plan.offset.get(owner) if owner is not None else None
+        try:
+            return self._layout(t)
+        finally:
+            self.cursor = saved
+
+    def _layout(self, t: Type) -> HostValue:
         if isinstance(t, TupleType):
-            return [self.new_value(e) for e in t.elements]
+            return [self._layout(e) for e in t.elements]
         if isinstance(t, TensorType):
             return self.slot(t)
         if isinstance(t, StackType):
-            return self.stack_slot()
+            return ("stack", self.slot(t))
         raise CodegenError(f"@{self.fn.name}: values of type {t} are not compiled yet")
-
-    def stack_slot(self) -> ir.Value:
-        off = self.frame_size
-        self.frame_size += ALIGN
-        return ("stack", self.frame_offset(off))  # type: ignore[return-value]
 
     def value(self, v: Value) -> HostValue:
         if isinstance(v, LiteralValue):
@@ -208,7 +222,7 @@ class HostGen:
         if not isinstance(callee, Function):
             raise CodegenError(f"@{self.fn.name}: calls through function values are not compiled")
         args = [p for v in inst.operands[1:] for p in flatten(self.value(v))]
-        out = self.new_value(inst.type)
+        out = self.new_value(inst.type, inst)
         self.values[inst] = out
         outs = flatten(out)
         if callee.compute:
@@ -253,7 +267,7 @@ class HostGen:
         if keys:  # then a tensor: the sub-tensor at the leading indices, copied
             part = tensor_type(inst)
             ptr = self.element_pointer(v, keys, self.element_source_type(inst, len(keys)))
-            out = self.new_value(part)
+            out = self.new_value(part, inst)
             self.copy(out, ptr, part)
             v = out
         self.values[inst] = v
@@ -264,7 +278,7 @@ class HostGen:
         if not isinstance(dest.type, TensorType):
             raise CodegenError(f"@{self.fn.name}: insert into a tuple is not compiled yet")
         dt = tensor_type(dest)
-        out = self.new_value(dt)
+        out = self.new_value(dt, inst)
         self.values[inst] = out
         self.copy(out, self.value(dest), dt)
         part = tensor_type(v)
@@ -327,7 +341,7 @@ class HostGen:
         t = tensor_type(inst)
         if not t.dtype.is_float:
             raise CodegenError(f"@{self.fn.name}: random integers are not compiled yet")
-        out = self.new_value(t)
+        out = self.new_value(t, inst)
         self.values[inst] = out
         lo_p, hi_p = (self.value(v) for v in inst.operands)
         lo = S.load_element(b, lo_p, t.dtype)
@@ -410,7 +424,7 @@ class HostGen:
     # The differentiation tape --------------------------------------------------------------
 
     def i_createStack(self, inst: Instruction) -> None:
-        slot = self.stack_slot()
+        slot = self.new_value(inst.type, inst)
         handle = self.b.call(self.rt.stack_create, [])
         self.b.store(handle, slot[1])  # type: ignore[index]
         self.values[inst] = slot
@@ -430,7 +444,7 @@ class HostGen:
 
     def i_pop(self, inst: Instruction) -> None:
         handle = self._handle(inst.operands[0])
-        out = self.new_value(inst.type)
+        out = self.new_value(inst.type, inst)
         self.values[inst] = out
         pairs = list(zip(flatten(out), flat_types(inst.type)))
         for p, t in reversed(pairs):  # pushed first to last: popped last to first
