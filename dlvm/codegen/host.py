@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 from llvmlite import ir
 
 from dlvm.codegen import scalar as S
-from dlvm.codegen.frame import FramePlan, storage_size
+from dlvm.codegen.frame import ALIGN, FramePlan, storage_size
 from dlvm.codegen.kernel import tensor_type
 from dlvm.codegen.loops import counted_loop
 from dlvm.codegen.scalar import I8, I32, I64, PTR, CodegenError
@@ -24,7 +24,6 @@ from dlvm.ir.literals import AggregateLiteral, ScalarLiteral
 from dlvm.ir.types import FunctionType, StackType, TensorType, TupleType, Type
 from dlvm.ir.values import Argument, Block, Function, Instruction, LiteralValue, Successor, Value
 
-ALIGN = 64
 STATUS_OUT_OF_MEMORY = 2
 
 
@@ -100,7 +99,6 @@ class HostGen:
         self.plan = FramePlan(fn)
         self.frame_size = self.plan.size  # temporaries go past the planned owners
         self.cursor: int | None = None
-        self.offsets: list[tuple[ir.Instruction, int]] = []
         self.globals = 0
 
     def emit(self) -> None:
