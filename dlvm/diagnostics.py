@@ -117,3 +117,9 @@ class DiagnosticError(Exception):
 
     def render(self, color: bool = False) -> str:
         return "\n".join(d.render(color) for d in self.diagnostics)
+
+
+class BuildFailure(Exception):
+    """A correct program that cannot be built into a library: a construct the code generator
+    does not compile yet, an entry point the C ABI cannot express, or a C toolchain failure.
+    Tools report its message as `cannot build: …` with exit status 1, never a traceback."""

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from dlvm.diagnostics import BuildFailure
+
 # Flags every runtime object is compiled with (docs/c-abi.md section 4), before extra_flags.
 BASE_FLAGS = ("-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-pthread", "-Iruntime/include")
 
@@ -25,7 +27,7 @@ BASE_FLAGS = ("-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-pthread", "-I
 _CACHE_FORMAT = "dlvm-runtime-1"
 
 
-class RuntimeBuildError(Exception):
+class RuntimeBuildError(BuildFailure):
     """The C compiler is missing, or it failed on the runtime; the message carries its output."""
 
 

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from dlvm.diagnostics import DiagnosticError
+from dlvm.diagnostics import BuildFailure, DiagnosticError
 from dlvm.ir.printer import module_text
 from dlvm.tools.driver import EXIT_INPUT, read_text, report
 from telc import __version__
@@ -103,21 +103,16 @@ def build(
         click.echo(text, nl=False)
 
 
-# Failures of code generation and of the C toolchain: the user's build cannot be made, and
-# the message says why (named here so that loading telc does not load llvmlite).
-_BUILD_FAILURES = ("CodegenError", "BuildError", "RuntimeBuildError")
-
-
 def _run(work):
     try:
         return work()
     except DiagnosticError as e:
         report(e.diagnostics)
         sys.exit(EXIT_INPUT)
+    except BuildFailure as e:
+        click.echo(f"telc: cannot build: {e}", err=True)
+        sys.exit(EXIT_INPUT)
     except Exception as e:
-        if type(e).__name__ in _BUILD_FAILURES:
-            click.echo(f"telc: cannot build: {e}", err=True)
-            sys.exit(EXIT_INPUT)
         if os.environ.get("TELC_TRACEBACK"):  # our bug, not the user's: no traceback unless asked
             raise
         click.echo(

@@ -12,18 +12,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from dlvm.codegen.glue import glue_source, header_source
 from dlvm.codegen.llgen import compile_object
 from dlvm.codegen.spec import LibrarySpec
+from dlvm.diagnostics import BuildFailure
 from dlvm.ir.values import Module
 from dlvm.runtime import build_runtime, runtime_dir
 from dlvm.transforms.compute_generation import ComputeGeneration
 from dlvm.transforms.compute_scheduling import ComputeScheduling
 
+T = TypeVar("T")
 
-class BuildError(Exception):
-    """The C compiler or linker failed; the message carries its output."""
+
+class BuildError(BuildFailure):
+    """The C compiler or linker failed, or an output cannot be written; the message says why."""
 
 
 @dataclass
@@ -55,7 +59,7 @@ def build_library(
     compiler = cc or os.environ.get("CC", "cc")
     timings: list[tuple[str, float]] = []
 
-    def step(name: str, work: Callable[[], object]) -> object:
+    def step(name: str, work: Callable[[], T]) -> T:
         if progress:
             progress(name)
         t0 = time.perf_counter()
@@ -63,30 +67,32 @@ def build_library(
         timings.append((name, time.perf_counter() - t0))
         return result
 
+    glue, header_text = glue_source(spec), header_source(spec)  # a bad spec fails first
     if module.stage != "schedule":
         step("compute stages", lambda: schedule(module))
-    compiled: tuple[bytes, str] = step("llvm", lambda: compile_object(module, cpu=cpu, opt=opt))  # type: ignore[assignment]
-    obj, llvm_ir = compiled
+    obj, llvm_ir = step("llvm", lambda: compile_object(module, cpu=cpu, opt=opt))
     runtime_objects = step("runtime", lambda: build_runtime(compiler))
+    include = runtime_dir() / "include"
     header = output.with_suffix(".h")
     with tempfile.TemporaryDirectory(prefix="dlvm-build-") as tmp:
         work = Path(tmp)
         (work / "model.o").write_bytes(obj)
-        (work / "glue.c").write_text(glue_source(spec), encoding="utf-8")
-        include = runtime_dir() / "include"
-        glue_o = work / "glue.o"
-        step("glue", lambda: _run([compiler, "-std=c11", "-O2", "-fPIC", "-fvisibility=hidden",
-                                    f"-I{include}", f"-ffile-prefix-map={work}=.",
-                                    "-c", "glue.c", "-o", str(glue_o)], work))  # fmt: skip
-        tmp_lib = work / output.name
-        step("link", lambda: _run([compiler, "-shared", "-o", str(tmp_lib), str(glue_o),
-                                    str(work / "model.o"), *map(str, runtime_objects),  # type: ignore[call-overload]
-                                    "-lm", "-pthread", "-ldl", f"-Wl,-soname,{output.name}",
-                                    "-Wl,--build-id=none"], work))  # fmt: skip
-        output.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(tmp_lib, output)
-    header.write_text(header_source(spec), encoding="utf-8")
-    shutil.copyfile(include / "dlrt.h", output.parent / "dlrt.h")
+        (work / "glue.c").write_text(glue, encoding="utf-8")
+        compile_glue = [compiler, "-std=c11", "-O2", "-fPIC", "-fvisibility=hidden",
+                        f"-I{include}", f"-ffile-prefix-map={work}=.", "-c", "glue.c",
+                        "-o", "glue.o"]  # fmt: skip
+        step("glue", lambda: _run(compile_glue, work))
+        link = [compiler, "-shared", "-o", output.name, "glue.o", "model.o",
+                *map(str, runtime_objects), "-lm", "-pthread", "-ldl",
+                f"-Wl,-soname,{output.name}", "-Wl,--build-id=none"]  # fmt: skip
+        step("link", lambda: _run(link, work))
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(work / output.name, output)
+            header.write_text(header_text, encoding="utf-8")
+            shutil.copyfile(include / "dlrt.h", output.parent / "dlrt.h")
+        except OSError as e:
+            raise BuildError(f"cannot write {e.filename or output}: {e.strerror}") from None
     return BuildResult(output, header, timings, llvm_ir)
 
 

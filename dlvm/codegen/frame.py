@@ -29,8 +29,7 @@ def storage_size(t: Type) -> int:
     if isinstance(t, StackType):
         return ALIGN
     assert isinstance(t, TensorType), t
-    elem = 1 if t.dtype.is_bool else t.dtype.bits // 8
-    return -(-max(math.prod(t.shape) * elem, 1) // ALIGN) * ALIGN
+    return -(-max(math.prod(t.shape) * t.dtype.size, 1) // ALIGN) * ALIGN
 
 
 class FramePlan:

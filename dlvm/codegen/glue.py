@@ -18,6 +18,13 @@ from dlvm.codegen.spec import (
     c_identifier,
     host_symbol,
 )
+from dlvm.diagnostics import BuildFailure
+
+
+class SpecError(BuildFailure, ValueError):
+    """A library description the C ABI cannot express (an entry named like an API function,
+    an unsupported step type, clashing names)."""
+
 
 ABI_VERSION = 1
 
@@ -177,38 +184,38 @@ class _Layout:
     def _check(self) -> None:
         spec = self.spec
         if len(self.index) != len(self.tensors):
-            raise ValueError(f"model '{spec.name}': parameter and state names must be unique")
+            raise SpecError(f"model '{spec.name}': parameter and state names must be unique")
         every: list[TensorSpec | StateSpec] = [*spec.params, *spec.states]
         every += [a for e in spec.entries for a in _args(e)]
         for t in every:
             if t.dtype not in DTYPES:
-                raise ValueError(f"model '{spec.name}': '{t.name}' has unknown dtype '{t.dtype}'")
+                raise SpecError(f"model '{spec.name}': '{t.name}' has unknown dtype '{t.dtype}'")
             if any(d < 0 for d in t.shape):
-                raise ValueError(f"model '{spec.name}': '{t.name}' has a negative dimension")
+                raise SpecError(f"model '{spec.name}': '{t.name}' has a negative dimension")
         params = {p.name for p in spec.params}
         for s in spec.states:
             if s.param not in params:
-                raise ValueError(f"state '{s.name}' belongs to unknown parameter '{s.param}'")
+                raise SpecError(f"state '{s.name}' belongs to unknown parameter '{s.param}'")
         states = {s.name for s in spec.states}
         for e in spec.entries:
             where = f"entry '{e.name}'"
             if e.kind not in ENTRY_KINDS:
-                raise ValueError(f"{where}: unknown kind '{e.kind}'")
+                raise SpecError(f"{where}: unknown kind '{e.kind}'")
             if c_identifier(e.name) in (*API_FUNCTIONS, "model"):
-                raise ValueError(f"{where}: the name clashes with {self.name}_{e.name}")
+                raise SpecError(f"{where}: the name clashes with {self.name}_{e.name}")
             for n in e.params:
                 if n not in params:
-                    raise ValueError(f"{where}: unknown parameter '{n}'")
+                    raise SpecError(f"{where}: unknown parameter '{n}'")
             for n in e.states:
                 if n not in states:
-                    raise ValueError(f"{where}: unknown state '{n}'")
+                    raise SpecError(f"{where}: unknown state '{n}'")
             if len(set(e.params)) != len(e.params) or len(set(e.states)) != len(e.states):
-                raise ValueError(f"{where}: a parameter or state is listed twice")
+                raise SpecError(f"{where}: a parameter or state is listed twice")
             if e.step and e.step_dtype not in STEP_DTYPES:
-                raise ValueError(f"{where}: unsupported step dtype '{e.step_dtype}'")
+                raise SpecError(f"{where}: unsupported step dtype '{e.step_dtype}'")
             names = [t.name for t in _args(e)]
             if len(set(names)) != len(names):
-                raise ValueError(f"{where}: argument names must be unique")
+                raise SpecError(f"{where}: argument names must be unique")
         exported = [f"{self.name}_{n}" for n in (*API_FUNCTIONS, "model")]
         exported += [self.symbol(e) for e in spec.entries]
         hosts = {h for h, _, _ in self.hosts()}
@@ -218,7 +225,7 @@ class _Layout:
             | {n for n in exported if n.startswith("dlrt_")}
         )
         if clash:
-            raise ValueError(f"model '{spec.name}': generated names clash: {', '.join(clash)}")
+            raise SpecError(f"model '{spec.name}': generated names clash: {', '.join(clash)}")
 
     def symbol(self, e: EntrySpec) -> str:
         return f"{self.name}_{c_identifier(e.name)}"
@@ -239,7 +246,7 @@ class _Layout:
         for e in self.spec.entries:
             sym, arity = host_symbol(e.host), self.host_arity(e)
             if found.setdefault(sym, arity) != arity:
-                raise ValueError(f"host function {sym} is called with two different signatures")
+                raise SpecError(f"host function {sym} is called with two different signatures")
         return [(sym, a, r) for sym, (a, r) in found.items()]
 
 

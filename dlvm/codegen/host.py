@@ -63,7 +63,7 @@ class Runtime:
 
 
 def nbytes(t: TensorType) -> int:
-    return math.prod(t.shape) * S.element_size(t.dtype)
+    return math.prod(t.shape) * t.dtype.size
 
 
 def flat_types(t: Type) -> list[TensorType]:
@@ -305,7 +305,7 @@ class HostGen:
                 self.check_index(i, t.shape[d])
             else:
                 raise CodegenError(f"@{self.fn.name}: a field key indexes a struct, not a tensor")
-            stride = math.prod(t.shape[d + 1 :]) * S.element_size(t.dtype)
+            stride = math.prod(t.shape[d + 1 :]) * t.dtype.size
             offset = b.add(offset, b.mul(i, ir.Constant(I64, stride)))
         return b.gep(base, [offset], source_etype=I8)
 

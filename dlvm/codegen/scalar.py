@@ -11,6 +11,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from dlvm.codegen import approx
+from dlvm.diagnostics import BuildFailure
 from dlvm.ir.types import DataType
 
 I1 = ir.IntType(1)
@@ -22,7 +23,7 @@ PTR = ir.PointerType()
 _FLOAT_TYPES = {16: ir.HalfType(), 32: ir.FloatType(), 64: ir.DoubleType()}
 
 
-class CodegenError(Exception):
+class CodegenError(BuildFailure):
     """A construct the code generator cannot compile; the message says which and where."""
 
 
@@ -38,10 +39,6 @@ def value_type(dt: DataType) -> ir.Type:
 def memory_type(dt: DataType) -> ir.Type:
     """The in-memory type of one element (bools are bytes)."""
     return I8 if dt.is_bool else value_type(dt)
-
-
-def element_size(dt: DataType) -> int:
-    return 1 if dt.is_bool else dt.bits // 8
 
 
 def load_element(b: ir.IRBuilder, ptr: ir.Value, dt: DataType) -> ir.Value:

@@ -8,6 +8,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from dlvm.ir.types import FunctionType, TensorType, TupleType, Type
+from dlvm.ir.values import Module
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -75,13 +78,12 @@ def host_symbol(function: str) -> str:
     return "dl_" + re.sub(r"[^A-Za-z0-9_]", "_", function)
 
 
-def module_spec(module, compiler: str) -> LibrarySpec:
+def module_spec(module: Module, compiler: str) -> LibrarySpec:
     """The library of an IR module (`dlc m.dl -o m.so`): every function with a body whose
     arguments are tensors becomes an export entry, its inputs named after the entry block's
     arguments and its outputs `result` (or `result0`, `result1`… for a tuple)."""
-    from dlvm.ir.types import TensorType, TupleType  # the IR is a dependency of every user
 
-    def flat(t) -> list[TensorType]:
+    def flat(t: Type) -> list[TensorType]:
         if isinstance(t, TupleType):
             return [x for e in t.elements for x in flat(e)]
         return [t] if isinstance(t, TensorType) else []
@@ -90,10 +92,11 @@ def module_spec(module, compiler: str) -> LibrarySpec:
     for fn in module.functions:
         if not fn.blocks or fn.is_declaration or fn.compute:
             continue
-        args = fn.arguments
-        if any(not isinstance(a.type, TensorType) for a in args):
+        args = [(a.name, a.type) for a in fn.arguments if isinstance(a.type, TensorType)]
+        ty = fn.type
+        if len(args) != len(fn.arguments) or not isinstance(ty, FunctionType):
             continue
-        results = flat(fn.type.result)
+        results = flat(ty.result)
         names = ["result"] if len(results) == 1 else [f"result{i}" for i in range(len(results))]
         entries.append(
             EntrySpec(
@@ -101,9 +104,9 @@ def module_spec(module, compiler: str) -> LibrarySpec:
                 "export",
                 fn.name,
                 tuple(
-                    TensorSpec(a.name or f"arg{i}", a.type.dtype.text, a.type.shape)
-                    for i, a in enumerate(args)
-                ),  # fmt: skip
+                    TensorSpec(name or f"arg{i}", t.dtype.text, t.shape)
+                    for i, (name, t) in enumerate(args)
+                ),
                 tuple(TensorSpec(n, t.dtype.text, t.shape) for n, t in zip(names, results)),
             )
         )

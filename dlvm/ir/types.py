@@ -48,6 +48,11 @@ class DataType(enum.Enum):
         return self.base is Base.BOOL
 
     @property
+    def size(self) -> int:
+        """Bytes one element takes in memory (a bool takes a byte)."""
+        return max(1, self.bits // 8)
+
+    @property
     def is_numeric(self) -> bool:
         return self.base is not Base.BOOL
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from dlvm import __version__
-from dlvm.diagnostics import Diagnostic, DiagnosticError
+from dlvm.diagnostics import BuildFailure, Diagnostic, DiagnosticError
 from dlvm.ir.printer import module_text
 from dlvm.tools.driver import EXIT_INPUT, EXIT_OK, EXIT_USAGE, load_module, report
 
@@ -42,11 +42,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _compile(module, emit: str, args: argparse.Namespace) -> int:
     # Code generation loads llvmlite: only when asked for.
-    from dlvm.codegen.build import BuildError, build_library, schedule
+    from dlvm.codegen.build import build_library, schedule
     from dlvm.codegen.llgen import compile_object
-    from dlvm.codegen.scalar import CodegenError
     from dlvm.codegen.spec import module_spec
-    from dlvm.runtime import RuntimeBuildError
     from dlvm.transforms.differentiation import Differentiation
 
     try:
@@ -59,7 +57,7 @@ def _compile(module, emit: str, args: argparse.Namespace) -> int:
     except DiagnosticError as e:
         report(e.diagnostics)
         return EXIT_INPUT
-    except (CodegenError, BuildError, RuntimeBuildError, ValueError) as e:
+    except BuildFailure as e:
         report([Diagnostic(f"cannot build: {e}")])
         return EXIT_INPUT
     return EXIT_OK
