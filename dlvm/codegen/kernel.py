@@ -15,17 +15,18 @@ from llvmlite import ir
 
 from dlvm.codegen import scalar as S
 from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, unravel
+from dlvm.codegen.matmul import MatMul
 from dlvm.codegen.scalar import I64, PTR, CodegenError
 from dlvm.interp.reductions import window_padding
 from dlvm.ir.literals import AggregateLiteral, ScalarLiteral, SpecialLiteral
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
+from dlvm.transforms.compute_generation import kernel_core
 
 TASK = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
 KERNEL = ir.FunctionType(ir.VoidType(), [PTR])
 
 _COMBINE = {"add", "multiply", "max", "min", "and", "or"}
-DOT_ROWS = 4  # rows of a matrix product computed together (each row of b read once for all)
 
 
 def tensor_type(v: Value) -> TensorType:
@@ -60,6 +61,11 @@ class KernelGen:
         if len(fn.blocks) != 1 or not isinstance(root, Instruction):
             raise CodegenError(f"@{fn.name}: a [compute] function must be one block")
         self.root = root
+        self.core = kernel_core(fn)
+        if self.core is not root and self.core.type != root.type:
+            raise CodegenError(f"@{fn.name}: a dot's epilogue must have the dot's type")
+        if sum(inst.opcode == "dot" for inst in fn.blocks[0].instructions) > 1:
+            raise CodegenError(f"@{fn.name}: a [compute] function holds at most one dot")
         self.body = ir.Function(module, TASK, symbol + ".body")
         self.body.linkage = "internal"
         self.entry = ir.Function(module, KERNEL, symbol)
@@ -87,11 +93,9 @@ class KernelGen:
 
     def outer_extent(self) -> int:
         """The trip count of the loop the body splits: the output's first dimension."""
-        out = tensor_type(self.root)
-        if self.root.opcode == "scan":  # one pass per axis over the whole tensor
+        out = tensor_type(self.core)
+        if self.core.opcode == "scan":  # one pass per axis over the whole tensor
             return 1
-        if self.root.opcode == "dot" and len(out.shape) >= 1:
-            return out.shape[0] if len(out.shape) >= 2 else 1
         return out.shape[0] if out.shape else 1
 
     def emit_body(self) -> None:
@@ -102,9 +106,12 @@ class KernelGen:
         for i, a in enumerate(inputs):
             self.ptrs[a] = b.load(b.gep(args, [ir.Constant(I64, i)], source_etype=PTR), typ=PTR)
         out = b.load(b.gep(args, [ir.Constant(I64, len(inputs))], source_etype=PTR), typ=PTR)
-        op = self.root.opcode
-        if op == "dot":
-            self.dot(out, begin, end)
+        self.out = out
+        op = self.core.opcode
+        if op == "dot" and tensor_type(self.core).shape:
+            self.matmul(out, begin, end)
+        elif op == "dot":
+            self.dot(out)
         elif op == "reduce":
             self.reduce(out, begin, end)
         elif op == "convolve":
@@ -168,67 +175,37 @@ class KernelGen:
         else:
             loop_nest(b, list(t.shape), at, first=(begin, end))
 
-    def dot(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
-        """out[…, i, j] = Σp a[…, i, p] · b[…, p, j], with j innermost so that rows of b and
-        of out stream through vector registers (two vectors give a scalar)."""
+    def matmul(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
+        """A matrix product (dlvm.codegen.matmul) over the thread's rows, or over its share of
+        the first batch dimension when there is one."""
+        t = tensor_type(self.core)
+        sched = self.fn.schedule
+        lanes = sched.get("vectorize", 1) if sched is not None else 1
+        product = MatMul(self, self.core, out, max(1, lanes))
+        if len(t.shape) == 2:
+            product.emit([], begin, end)
+            return
+        rows = ir.Constant(I64, t.shape[-2])
+        loop_nest(
+            self.b, list(t.shape[:-2]),
+            lambda batch: product.emit(batch, ir.Constant(I64, 0), rows), first=(begin, end),
+        )  # fmt: skip
+
+    def dot(self, out: ir.Value) -> None:
+        """The scalar product of two vectors."""
         b = self.b
         x, y = self.root.operands
-        xt, t = tensor_type(x), tensor_type(self.root)
-        dt = t.dtype
-        k = xt.shape[-1]
-        if len(xt.shape) == 1:  # vector · vector
-            slot = self.alloca(S.value_type(dt))
-            b.store(S.constant(dt, 0), slot)
+        dt = tensor_type(self.root).dtype
+        slot = self.alloca(S.value_type(dt))
+        b.store(S.constant(dt, 0), slot)
 
-            def step(p: ir.Value) -> None:
-                self.memo.clear()
-                prod = S.binary(b, "multiply", self.elem(x, [p]), self.elem(y, [p]), dt)
-                b.store(S.binary(b, "add", b.load(slot), prod, dt), slot)
+        def step(p: ir.Value) -> None:
+            self.memo.clear()
+            prod = S.binary(b, "multiply", self.elem(x, [p]), self.elem(y, [p]), dt)
+            b.store(S.binary(b, "add", b.load(slot), prod, dt), slot)
 
-            counted_loop(b, 0, k, step, name="p")
-            self.store(out, [], t, b.load(slot))
-            return
-        n = t.shape[-1]
-        zero = S.constant(dt, 0)
-
-        def rows(batch: list[ir.Value], i0: ir.Value, count: int) -> None:
-            """`count` rows from i0: each element of b read once serves all of them."""
-            idx = [b.add(i0, ir.Constant(I64, r)) if r else i0 for r in range(count)]
-
-            def clear(j: ir.Value) -> None:
-                for i in idx:
-                    self.store(out, [*batch, i, j], t, zero)
-
-            counted_loop(b, 0, n, clear, name="z")
-
-            def step(p: ir.Value) -> None:
-                self.memo.clear()
-                a_ip = [self.elem(x, [*batch, i, p]) for i in idx]
-
-                def lane(j: ir.Value) -> None:
-                    self.memo.clear()
-                    b_pj = self.elem(y, [*batch, p, j])
-                    for i, a in zip(idx, a_ip):
-                        prod = S.binary(b, "multiply", a, b_pj, dt)
-                        ptr = self.address(out, [*batch, i, j], t)
-                        acc = S.load_element(b, ptr, dt)
-                        S.store_element(b, S.binary(b, "add", acc, prod, dt), ptr, dt)
-
-                counted_loop(b, 0, n, lane, name="j")
-
-            counted_loop(b, 0, k, step, name="p")
-
-        if len(t.shape) == 2:  # rows [begin, end) in blocks of DOT_ROWS, then one at a time
-            blocks = b.udiv(b.sub(end, begin), ir.Constant(I64, DOT_ROWS))
-
-            def block(q: ir.Value) -> None:
-                rows([], b.add(begin, b.mul(q, ir.Constant(I64, DOT_ROWS))), DOT_ROWS)
-
-            counted_loop(b, 0, blocks, block, name="blk")
-            rest = b.add(begin, b.mul(blocks, ir.Constant(I64, DOT_ROWS)))
-            counted_loop(b, rest, end, lambda i: rows([], i, 1), name="row")
-            return
-        loop_nest(b, list(t.shape[:-1]), lambda idx: rows(idx[:-1], idx[-1], 1), first=(begin, end))
+        counted_loop(b, 0, tensor_type(x).shape[0], step, name="p")
+        S.store_element(b, b.load(slot), out, dt)
 
     def scan(self, out: ir.Value) -> None:
         """Inclusive running folds along each listed axis in turn: the first pass reads the
@@ -403,6 +380,9 @@ class KernelGen:
             return S.load_element(b, self.address(self.ptrs[v], idx, t), t.dtype)
         if isinstance(v, LiteralValue):
             return self.literal(v, idx)
+        if v is self.core and v is not self.root:  # an epilogue reads the product from out
+            t = tensor_type(v)
+            return S.load_element(b, self.address(self.out, idx, t), t.dtype)
         assert isinstance(v, Instruction)
         op = v.opcode
         fam = v.op.family

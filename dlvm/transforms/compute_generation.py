@@ -5,9 +5,16 @@ A kernel has one root, the value it writes to memory, and the pointwise instruct
 feed only it, computed on the fly at the index being written. A pointwise instruction
 (elementwise, compare, select, cast, shape-only, tensor literal) joins its consumer's kernel
 when that consumer is its only user, sits in the same block, and reads it at most once per
-element written: a pointwise instruction, or the reduced operand of a `reduce`. `dot`,
-`convolve`, `scan` and `reduceWindow` are roots whose operands are in memory; everything else
-(calls, tuples, control flow, random numbers, stacks) stays in the host function."""
+element written: a pointwise instruction, or the reduced operand of a `reduce`. `convolve`,
+`scan` and `reduceWindow` are roots whose operands are in memory; everything else (calls,
+tuples, control flow, random numbers, stacks) stays in the host function.
+
+A matrix `dot` takes a prologue and an epilogue. Its right operand may be any pointwise
+instruction (the kernel packs it strip by strip); its left operand only a transpose or a pad or
+squeeze of shape, whose elements cost nothing but addressing, since each is read once per strip
+of columns. And a `dot` whose only user is an elementwise chain of its own shape and type
+(bias, activation, the derivative of one) is computed inside that chain's kernel, which applies
+the chain to each tile of the product as soon as the tile is done."""
 
 from __future__ import annotations
 
@@ -41,6 +48,8 @@ POINTWISE_OPS = {
     "literal",
 }
 ROOT_ONLY = {"dot", "convolve", "scan", "reduceWindow"}
+ELEMENTWISE_FAMILIES = {"unary", "binary", "boolean", "compare", "select"}
+ADDRESS_ONLY = {"transpose", "padShape", "squeezeShape"}
 
 
 def is_pointwise(inst: Instruction) -> bool:
@@ -61,10 +70,30 @@ def is_kernel(inst: Instruction) -> bool:
 
 
 def fusable_into(user: Instruction, operand_index: int) -> bool:
-    """Whether `user` reads operand `operand_index` once per element it writes."""
+    """Whether a pointwise operand can be computed inside `user`'s kernel: `user` reads it
+    once per element it writes, or it is a matrix product's operand (a prologue)."""
     if is_pointwise(user):
         return True
+    if user.opcode == "dot":
+        return _is_matrix_product(user)
     return user.opcode == "reduce" and operand_index == 0 and is_kernel(user)
+
+
+def _is_matrix_product(dot: Instruction) -> bool:
+    t = dot.type
+    return isinstance(t, TensorType) and bool(t.shape) and not t.dtype.is_bool
+
+
+def kernel_core(fn: Function) -> Instruction:
+    """The instruction that shapes a [compute] function's loop nest: its `dot` if it has one
+    (the root is then the dot's epilogue), otherwise its root."""
+    entry = fn.blocks[0]
+    dot = next((inst for inst in entry.instructions if inst.opcode == "dot"), None)
+    if dot is not None:
+        return dot
+    root = fn.blocks[-1].instructions[-1].operands[0]
+    assert isinstance(root, Instruction)
+    return root
 
 
 class ComputeGeneration(Pass):
@@ -107,7 +136,8 @@ def _outline_kernels(fn: Function, module: Module, taken: set[str]) -> bool:
 
 
 def _inlined(block: Block, counts: Counter[Value]) -> set[Instruction]:
-    """The pointwise instructions of the block computed inside their only user's kernel."""
+    """The instructions of the block computed inside their only user's kernel: pointwise
+    ones, and matrix products inside their epilogue."""
     out: set[Instruction] = set()
     for user in block.instructions:
         if not is_kernel(user):
@@ -121,7 +151,56 @@ def _inlined(block: Block, counts: Counter[Value]) -> set[Instruction]:
                 and fusable_into(user, i)
             ):
                 out.add(v)
+    for inst in block.instructions:
+        if inst.opcode == "dot" and inst.operands[0] in out:
+            _keep_cheap_prologue(inst.operands[0], out)  # type: ignore[arg-type]
+    out |= _epilogue_dots(block, counts, out)
     return out
+
+
+def _keep_cheap_prologue(operand: Instruction, inlined: set[Instruction]) -> None:
+    """A dot's left operand stays fused only when it is addressing over values in memory."""
+    tree, cheap = [operand], True
+    while tree:
+        inst = tree.pop()
+        cheap &= inst.opcode in ADDRESS_ONLY
+        tree += [v for v in inst.operands if isinstance(v, Instruction) and v in inlined]
+    if not cheap:
+        inlined.discard(operand)
+
+
+def _epilogue_dots(
+    block: Block, counts: Counter[Value], inlined: set[Instruction]
+) -> set[Instruction]:
+    """The matrix products whose only user starts an elementwise chain of their own shape,
+    ending at a kernel root of their type (one product per root)."""
+    user_of: dict[Value, Instruction] = {}
+    for inst in block.instructions:
+        for v in inst.operands:
+            user_of[v] = inst
+    out: set[Instruction] = set()
+    roots: set[Instruction] = set()
+    for dot in block.instructions:
+        if dot.opcode != "dot" or not _is_matrix_product(dot) or counts[dot] != 1:
+            continue
+        assert isinstance(dot.type, TensorType)
+        shape = dot.type.shape
+        cur: Instruction = dot
+        while (user := user_of.get(cur)) is not None and _elementwise_of_shape(user, shape):
+            if user not in inlined:
+                if user.type == dot.type and user not in roots:
+                    roots.add(user)
+                    out.add(dot)
+                break
+            cur = user
+    return out
+
+
+def _elementwise_of_shape(inst: Instruction, shape: tuple[int, ...]) -> bool:
+    t = inst.type
+    if not isinstance(t, TensorType) or t.shape != shape:
+        return False
+    return inst.op.family in ELEMENTWISE_FAMILIES or inst.opcode == "dataTypeCast"
 
 
 def _outline(root: Instruction, inlined: set[Instruction], name: str) -> Function:

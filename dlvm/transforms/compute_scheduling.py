@@ -13,6 +13,7 @@ import math
 from dlvm.ir.schedule import Schedule
 from dlvm.ir.types import TensorType
 from dlvm.ir.values import Function, Instruction, Module
+from dlvm.transforms.compute_generation import kernel_core
 from dlvm.transforms.pass_base import Pass
 
 # Work (elements touched) below which a kernel runs on one thread: waking a worker costs a
@@ -42,7 +43,7 @@ class ComputeScheduling(Pass):
         return changed
 
     def kernel_schedule(self, fn: Function) -> Schedule:
-        root = _root(fn)
+        root = kernel_core(fn)
         out = root.type
         assert isinstance(out, TensorType)
         lanes = max(1, self.vector_bits // max(8, out.dtype.bits))
@@ -54,13 +55,6 @@ class ComputeScheduling(Pass):
         if parallel:
             items.append(("grain", (min(grain, outer),)))
         return Schedule("cpu", tuple(items))
-
-
-def _root(fn: Function) -> Instruction:
-    ret = fn.blocks[-1].instructions[-1]
-    root = ret.operands[0]
-    assert isinstance(root, Instruction)
-    return root
 
 
 def _work(root: Instruction) -> int:

@@ -77,6 +77,41 @@ case("dot-batched", ["<2 x 3 x 4 x f32>", "<2 x 4 x 5 x f32>"], "<2 x 3 x 5 x f3
 case("dot-vectors", ["<37 x f64>", "<37 x f64>"], "f64", "%r = dot %a: <37 x f64>, %b: <37 x f64>")
 case("dot-large-parallel", ["<256 x 300 x f32>", "<300 x 67 x f32>"], "<256 x 67 x f32>",
      "%r = dot %a: <256 x 300 x f32>, %b: <300 x 67 x f32>")  # fmt: skip
+# The tiled product: leftover rows and columns, several slices of p, few-row tiles, f64, i32.
+case("dot-tiles", ["<13 x 600 x f32>", "<600 x 37 x f32>"], "<13 x 37 x f32>",
+     "%r = dot %a: <13 x 600 x f32>, %b: <600 x 37 x f32>")  # fmt: skip
+case("dot-two-rows", ["<2 x 9 x f32>", "<9 x 70 x f32>"], "<2 x 70 x f32>",
+     "%r = dot %a: <2 x 9 x f32>, %b: <9 x 70 x f32>")  # fmt: skip
+case("dot-f64", ["<7 x 300 x f64>", "<300 x 11 x f64>"], "<7 x 11 x f64>",
+     "%r = dot %a: <7 x 300 x f64>, %b: <300 x 11 x f64>")  # fmt: skip
+case("dot-i32", ["<8 x 5 x i32>", "<5 x 19 x i32>"], "<8 x 19 x i32>",
+     "%r = dot %a: <8 x 5 x i32>, %b: <5 x 19 x i32>")  # fmt: skip
+case("dot-column", ["<9 x 4 x f32>", "<4 x 1 x f32>"], "<9 x 1 x f32>",
+     "%r = dot %a: <9 x 4 x f32>, %b: <4 x 1 x f32>")  # fmt: skip
+# Epilogues and prologues fused into the product (tests/filecheck/codegen shows the fusion).
+case("dot-epilogue-bias-tanh", ["<13 x 20 x f32>", "<20 x 17 x f32>", "<1 x 17 x f32>"],
+     "<13 x 17 x f32>",
+     "%d = dot %a: <13 x 20 x f32>, %b: <20 x 17 x f32>",
+     "%s = add %d: <13 x 17 x f32>, %c: <1 x 17 x f32>",
+     "%r = tanh %s: <13 x 17 x f32>")  # fmt: skip
+case("dot-epilogue-relu-derivative", ["<7 x 3 x f32>", "<3 x 9 x f32>", "<7 x 9 x f32>"],
+     "<7 x 9 x f32>",
+     "%d = dot %a: <7 x 3 x f32>, %b: <3 x 9 x f32>",
+     "%p = greaterThan %c: <7 x 9 x f32>, 0: f32",
+     "%r = select %d: <7 x 9 x f32>, 0: f32 by %p: <7 x 9 x bool>")  # fmt: skip
+case("dot-epilogue-batched", ["<3 x 5 x 4 x f64>", "<3 x 4 x 6 x f64>"], "<3 x 5 x 6 x f64>",
+     "%d = dot %a: <3 x 5 x 4 x f64>, %b: <3 x 4 x 6 x f64>",
+     "%r = subtract %d: <3 x 5 x 6 x f64>, 1: f64")  # fmt: skip
+case("dot-read-twice", ["<5 x 4 x f32>", "<4 x 6 x f32>"], "<5 x 6 x f32>",
+     "%d = dot %a: <5 x 4 x f32>, %b: <4 x 6 x f32>",
+     "%r = multiply %d: <5 x 6 x f32>, %d: <5 x 6 x f32>")  # fmt: skip
+case("dot-prologue-transposes", ["<11 x 7 x f32>", "<19 x 11 x f32>"], "<7 x 19 x f32>",
+     "%t = transpose %a: <11 x 7 x f32>",
+     "%u = transpose %b: <19 x 11 x f32>",
+     "%r = dot %t: <7 x 11 x f32>, %u: <11 x 19 x f32>")  # fmt: skip
+case("dot-prologue-scaled", ["<300 x 7 x f32>", "<7 x 23 x f32>"], "<300 x 23 x f32>",
+     "%s = multiply %b: <7 x 23 x f32>, 0.5: f32",
+     "%r = dot %a: <300 x 7 x f32>, %s: <7 x 23 x f32>")  # fmt: skip
 case("transpose-3d", ["<2 x 3 x 5 x f32>"], "<5 x 3 x 2 x f32>",
      "%r = transpose %a: <2 x 3 x 5 x f32>")  # fmt: skip
 case("reverse", ["<4 x 3 x 5 x f32>"], "<4 x 3 x 5 x f32>",

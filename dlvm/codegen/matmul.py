@@ -1,0 +1,261 @@
+"""The `dot` kernel: a register-blocked, cache-tiled matrix product emitted as LLVM IR, with
+the kernel's elementwise epilogue (bias, activation) applied to each tile while it is hot.
+
+out[…, i, j] = Σp a[…, i, p] · b[…, p, j] is computed in tiles of `rows` × `width` elements
+of out held in vector registers (accumulators) across a slice of p (`depth` long, so that the
+slice of b a tile reads stays in L1 while the thread's rows pass over it). Loop order, from
+outside in: slices of p, strips of `width` columns of b, tiles of `rows` rows of the thread's
+share. Each step of p loads `width / lanes` vectors of b and broadcasts `rows` elements of a
+into `rows × width / lanes` fused multiply-adds. The first slice starts the accumulators at
+zero, later ones at what the tile holds; after the last slice the epilogue rewrites the tile
+in place (out[idx] = epilogue(out[idx], …), each element read before it is written).
+
+b is read where it lies when it is a kernel argument (row-major in memory); a `b` computed by
+the kernel (a transposed or scaled matrix fused in as a prologue) is first packed, one strip
+and slice at a time, into a stack buffer laid out the same way. Elements of a are read one by
+one (`KernelGen.elem`), so a shape-only prologue such as a transpose costs only addressing.
+
+Row and column counts need not divide the tile: leftover rows are one shorter tile, leftover
+columns one narrower strip (LLVM vectors of any width)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from dlvm.codegen import scalar as S
+from dlvm.codegen.loops import counted_loop
+from dlvm.codegen.scalar import I32, I64
+from dlvm.ir.types import TensorType
+from dlvm.ir.values import Argument, Instruction
+
+if TYPE_CHECKING:
+    from dlvm.codegen.kernel import KernelGen
+
+DEPTH = 256  # at most this many steps of p per slice: a 16-column strip of b is 16 KiB (f32)
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """A tile of `rows` × (`vectors` × `lanes`) accumulators, slices of `depth` steps of p."""
+
+    rows: int
+    vectors: int
+    lanes: int
+    depth: int
+    slices: int
+
+    @property
+    def width(self) -> int:
+        return self.vectors * self.lanes
+
+
+def tiling(m: int, k: int, lanes: int) -> Tiling:
+    """Tile shape for m rows: 6 × 2 vectors (12 accumulators and 3 more registers fit the 16
+    vector registers of AVX2); with fewer rows, more column vectors keep enough independent
+    multiply-add chains in flight to hide their latency."""
+    rows, vectors = (6, 2) if m >= 6 else (m, 2) if m >= 3 else (max(m, 1), 4)
+    slices = max(1, math.ceil(k / DEPTH))
+    return Tiling(rows, vectors, lanes, math.ceil(k / slices) if k else 0, slices)
+
+
+class MatMul:
+    """Emits the tiled product of `dot` (an instruction of kg's kernel) into `out`, then the
+    kernel's root computed from it in place when the root is an epilogue."""
+
+    def __init__(self, kg: KernelGen, dot: Instruction, out: ir.Value, lanes: int) -> None:
+        self.kg = kg
+        self.b = kg.b
+        self.dot = dot
+        self.out = out
+        self.a, self.bm = dot.operands
+        t = dot.type
+        assert isinstance(t, TensorType)
+        self.t = t
+        self.dt = t.dtype
+        self.m, self.n = t.shape[-2], t.shape[-1]
+        at = self.a.type
+        assert isinstance(at, TensorType)
+        self.k = at.shape[-1]
+        self.tile = tiling(self.m, self.k, lanes)
+        self.elem_ty = S.value_type(self.dt)
+        self.packed = not isinstance(self.bm, Argument)
+        if self.packed:
+            size = max(1, self.tile.depth * self.tile.width)
+            self.pack = kg.alloca(ir.ArrayType(self.elem_ty, size))
+
+    def emit(self, batch: list[ir.Value], begin: ir.Value, end: ir.Value) -> None:
+        """Rows [begin, end) of the matrix at batch index `batch`."""
+        b, tile = self.b, self.tile
+        slices = ir.Constant(I64, tile.slices)
+
+        def one_slice(s: ir.Value) -> None:
+            p0 = b.mul(s, ir.Constant(I64, tile.depth))
+            p1 = b.select(
+                b.icmp_signed("==", s, ir.Constant(I64, tile.slices - 1)),
+                ir.Constant(I64, self.k),
+                b.add(p0, ir.Constant(I64, tile.depth)),
+            )
+            first = b.icmp_signed("==", s, ir.Constant(I64, 0))
+            last = b.icmp_signed("==", s, ir.Constant(I64, tile.slices - 1))
+            strips = self.n // tile.width
+
+            def strip(q: ir.Value) -> None:
+                j0 = b.mul(q, ir.Constant(I64, tile.width))
+                self.strip(batch, begin, end, j0, tile.width, p0, p1, first, last)
+
+            counted_loop(b, 0, strips, strip, name="strip")
+            if self.n % tile.width:
+                j0 = ir.Constant(I64, strips * tile.width)
+                self.strip(batch, begin, end, j0, self.n % tile.width, p0, p1, first, last)
+
+        counted_loop(b, 0, slices, one_slice, name="slice")
+
+    def strip(
+        self, batch: list[ir.Value], begin: ir.Value, end: ir.Value, j0: ir.Value, width: int,
+        p0: ir.Value, p1: ir.Value, first: ir.Value, last: ir.Value,
+    ) -> None:  # fmt: skip
+        """Columns [j0, j0 + width) of rows [begin, end) over steps [p0, p1)."""
+        b, rows = self.b, self.tile.rows
+        if self.packed:
+            self.pack_strip(batch, j0, width, p0, p1)
+        tiles = b.udiv(b.sub(end, begin), ir.Constant(I64, rows))
+
+        def full(q: ir.Value) -> None:
+            i0 = b.add(begin, b.mul(q, ir.Constant(I64, rows)))
+            self.micro(batch, i0, rows, j0, width, p0, p1, first, last)
+
+        counted_loop(b, 0, tiles, full, name="tile")
+        if rows == 1:
+            return
+        i0 = b.add(begin, b.mul(tiles, ir.Constant(I64, rows)))
+        done = b.append_basic_block("rest.done")
+        switch = b.switch(b.sub(end, i0), done)
+        for count in range(1, rows):  # the leftover rows as one shorter tile
+            case = b.append_basic_block(f"rest.{count}")
+            switch.add_case(ir.Constant(I64, count), case)
+            b.position_at_end(case)
+            self.micro(batch, i0, count, j0, width, p0, p1, first, last)
+            b.branch(done)
+        b.position_at_end(done)
+
+    def pack_strip(
+        self, batch: list[ir.Value], j0: ir.Value, width: int, p0: ir.Value, p1: ir.Value
+    ) -> None:
+        """pack[(p - p0) · width + c] = b[…, p, j0 + c]: the strip of a computed b."""
+        b, kg = self.b, self.kg
+
+        def step(p: ir.Value) -> None:
+            base = b.mul(b.sub(p, p0), ir.Constant(I64, width))
+
+            def col(c: ir.Value) -> None:
+                kg.memo.clear()
+                v = kg.elem(self.bm, [*batch, p, b.add(j0, c)])
+                b.store(v, b.gep(self.pack, [ir.Constant(I64, 0), b.add(base, c)]))
+
+            counted_loop(b, 0, width, col, name="pc")
+
+        counted_loop(b, p0, p1, step, name="pp")
+
+    def micro(
+        self, batch: list[ir.Value], i0: ir.Value, rows: int, j0: ir.Value, width: int,
+        p0: ir.Value, p1: ir.Value, first: ir.Value, last: ir.Value,
+    ) -> None:  # fmt: skip
+        """One tile: rows × width accumulators over steps [p0, p1), stored to out, then the
+        epilogue when this is the last slice."""
+        b, kg, lanes = self.b, self.kg, self.tile.lanes
+        widths = [min(lanes, width - v) for v in range(0, width, lanes)]
+        vtypes = [ir.VectorType(self.elem_ty, w) for w in widths]
+        acc = [[kg.alloca(vt) for vt in vtypes] for _ in range(rows)]
+        out_ptrs = [
+            [self.out_address(batch, b.add(i0, ir.Constant(I64, r)), j0, v * lanes)
+             for v in range(len(widths))]
+            for r in range(rows)
+        ]  # fmt: skip
+        with b.if_else(first) as (zero, resume):
+            with zero:
+                for r in range(rows):
+                    for slot, vt in zip(acc[r], vtypes):
+                        b.store(ir.Constant(vt, None), slot)
+            with resume:
+                for r in range(rows):
+                    for slot, ptr, vt in zip(acc[r], out_ptrs[r], vtypes):
+                        b.store(self.load_vector(ptr, vt), slot)
+
+        def step(p: ir.Value) -> None:
+            kg.memo.clear()
+            bv = [self.load_vector(self.b_address(batch, p, p0, j0, v * lanes, width), vt)
+                  for v, vt in enumerate(vtypes)]  # fmt: skip
+            for r in range(rows):
+                a = kg.elem(self.a, [*batch, b.add(i0, ir.Constant(I64, r)), p])
+                for slot, x, vt in zip(acc[r], bv, vtypes):
+                    b.store(self.multiply_add(self.splat(a, vt), x, b.load(slot)), slot)
+
+        counted_loop(b, p0, p1, step, name="p")
+        for r in range(rows):
+            for slot, ptr in zip(acc[r], out_ptrs[r]):
+                b.store(b.load(slot), ptr, align=self.dt.size)
+        if kg.root is not self.dot:
+            with b.if_then(last):
+                self.epilogue(batch, i0, rows, j0, width)
+
+    def epilogue(
+        self, batch: list[ir.Value], i0: ir.Value, rows: int, j0: ir.Value, width: int
+    ) -> None:
+        """out[idx] = root(idx) over the tile, the product read back from out."""
+        b, kg = self.b, self.kg
+        root_t = kg.root.type
+        assert isinstance(root_t, TensorType)
+        for r in range(rows):
+            i = b.add(i0, ir.Constant(I64, r))
+
+            def col(c: ir.Value, i: ir.Value = i) -> None:
+                kg.memo.clear()
+                idx = [*batch, i, b.add(j0, c)]
+                kg.store(self.out, idx, root_t, kg.elem(kg.root, idx))
+
+            counted_loop(b, 0, width, col, name="epi")
+
+    # Vectors ---------------------------------------------------------------------------------
+
+    def out_address(self, batch: list[ir.Value], i: ir.Value, j0: ir.Value, c: int) -> ir.Value:
+        return self.kg.address(self.out, [*batch, i, self.b.add(j0, ir.Constant(I64, c))], self.t)
+
+    def b_address(
+        self, batch: list[ir.Value], p: ir.Value, p0: ir.Value, j0: ir.Value, c: int, width: int
+    ) -> ir.Value:
+        b = self.b
+        if self.packed:
+            off = b.add(b.mul(b.sub(p, p0), ir.Constant(I64, width)), ir.Constant(I64, c))
+            return b.gep(self.pack, [ir.Constant(I64, 0), off])
+        bt = self.bm.type
+        assert isinstance(bt, TensorType)
+        col = b.add(j0, ir.Constant(I64, c))
+        return self.kg.address(self.kg.ptrs[self.bm], [*batch, p, col], bt)
+
+    def load_vector(self, ptr: ir.Value, vt: ir.VectorType) -> ir.Value:
+        return self.b.load(ptr, typ=vt, align=self.dt.size)
+
+    def splat(self, x: ir.Value, vt: ir.VectorType) -> ir.Value:
+        b = self.b
+        one = b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(
+            ir.VectorType(I32, vt.count), [0] * vt.count))  # fmt: skip
+
+    def multiply_add(self, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
+        """acc + x · y: one fused multiply-add for floats where the CPU has one."""
+        b = self.b
+        if not self.dt.is_float:
+            return b.add(acc, b.mul(x, y))
+        vt = x.type
+        assert isinstance(vt, ir.VectorType)
+        suffix = "f64" if self.dt.bits == 64 else "f32"
+        name = f"llvm.fmuladd.v{vt.count}{suffix}"
+        module = self.kg.module
+        fn = module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(module, ir.FunctionType(vt, [vt, vt, vt]), name)
+        return b.call(fn, [x, y, acc])
