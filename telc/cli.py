@@ -1,11 +1,14 @@
-"""The `telc` command: `telc check FILE`, `telc build FILE --emit STAGE [-o OUT] [-D N=V]`, and
-`telc FILE …` as a short form of `telc build FILE …`. Exit status 0 success, 1 rejected input,
-2 bad usage, 3 an internal error (a bug in telc, reported without a traceback)."""
+"""The `telc` command: `telc check FILE`, `telc build FILE --emit STAGE [-o OUT] [-D N=V] [-q]`,
+and `telc FILE …` as a short form of `telc build FILE …`. `build` shows the running stage and
+then each stage's time on stderr (telc/progress.py); stdout carries only `--emit` text. Exit
+status 0 success, 1 rejected input, 2 bad usage, 3 an internal error (a bug in telc, reported
+without a traceback)."""
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,6 +19,10 @@ from telc import __version__
 from telc.ast import dump
 from telc.driver import STAGES, compile_text, optimize, parse_defines
 from telc.program import load
+from telc.progress import Progress
+
+if TYPE_CHECKING:
+    from dlvm.codegen.build import BuildResult
 
 EXIT_INTERNAL = 3
 
@@ -47,7 +54,10 @@ def check(file: str, defines: tuple[str, ...]) -> None:
     _run(lambda: compile_text(file, read_text(file), parse_defines(list(defines))))
 
 
-@cli.command(help="Compile FILE and write the chosen stage.")
+@cli.command(
+    help="Compile FILE and write the chosen stage. Building a library (the default) shows "
+    "each stage's time on stderr."
+)
 @click.argument("file")
 @click.option(
     "--emit",
@@ -69,38 +79,47 @@ def check(file: str, defines: tuple[str, ...]) -> None:
 def build(
     file: str, emit: str, output: str | None, cpu: str, quiet: bool, defines: tuple[str, ...]
 ) -> None:
-    def work() -> str | None:
+    progress = Progress(quiet)  # stderr only: stdout carries the emitted text
+    timings = progress.timings
+
+    def stages() -> str | BuildResult:
         values = parse_defines(list(defines))
         text = read_text(file)
         if emit == "ast":
-            program = load(file, text, values)
+            with timings.stage("parse"):
+                program = load(file, text, values)
             return dump(program.root.tree)
-        compiled = compile_text(file, text, values)
+        compiled = compile_text(file, text, values, timings)
         if emit == "ir":
             return module_text(compiled.module)
-        optimize(compiled.module)
+        optimize(compiled.module, timings)
         if emit == "optimized":
             return module_text(compiled.module)
-        from telc.library import build_so, emit_stage  # llvmlite loads only when needed
+        with timings.stage("load llvm"):
+            from telc.library import build_so, emit_stage  # llvmlite loads only when needed
 
         if emit == "so":
             target = output or os.path.splitext(os.path.basename(file))[0] + ".so"
-            build_so(compiled, target, cpu, quiet)
-            return None
-        return emit_stage(compiled.module, emit, cpu)
+            return build_so(compiled, target, cpu, timings)
+        return emit_stage(compiled.module, emit, cpu, timings)
 
-    text = _run(work)
-    if text is None:
+    def work() -> str | BuildResult:
+        with progress:
+            return stages()
+
+    result = _run(work)
+    if not isinstance(result, str):
+        progress.summary(result.library, result.header)
         return
     if output:
         try:
             with open(output, "w", encoding="utf-8") as f:
-                f.write(text)
+                f.write(result)
         except OSError as e:
             click.echo(f"telc: cannot write {output}: {e.strerror}", err=True)
             sys.exit(EXIT_INPUT)
     else:
-        click.echo(text, nl=False)
+        click.echo(result, nl=False)
 
 
 def _run(work):

@@ -1,9 +1,13 @@
-"""The stages `telc` can stop at, as functions: parse (ast), lower (ir), optimise (optimized).
-Every failure is a DiagnosticError carrying located diagnostics."""
+"""The stages `telc` can stop at, as functions: parse (ast), lower (ir), optimise (optimized),
+each timed into an optional Timings. Every failure is a DiagnosticError carrying located
+diagnostics."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from dlvm.codegen.spec import EntrySpec, LibrarySpec, StateSpec, TensorSpec
 from dlvm.diagnostics import Diagnostic, DiagnosticError
@@ -18,6 +22,24 @@ from telc.program import Program, load
 STAGES = ("ast", "ir", "optimized", "compute", "schedule", "llvm", "so")
 OPTIMIZATIONS = ["differentiation", "algebra-simplification", "common-subexpression-elimination"]
 OPTIMIZATIONS += ["dead-code-elimination"]
+
+
+@dataclass
+class Timings:
+    """Each stage's wall time in seconds, in the order the stages ran; `started` (if any) hears
+    a stage's name as it begins, which is how `telc build` shows progress."""
+
+    stages: list[tuple[str, float]] = field(default_factory=list)
+    started: Callable[[str], None] | None = None
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Times the block as stage `name`; a stage that fails is not recorded."""
+        if self.started:
+            self.started(name)
+        t0 = time.perf_counter()
+        yield
+        self.stages.append((name, time.perf_counter() - t0))
 
 
 @dataclass
@@ -51,21 +73,36 @@ def parse_defines(items: list[str]) -> dict[str, int | float]:
     return out
 
 
-def compile_text(path: str, text: str, defines: dict[str, int | float] | None = None) -> Compiled:
-    """TEL source to verified raw IR and its interface."""
-    program = load(path, text, defines)
-    module, interface = lower(program)
-    diags = verify(module)
+def compile_text(
+    path: str,
+    text: str,
+    defines: dict[str, int | float] | None = None,
+    timings: Timings | None = None,
+) -> Compiled:
+    """TEL source to verified raw IR and its interface; stages parse and lower (which checks
+    shapes and element types in the same walk)."""
+    timings = timings if timings is not None else Timings()
+    with timings.stage("parse"):
+        program = load(path, text, defines)
+    with timings.stage("lower"):
+        module, interface = lower(program)
+        diags = verify(module)
     if diags:
         head = Diagnostic(f"internal error: telc produced IR that does not verify for {path}")
         raise DiagnosticError([head, *diags])
     return Compiled(program, module, interface)
 
 
-def optimize(module: Module) -> Module:
-    """Differentiation, then the optimisations; the module ends at stage optimizable."""
+def optimize(module: Module, timings: Timings | None = None) -> Module:
+    """Differentiation, then the optimisations (stages differentiation and optimization); the
+    module ends at stage optimizable."""
+    timings = timings if timings is not None else Timings()
     manager = PassManager()
-    manager.run(module, PassManager.resolve(OPTIMIZATIONS))
+    passes = PassManager.resolve(OPTIMIZATIONS)
+    with timings.stage("differentiation"):
+        manager.run(module, passes[:1])
+    with timings.stage("optimization"):
+        manager.run(module, passes[1:])
     return module
 
 

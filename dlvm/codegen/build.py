@@ -1,6 +1,7 @@
 """From a module at stage optimizable to a shipped library (DESIGN.md section 5): compute
 generation and scheduling, LLGen to an object, the generated C glue, the runtime, linked by the
-system C compiler into NAME.so next to NAME.h and dlrt.h. Each step is timed for `--verbose`."""
+system C compiler into NAME.so next to NAME.h and dlrt.h. Each step is timed, and named to
+`progress` as it begins (telc build's progress display)."""
 
 from __future__ import annotations
 
@@ -86,13 +87,17 @@ def build_library(
                 *map(str, runtime_objects), "-lm", "-pthread", "-ldl",
                 f"-Wl,-soname,{output.name}", "-Wl,--build-id=none"]  # fmt: skip
         step("link", lambda: _run(link, work))
-        try:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(work / output.name, output)
-            header.write_text(header_text, encoding="utf-8")
-            shutil.copyfile(include / "dlrt.h", output.parent / "dlrt.h")
-        except OSError as e:
-            raise BuildError(f"cannot write {e.filename or output}: {e.strerror}") from None
+
+        def write() -> None:
+            try:
+                output.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(work / output.name, output)
+                header.write_text(header_text, encoding="utf-8")
+                shutil.copyfile(include / "dlrt.h", output.parent / "dlrt.h")
+            except OSError as e:
+                raise BuildError(f"cannot write {e.filename or output}: {e.strerror}") from None
+
+        step("write", write)
     return BuildResult(output, header, timings, llvm_ir)
 
 
