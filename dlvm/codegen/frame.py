@@ -6,8 +6,11 @@ after another), a random tensor, a popped or extracted tensor, an insert's copy,
 and the argument of every block but the entry. Other values borrow storage: a tuple element
 taken with `extract` or a tuple literal keeps its owners alive. Two owners interfere when one is
 defined while the other is live, or is read by the instruction that defines the other (a kernel
-must not write over its own input); the planner then places each owner, in program order, at the
-first offset where it overlaps no interfering owner (first fit over an interval list)."""
+must not write over its own input), except that a pointwise kernel's result may take exactly
+the storage of an input it reads only at the index it writes (dlvm/codegen/inplace.py) when
+that input dies there. The planner places each owner, in program order, in such an input's
+storage when it can, else at the first offset where it overlaps no interfering owner and no such
+input at all (first fit over an interval list)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import math
 from collections import defaultdict
 
 from dlvm.analysis.liveness import liveness
+from dlvm.codegen.inplace import aligned_inputs
 from dlvm.ir.types import StackType, TensorType, TupleType, Type
 from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
 
@@ -33,16 +37,21 @@ def storage_size(t: Type) -> int:
 
 
 class FramePlan:
-    """Offsets of every owner of fn; `size` is the frame's size in bytes."""
+    """Offsets of every owner of fn; `size` is the frame's size in bytes. With in_place
+    false, no kernel's result shares storage with its inputs."""
 
-    def __init__(self, fn: Function) -> None:
+    def __init__(self, fn: Function, in_place: bool = True) -> None:
         self.fn = fn
+        self.in_place = in_place
         self.order: list[Value] = []
         for i, block in enumerate(fn.blocks):
             if i > 0:
                 self.order.extend(block.arguments)
             self.order.extend(inst for inst in block.instructions if self.is_owner(inst))
         self.interferes: dict[Value, set[Value]] = defaultdict(set)
+        # Owners that may take exactly each other's storage, never part of it (in-place calls).
+        self.shares: dict[Value, set[Value]] = defaultdict(set)
+        self._aligned: dict[Function, set[int]] = {}
         self.find_interference()
         self.offset: dict[Value, int] = {}
         self.size = 0
@@ -79,24 +88,79 @@ class FramePlan:
                     defs = {a for a in args if self.is_owner(a)}
                 else:
                     defs = {inst} if self.is_owner(inst) else set()
+                overwritten = self.overwritable_inputs(inst, live) if defs else set()
                 for d in defs:
-                    for other in live | read | defs:
+                    for c in overwritten:
+                        self.shares[d].add(c)
+                        self.shares[c].add(d)
+                    for other in live | (read - overwritten) | defs:
                         if other is not d:
                             self.interferes[d].add(other)
                             self.interferes[other].add(d)
                 live -= defs
                 live |= read
 
+    def overwritable_inputs(self, inst: Instruction, live_after: set[Value]) -> set[Value]:
+        """The owners read by a kernel call that its result may be written over: each an
+        argument the kernel reads only at the index it writes, dead after the call, and read
+        by the call through no other argument."""
+        callee = inst.operands[0] if inst.opcode == "apply" else None
+        if not self.in_place or not isinstance(callee, Function) or not callee.compute:
+            return set()
+        if callee not in self._aligned:
+            self._aligned[callee] = aligned_inputs(callee)
+        aligned = self._aligned[callee]
+        args = inst.operands[1:]
+        found: set[Value] = set()
+        for k, v in enumerate(args):
+            # An argument of the host function is the caller's memory (a parameter, say).
+            if k not in aligned or not self.is_owner(v) or v in live_after:
+                continue
+            if storage_size(v.type) != storage_size(inst.type):
+                continue
+            if all(u is v and j in aligned for j, u in enumerate(args) if v in self.owners(u)):
+                found.add(v)
+        return found
+
     def place(self) -> None:
         placed: list[tuple[int, int, Value]] = []  # (offset, size, owner)
         for v in self.order:
             size = storage_size(v.type)
-            taken = sorted((o, s) for o, s, w in placed if w in self.interferes[v])
-            offset = 0
-            for o, s in taken:
-                if offset + size <= o:
-                    break
-                offset = max(offset, o + s)
+            offset = self.shared_offset(v, size, placed)
+            if offset is None:
+                offset = self.first_fit(v, size, placed)
             self.offset[v] = offset
             placed.append((offset, size, v))
             self.size = max(self.size, offset + size)
+
+    def shared_offset(
+        self, v: Value, size: int, placed: list[tuple[int, int, Value]]
+    ) -> int | None:
+        """The offset of a placed input whose storage v may take whole, when v there overlaps
+        no interfering owner and no other such input in part."""
+        for o, s, w in placed:
+            whole = w in self.shares[v] and w not in self.interferes[v] and s == size
+            if whole and not any(self.clashes(v, o, size, p) for p in placed):
+                return o
+        return None
+
+    def clashes(self, v: Value, offset: int, size: int, other: tuple[int, int, Value]) -> bool:
+        """Whether v at offset would overlap a placed owner it must not: one it interferes
+        with, or one it may share with but not at exactly the same place."""
+        o, s, w = other
+        if not (offset < o + s and o < offset + size):
+            return False
+        if w in self.interferes[v]:
+            return True
+        return w in self.shares[v] and (o, s) != (offset, size)
+
+    def first_fit(self, v: Value, size: int, placed: list[tuple[int, int, Value]]) -> int:
+        """The lowest offset where v overlaps no interfering owner and no owner it could have
+        shared with (a kernel must not write over part of an input)."""
+        avoid = self.interferes[v] | self.shares[v]
+        offset = 0
+        for o, s in sorted((o, s) for o, s, w in placed if w in avoid):
+            if offset + size <= o:
+                break
+            offset = max(offset, o + s)
+        return offset

@@ -14,6 +14,7 @@ import numpy as np
 from llvmlite import ir
 
 from dlvm.codegen import scalar as S
+from dlvm.codegen.inplace import aligned_inputs
 from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, unravel
 from dlvm.codegen.matmul import MatMul
 from dlvm.codegen.scalar import I64, PTR, CodegenError
@@ -127,6 +128,29 @@ class KernelGen:
     # Root kinds ----------------------------------------------------------------------------
 
     def pointwise(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
+        """The loop nest, once more for each input the result may be written over
+        (dlvm.codegen.inplace) and run when that input is `out`: reading it through `out`
+        shows LLVM each element loaded before it is stored at the same address, so the loop
+        vectorises without the overlap check that would send an in-place call to its scalar
+        loop."""
+        b = self.b
+        done = self.body.append_basic_block("pointwise.done")
+        for k in sorted(aligned_inputs(self.fn)):
+            a = self.fn.arguments[k]
+            here = self.body.append_basic_block(f"inplace.{k}")
+            other = self.body.append_basic_block(f"inplace.{k}.not")
+            b.cbranch(b.icmp_unsigned("==", self.ptrs[a], out), here, other)
+            b.position_at_end(here)
+            saved, self.ptrs[a] = self.ptrs[a], out
+            self.pointwise_loop(out, begin, end)
+            self.ptrs[a] = saved
+            b.branch(done)
+            b.position_at_end(other)
+        self.pointwise_loop(out, begin, end)
+        b.branch(done)
+        b.position_at_end(done)
+
+    def pointwise_loop(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
         t = tensor_type(self.root)
 
         def at(idx: list[ir.Value]) -> None:
