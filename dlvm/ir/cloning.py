@@ -50,6 +50,21 @@ def clone_body(source: Function, target: Function) -> ValueMap:
     return vmap
 
 
+def clone_instructions(insts: list[Instruction], vmap: ValueMap) -> list[Instruction]:
+    """Detached copies of insts (names and locations kept), reading through vmap, which the
+    copies are added to; successors keep their blocks unless vmap maps them."""
+    copies = []
+    for inst in insts:
+        copy = Instruction(inst.op, [], {}, inst.type, inst.name, inst.loc)
+        vmap[inst] = copy
+        copies.append(copy)
+    blocks = {k: v for k, v in vmap.items() if isinstance(k, Block)}
+    for inst, copy in zip(insts, copies):
+        copy.operands = [vmap(v) for v in inst.operands]
+        copy.attrs = {k: _map_attr(a, vmap, blocks) for k, a in inst.attrs.items()}
+    return copies
+
+
 def _map_attr(attr: Any, vmap: ValueMap, blocks: dict[Block, Block]) -> Any:
     if isinstance(attr, Successor):
         return Successor(blocks.get(attr.block, attr.block), [vmap(v) for v in attr.args])

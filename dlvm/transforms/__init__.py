@@ -11,6 +11,7 @@ from dlvm.transforms.compute_generation import ComputeGeneration
 from dlvm.transforms.compute_scheduling import ComputeScheduling
 from dlvm.transforms.dead_code_elimination import DeadCodeElimination
 from dlvm.transforms.differentiation import Differentiation
+from dlvm.transforms.function_inlining import FunctionInlining
 from dlvm.transforms.pass_base import FunctionPass, Pass
 
 PASSES: dict[str, type[Pass]] = {
@@ -19,6 +20,7 @@ PASSES: dict[str, type[Pass]] = {
         Differentiation,
         CommonSubexpressionElimination,
         DeadCodeElimination,
+        FunctionInlining,
         AlgebraSimplification,
         Checkpointing,
         ComputeGeneration,

@@ -1,0 +1,111 @@
+"""function-inlining (Inline): replaces `apply @f(args…)` by a copy of f's body, so that later
+passes (compute generation above all) see the callee's instructions next to the caller's.
+
+A direct call is inlined when its callee is a definition in the module that is not recursive
+(in the call graph, dlvm.analysis.call_graph), is not a `[compute]` kernel, makes no call
+through a function value, consists of one block ending in `return`, and has at most
+MAX_INSTRUCTIONS instructions once its own calls are inlined. Multi-block callees are left
+alone for now; inlining them means splitting the caller's block at the call (a later
+extension). Functions are visited bottom-up (callees first) and each call site once, so every
+call left after a run is one of a callee that fails the conditions above, and a second run
+changes nothing. Callees stay in the module: whether a function is an entry point is decided
+elsewhere, and dead-function removal is not this pass's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dlvm.analysis.call_graph import CallGraph
+from dlvm.ir.cloning import ValueMap, clone_instructions
+from dlvm.ir.values import Function, Instruction, Module, Value, fresh_name
+from dlvm.transforms.pass_base import Pass
+
+MAX_INSTRUCTIONS = 64  # the callee's, its `return` included: the size of a stdlib activation
+
+
+class FunctionInlining(Pass):
+    name = "function-inlining"
+    alias = "Inline"
+    summary = "inline calls of small single-block non-recursive functions"
+    # Not at raw (gradient declarations have no body yet) nor after compute generation.
+    stages = ("optimizable",)
+
+    def run(self, module: Module) -> bool:
+        graph = CallGraph(module)
+        # Bottom-up, a callee is final by the time its callers are visited: decide once.
+        decided: dict[Function, bool] = {}
+
+        def may_inline(callee: Function) -> bool:
+            if callee not in decided:
+                decided[callee] = inlinable(callee, graph)
+            return decided[callee]
+
+        changed = False
+        for component in graph.components:
+            for fn in component:
+                if fn.blocks and not fn.is_declaration and not fn.compute:
+                    changed |= inline_calls(fn, may_inline)
+        return changed
+
+
+def inlinable(callee: Function, graph: CallGraph) -> bool:
+    """Whether calls of callee may be replaced by its body."""
+    if callee.is_declaration or callee.compute or len(callee.blocks) != 1:
+        return False
+    insts = callee.blocks[0].instructions
+    if len(insts) > MAX_INSTRUCTIONS or not insts or insts[-1].opcode != "return":
+        return False
+    if any(i.opcode == "apply" and not isinstance(i.operands[0], Function) for i in insts):
+        return False  # substituting a function argument could create a new direct call
+    return not graph.is_recursive(callee)
+
+
+def inline_calls(fn: Function, may_inline: Callable[[Function], bool]) -> bool:
+    """Inlines into fn each `apply @g` whose callee passes `may_inline(g)`; True if any was."""
+    taken = {a.name for b in fn.blocks for a in b.arguments}
+    taken |= {i.name for i in fn.instructions() if i.name is not None}
+    replaced: dict[Value, Value] = {}
+    changed = False
+    for block in fn.blocks:
+        for call in list(block.instructions):
+            callee = call.operands[0] if call.opcode == "apply" else None
+            if isinstance(callee, Function) and callee.module is fn.module and may_inline(callee):
+                result = _inline(call, callee, taken)
+                changed = True
+                if result is not None:
+                    replaced[call] = result
+    if not changed:
+        return False
+
+    def forward(v: Value) -> Value:
+        while v in replaced:  # a call's result may itself be another inlined call's
+            v = replaced[v]
+        return v
+
+    for inst in fn.instructions():
+        if any(v in replaced for v in inst.uses()):
+            inst.map_values(forward)
+    return True
+
+
+def _inline(call: Instruction, callee: Function, taken: set[str]) -> Value | None:
+    """Puts a copy of callee's body in place of call; returns the value that stands for the
+    call's result (what the copy returns), or None when the call returns nothing."""
+    body = callee.blocks[0]
+    vmap = ValueMap(zip(body.arguments, call.operands[1:]))
+    copies = clone_instructions(body.instructions[:-1], vmap)
+    returned = body.instructions[-1].operands
+    result = vmap(returned[0]) if returned and not call.is_void else None
+    for copy in copies:
+        if copy is result and call.name is not None:
+            copy.name = call.name  # the name the source gave the result; the call goes
+        elif copy.name is not None:
+            copy.name = fresh_name(copy.name, taken)
+    block = call.block
+    assert block is not None
+    at = block.instructions.index(call)
+    block.remove(call)
+    for k, copy in enumerate(copies):
+        block.insert(at + k, copy)
+    return result
