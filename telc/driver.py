@@ -20,8 +20,8 @@ from telc.lower import Interface, lower
 from telc.program import Program, load
 
 STAGES = ("ast", "ir", "optimized", "compute", "schedule", "llvm", "so")
-OPTIMIZATIONS = ["differentiation", "algebra-simplification", "common-subexpression-elimination"]
-OPTIMIZATIONS += ["dead-code-elimination"]
+OPTIMIZATIONS = ["differentiation", "function-inlining", "algebra-simplification"]
+OPTIMIZATIONS += ["common-subexpression-elimination", "dead-code-elimination"]
 
 
 @dataclass

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from dlvm.analysis.call_graph import CallGraph
 from dlvm.codegen.glue import glue_source, header_source
 from dlvm.codegen.llgen import compile_object
 from dlvm.codegen.spec import LibrarySpec
 from dlvm.diagnostics import BuildFailure
-from dlvm.ir.values import Module
+from dlvm.ir.values import Function, Module
 from dlvm.runtime import build_runtime, runtime_dir
 from dlvm.transforms.compute_generation import ComputeGeneration
 from dlvm.transforms.compute_scheduling import ComputeScheduling
@@ -37,6 +38,24 @@ class BuildResult:
     header: Path
     timings: list[tuple[str, float]] = field(default_factory=list)
     llvm_ir: str = ""
+
+
+def keep_reachable(module: Module, roots: set[str]) -> None:
+    """Drops the functions no root reaches: library functions every caller has inlined, which
+    would otherwise become kernels and code nobody calls."""
+    graph = CallGraph(module)
+    seen: set[Function] = set()
+    work = [f for f in module.functions if f.name in roots]
+    while work:
+        f = work.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        work += graph.callees[f]
+        if f.gradient is not None:
+            work.append(f.gradient.of)  # named by the gradient declaration line
+    for f in [f for f in module.functions if f not in seen]:
+        module.remove_function(f)
 
 
 def schedule(module: Module) -> Module:
@@ -69,6 +88,8 @@ def build_library(
         return result
 
     glue, header_text = glue_source(spec), header_source(spec)  # a bad spec fails first
+    roots = {e.host for e in spec.entries} | ({spec.init} if spec.init else set())
+    keep_reachable(module, roots)
     if module.stage != "schedule":
         step("compute stages", lambda: schedule(module))
     obj, llvm_ir = step("llvm", lambda: compile_object(module, cpu=cpu, opt=opt))
