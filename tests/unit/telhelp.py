@@ -3,19 +3,27 @@ interpreter with arguments named after the TEL declarations, and finite differen
 
 from __future__ import annotations
 
+import copy
+import fcntl
 import functools
 import glob
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dlvm.interp import run_function
-from telc.driver import Compiled, compile_text, optimize
+from dlvm.ir.values import Module
+from telc.driver import Compiled, compile_text, library_spec, optimize
 from telc.lower import Interface
 from telc.lower.model import Entry
 
 SAMPLES_DIR = "samples"
+GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
+# The seed the sample libraries' models are created with for the golden files.
+GOLDEN_SEED = 7
 
 Arrays = dict[str, np.ndarray]
 
@@ -39,6 +47,61 @@ def compiled_sample(name: str) -> Compiled:
         compiled = compile_text(path, f.read())
     optimize(compiled.module)
     return compiled
+
+
+def build_sample(name: str, directory: Path) -> Path:
+    """samples/NAME.tel built into DIRECTORY/NAME.so (with NAME.h and dlrt.h beside it)."""
+    from dlvm.codegen.build import build_library  # LLVM, only for the tests that build
+
+    compiled = compiled_sample(name)
+    module = copy.deepcopy(compiled.module)
+    path = Path(directory) / f"{name}.so"
+    build_library(module, library_spec(compiled.interface), path)
+    return path
+
+
+def shared_sample_library(name: str, root: Path) -> Path:
+    """samples/NAME.tel built once into ROOT/NAME/ (ROOT shared by the processes of one test
+    run, which take turns through a lock file): the path of NAME.so."""
+    root.mkdir(parents=True, exist_ok=True)
+    directory = root / name
+    done = directory / "built"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            directory.mkdir(exist_ok=True)
+            build_sample(name, directory)
+            done.touch()
+    return directory / f"{name}.so"
+
+
+def inputs_for(spec_inputs: Iterable[tuple[str, Any]], seed: int) -> Arrays:
+    """Inputs of an entry point for the golden tests: uniform in [0, 1) (f32) for a float
+    input, 0 or 1 (i64) otherwise, from a generator seeded by SEED."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, ty in spec_inputs:
+        if ty.dtype.is_float:
+            out[name] = rng.uniform(0, 1, ty.shape).astype(np.float32)
+        else:
+            out[name] = rng.integers(0, 2, ty.shape).astype(np.int64)
+    return out
+
+
+def draws_random_numbers(module: Module, name: str) -> bool:
+    """Whether @name or a function it calls has a `random` instruction."""
+    seen, todo = set(), [module.function_named(name)]
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn.name in seen:
+            continue
+        seen.add(fn.name)
+        for inst in fn.instructions():
+            if inst.opcode == "random":
+                return True
+            if inst.opcode == "apply" and hasattr(inst.operands[0], "blocks"):
+                todo.append(inst.operands[0])
+    return False
 
 
 def compile_snippet(directory: str, text: str, name: str = "snippet") -> Compiled:

@@ -4,14 +4,9 @@ statuses for bad arguments; the library depends only on libc, libm, libpthread a
 
 from __future__ import annotations
 
-import copy
 import subprocess
 
 import pytest
-from telhelp import compiled_sample
-
-from dlvm.codegen.build import build_library
-from telc.driver import library_spec
 
 PROGRAM = r"""
 #include <math.h>
@@ -63,11 +58,8 @@ int main(int argc, char **argv) {
 
 
 @pytest.fixture(scope="module")
-def library(tmp_path_factory):
-    compiled = compiled_sample("digits")
-    path = tmp_path_factory.mktemp("c") / "digits.so"
-    build_library(copy.deepcopy(compiled.module), library_spec(compiled.interface), path)
-    return path
+def library(sample_library):
+    return sample_library("digits")
 
 
 def test_c_program_uses_the_library_through_its_header(library, tmp_path):

@@ -6,47 +6,35 @@ byte-for-byte reproducible."""
 
 from __future__ import annotations
 
-import copy
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
-from telhelp import compiled_sample, entry, has_entry, run_infer, run_train_step, sample_names
+from telhelp import (
+    GOLDEN_DIR,
+    GOLDEN_SEED,
+    build_sample,
+    compiled_sample,
+    draws_random_numbers,
+    entry,
+    has_entry,
+    inputs_for,
+    run_infer,
+    run_train_step,
+    sample_names,
+)
 
 import dlvm
-from dlvm.codegen.build import build_library
-from telc.driver import library_spec
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-SEED = 7
-
-
-def build(name: str, directory: Path) -> Path:
-    compiled = compiled_sample(name)
-    module = copy.deepcopy(compiled.module)
-    path = directory / f"{name}.so"
-    build_library(module, library_spec(compiled.interface), path)
-    return path
+GOLDEN = GOLDEN_DIR
+SEED = GOLDEN_SEED
 
 
 @pytest.fixture(scope="module", params=sample_names())
-def sample(request, tmp_path_factory):
+def sample(request, sample_library):
     name = request.param
-    path = build(name, tmp_path_factory.mktemp(name))
-    with dlvm.load(path, seed=SEED) as lib:
+    with dlvm.load(sample_library(name), seed=SEED) as lib:
         yield name, lib
-
-
-def inputs_for(spec_inputs, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, ty in spec_inputs:
-        if ty.dtype.is_float:
-            out[name] = rng.uniform(0, 1, ty.shape).astype(np.float32)
-        else:
-            out[name] = rng.integers(0, 2, ty.shape).astype(np.int64)
-    return out
 
 
 def test_infer_matches_the_interpreter_and_the_golden_file(sample):
@@ -101,23 +89,7 @@ def test_train_steps_match_the_interpreter(sample):
             np.testing.assert_allclose(after[p], value, rtol=1e-4, atol=1e-5, err_msg=p)
 
 
-def draws_random_numbers(module, name: str) -> bool:
-    """Whether @name or a function it calls has a `random` instruction."""
-    seen, todo = set(), [module.function_named(name)]
-    while todo:
-        fn = todo.pop()
-        if fn is None or fn.name in seen:
-            continue
-        seen.add(fn.name)
-        for inst in fn.instructions():
-            if inst.opcode == "random":
-                return True
-            if inst.opcode == "apply" and hasattr(inst.operands[0], "blocks"):
-                todo.append(inst.operands[0])
-    return False
-
-
 def test_build_is_reproducible(tmp_path):
-    first = build("xor", tmp_path / "a").read_bytes()
-    second = build("xor", tmp_path / "b").read_bytes()
+    first = build_sample("xor", tmp_path / "a").read_bytes()
+    second = build_sample("xor", tmp_path / "b").read_bytes()
     assert first == second
