@@ -91,16 +91,24 @@ def numpy_chain(x, out, tmp):
     np.divide(out, tmp, out=out)
 
 
+BLOCK = 5  # consecutive runs of one case
+PAUSE = 0.3  # seconds between blocks: OpenBLAS's threads spin ~0.1 s after a call, on our cores
+
+
 def measure(cases: dict[str, Callable[[], object]], runs: int) -> dict[str, list[float]]:
-    """Interleaved: every round runs each case once, so drift hits all alike."""
+    """Interleaved blocks: each round runs every case BLOCK times in a row, so drift hits all
+    alike, and pauses before each block, so no library's idle threads (OpenBLAS spin-waits
+    after each call) take the cores from the next one."""
     times: dict[str, list[float]] = {k: [] for k in cases}
     for fn in cases.values():
         fn()  # warm up
-    for _ in range(runs):
+    for _ in range(max(1, -(-runs // BLOCK))):
         for k, fn in cases.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
+            time.sleep(PAUSE)
+            for _ in range(BLOCK):
+                t0 = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t0)
     return times
 
 
@@ -147,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, ours, theirs in pairs:
             t = measure({"ours": ours, "numpy": theirs}, args.runs)
             rows.append((name, t["ours"], t["numpy"]))
-    print(f"CPU benchmark: {os.cpu_count()} CPUs, {args.runs} interleaved runs, times in ms")
+    print(f"CPU benchmark: {os.cpu_count()} CPUs, {args.runs} runs in interleaved blocks, times in ms")
     print(f"{'case':32} {'ours med':>10} {'ours min':>10} {'numpy med':>10} {'numpy min':>10} "
           f"{'ratio':>7}")  # fmt: skip
     for name, ours, theirs in rows:
