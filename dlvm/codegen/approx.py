@@ -1,4 +1,4 @@
-"""Vectorisable f32 approximations of exp and tanh as straight-line LLVM IR (no calls, so
+"""Vectorisable f32 approximations of exp, tanh and log as straight-line LLVM IR (no calls, so
 LLVM's loop vectoriser turns a kernel's loop into SIMD code).
 
 Accuracy, measured against float64 NumPy over the whole f32 range
@@ -8,6 +8,9 @@ Accuracy, measured against float64 NumPy over the whole f32 range
   exponent); 0 below (subnormal results are flushed), +inf above 88.72283, NaN stays NaN.
 - tanh: ≤ 1.5 ulp (Cephes' tanhf: an odd degree-11 polynomial for |x| < 0.625, else
   1 - 2/(exp(2|x|) + 1) with the sign of x); NaN stays NaN.
+- log: ≤ 1 ulp (Cephes' logf: x = m · 2^e with m in [√½, √2), a degree-9 polynomial in m - 1,
+  e · ln 2 added in two parts); subnormal inputs are scaled into range first; log(±0) = -inf,
+  log(+inf) = +inf, negative inputs and NaN give NaN.
 f64 and f16 use the math library (through LLVM intrinsics)."""
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
              1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
 _TANH_POLY = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
               -3.33332819422e-1)  # fmt: skip
+_LOG_POLY = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
+             1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
+             3.3333331174e-1)  # fmt: skip
 EXP_HI = 88.72283
 EXP_LO = -87.33654
 
@@ -75,3 +81,27 @@ def tanh_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     big = _intrinsic(b, "copysign", [big, x])
     y = b.select(b.fcmp_ordered("<", a, _c(0.625)), small, big)
     return b.select(b.fcmp_unordered("!=", x, x), x, y)
+
+
+def log_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    tiny = b.fcmp_ordered("<", x, _c(1.1754943508222875e-38))  # subnormal (or ≤ 0)
+    xs = b.select(tiny, b.fmul(x, _c(8388608.0)), x)  # · 2^23 brings a subnormal into range
+    bits = b.bitcast(xs, I32)
+    e = b.sub(b.ashr(bits, ir.Constant(I32, 23)), ir.Constant(I32, 126))
+    e = b.select(tiny, b.sub(e, ir.Constant(I32, 23)), e)
+    # m in [0.5, 1): the mantissa with the exponent of 0.5
+    m = b.bitcast(
+        b.or_(b.and_(bits, ir.Constant(I32, 0x007FFFFF)), ir.Constant(I32, 0x3F000000)), F32
+    )
+    low = b.fcmp_ordered("<", m, _c(0.707106781186547524))
+    e = b.select(low, b.sub(e, ir.Constant(I32, 1)), e)
+    f = b.fsub(b.select(low, b.fadd(m, m), m), _c(1.0))  # m - 1 with m in [√½, √2)
+    ef = b.sitofp(e, F32)
+    z = b.fmul(f, f)
+    y = b.fmul(b.fmul(_horner(b, f, _LOG_POLY), f), z)
+    y = b.fadd(y, b.fmul(ef, _c(-2.12194440e-4)))
+    y = b.fsub(y, b.fmul(z, _c(0.5)))
+    y = b.fadd(b.fadd(f, y), b.fmul(ef, _c(0.693359375)))
+    y = b.select(b.fcmp_ordered("==", x, _c(float("inf"))), x, y)
+    y = b.select(b.fcmp_ordered("==", x, _c(0.0)), _c(float("-inf")), y)
+    return b.select(b.fcmp_unordered("<", x, _c(0.0)), _c(float("nan")), y)

@@ -2,7 +2,7 @@
 llvmlite builder calls, with the interpreter's semantics (dlvm/interp/elementwise.py).
 
 Values in registers: floats as half/float/double, integers as iN, bools as i1 (stored as i8).
-f32 exp and tanh are inline approximations (dlvm.codegen.approx, ≤ 1.5 ulp) that vectorise;
+f32 exp, tanh and log are inline approximations (dlvm.codegen.approx, ≤ 1.5 ulp) that vectorise;
 the other transcendental functions call LLVM intrinsics where LLVM has one and the C math
 library otherwise (glibc: ≤ 1 ulp for most, a few ulp for some)."""
 
@@ -83,6 +83,7 @@ _INTRINSIC = {
     "pow": "llvm.pow",
 }
 _LIBM = {"erf": "erf", "erfc": "erfc", "lgamma": "lgamma"}
+_APPROX = {"exp": approx.exp_f32, "tanh": approx.tanh_f32, "log": approx.log_f32}
 
 
 def _suffix(t: ir.Type) -> str:
@@ -128,8 +129,8 @@ def unary(b: ir.IRBuilder, op: str, x: ir.Value, dt: DataType) -> ir.Value:
         return b.fdiv(ir.Constant(x.type, 1.0), call_math(b, "sqrt", [x]))
     if op == "digamma":
         raise CodegenError("digamma is not compiled yet (the interpreter has it)")
-    if dt is DataType.F32 and op in ("exp", "tanh"):  # vectorisable, ≤ 1.5 ulp
-        return approx.exp_f32(b, x) if op == "exp" else approx.tanh_f32(b, x)
+    if dt is DataType.F32 and op in _APPROX:  # vectorisable, ≤ 1.5 ulp
+        return _APPROX[op](b, x)
     return call_math(b, op, [x])
 
 
