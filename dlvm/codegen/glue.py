@@ -353,6 +353,7 @@ def header_source(spec: LibrarySpec) -> str:
     for e in spec.entries:
         out.append(_entry_comment(e))
         out.append(_entry_prototype(layout, e, names[e.name], comments=True) + ";")
+    out += ["", *_size_macros(spec)]
     out += [
         "",
         "/* Writes every parameter and optimiser state"
@@ -392,6 +393,31 @@ def _tensor_table_comment(spec: LibrarySpec) -> list[str]:
         ]
     lines[-1] += " */"
     return [*lines, ""]
+
+
+def _size_macros(spec: LibrarySpec) -> list[str]:
+    """`NAME_ENTRY_ARG_SIZE` (elements) and `NAME_ENTRY_ARG_DIMS` (a brace list, rank >= 1) for
+    every entry argument, and `NAME_PARAM_P_SIZE` / `_DIMS` for every parameter, so that a C
+    program sizes its buffers from the header and fails to compile against another shape."""
+    prefix = c_identifier(spec.name).upper()
+    taken: set[str] = set()
+    lines = ["/* Sizes (elements) and shapes of every argument and parameter. */"]
+
+    def define(stem: str, t: TensorSpec) -> None:
+        name = f"{prefix}_{stem.upper()}"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        lines.append(f"#define {name}_SIZE {math.prod(t.shape)}")
+        if t.shape:
+            lines.append(f"#define {name}_DIMS {{{', '.join(map(str, t.shape))}}}")
+
+    for e in spec.entries:
+        for t in _args(e):
+            define(f"{c_identifier(e.name)}_{c_identifier(t.name)}", t)
+    for p in spec.params:
+        define(f"param_{c_identifier(p.name)}", p)
+    return lines
 
 
 def _entry_comment(e: EntrySpec) -> str:

@@ -18,6 +18,9 @@ PROGRAM = r"""
     fprintf(stderr, "%s failed (%d): %s\n", #call, (int)s_, dlrt_last_error()); \
     return 1; } } while (0)
 
+_Static_assert(DIGITS_INFER_X_SIZE == 32 * 64, "the header gives the input's size");
+_Static_assert(DIGITS_INFER_Y_SIZE == 32 * 10, "and the output's");
+
 int main(int argc, char **argv) {
     static float x[32 * 64], labels[32 * 10], y[32 * 10], y2[32 * 10];
     float loss0 = 0, loss = 0;

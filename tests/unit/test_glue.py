@@ -310,6 +310,19 @@ def test_header_names_dtypes_and_shapes_every_argument():
         assert f" tiny_{fn}(" in header or f"*tiny_{fn}(" in header
 
 
+def test_header_defines_every_argument_s_and_parameter_s_size_and_dims():
+    header = header_source(SPEC)
+    for line in [
+        "#define TINY_INFER_X_SIZE 12",
+        "#define TINY_INFER_X_DIMS {4, 3}",
+        "#define TINY_TRAIN_STEP_LOSS_SIZE 1",  # a scalar: a size, no dims
+        "#define TINY_DOUBLE_INT_SIZE 3",
+        "#define TINY_PARAM_W_DIMS {3, 2}",
+    ]:
+        assert line + "\n" in header
+    assert "TINY_TRAIN_STEP_LOSS_DIMS" not in header
+
+
 def test_c_identifiers_and_c_string_escaping():
     assert c_identifier("my-model.v2") == "my_model_v2"
     assert c_identifier("2layers") == "m_2layers"
