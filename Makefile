@@ -13,11 +13,11 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[demo,dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/dlopt samples/ir/inference.dl -p AS CSE DCE --print-ir
+	$(BIN)/python -m telc.demo
 
 test: lint unit lit
 
