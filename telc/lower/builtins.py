@@ -211,6 +211,17 @@ def unary_numeric(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
     return TV(v.type, v, sym=x.sym)
 
 
+@builtin("pow", "mod")
+def classic_binary(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
+    """The classic DLVM TEL intrinsics: pow(a, b) is a ** b and mod(a, b) is a % b."""
+    a = Args(lw, e, scope, ["a", "b"], {})
+    x, y = (a.tensor("a"), a.tensor("b")) if a.ok else (None, None)
+    if x is None or y is None:
+        return POISON
+    op = "**" if _name(e) == "pow" else "%"
+    return lw.elementwise(op, x, y, e.span, e.positional[0], e.positional[1])
+
+
 @builtin("max", "min", "sum", "mean", "prod")
 def reduction(lw: Calls, e: ast.Call, scope: Scope) -> Elaborated:
     name = _name(e)

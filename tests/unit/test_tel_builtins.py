@@ -20,6 +20,19 @@ LABELS = np.array([2, 0, 4, 4, 1])
 # name: (signature, body, arguments, NumPy)
 CASES: dict[str, tuple[str, str, list[np.ndarray], Callable[..., np.ndarray]]] = {
     "onehot": ("(i: i64[5]) -> f64[5 x 6]", "onehot(i, 6)", [LABELS], lambda i: np.eye(6)[i]),
+    # The classic DLVM TEL intrinsics pow(a, b) and mod(a, b): a ** b and a % b.
+    "classic-pow": (
+        "(x: f64[3 x 5]) -> f64[3 x 5]",
+        "pow(abs(x), 1.5)",
+        [M],
+        lambda x: np.abs(x) ** 1.5,
+    ),
+    "classic-mod": (
+        "(x: f64[3 x 5], y: f64[5]) -> f64[3 x 5]",
+        "mod(x, y)",
+        [M, np.array([0.5, 1.0, 1.5, 2.0, 0.75])],
+        lambda x, y: np.fmod(x, y),
+    ),
     "onehot-of-a-matrix": (
         "(i: i32[2 x 3]) -> f64[2 x 3 x 5]",
         "onehot(i, 5)",
