@@ -154,6 +154,7 @@ class Status(enum.IntEnum):
     IO = 4
     FORMAT = 5
     INTERNAL = 6
+    TRAP = 7
 
 
 class DType(enum.IntEnum):

@@ -2,15 +2,16 @@
 and offsets that let values whose lifetimes do not overlap share bytes.
 
 An *owner* is a value with storage of its own: a call's result (a tuple's elements laid out one
-after another), a random tensor, a popped or extracted tensor, an insert's copy, a stack handle,
-and the argument of every block but the entry. Other values borrow storage: a tuple element
-taken with `extract` or a tuple literal keeps its owners alive. Two owners interfere when one is
-defined while the other is live, or is read by the instruction that defines the other (a kernel
-must not write over its own input), except that a pointwise kernel's result may take exactly
-the storage of an input it reads only at the index it writes (dlvm/codegen/inplace.py) when
-that input dies there. The planner places each owner, in program order, in such an input's
-storage when it can, else at the first offset where it overlaps no interfering owner and no such
-input at all (first fit over an interval list)."""
+after another), a random tensor, a popped, loaded or extracted tensor, an insert's copy, a built
+aggregate literal, a stack handle, a pointer or box an instruction makes, and the argument of every
+block but the entry. Other values borrow storage: an element of a tuple, struct or array taken with
+`extract`, a tuple literal and a bitCast in host code keep their owners alive. Two owners interfere
+when one is defined while the other is live, or is read by the instruction that defines the other
+(a kernel must not write over its own input), except that a pointwise kernel's result may take
+exactly the storage of an input it reads only at the index it writes (dlvm/codegen/inplace.py) when
+that input dies there. The planner places each owner, in program order, in such an input's storage
+when it can, else at the first offset where it overlaps no interfering owner and no such input at
+all (first fit over an interval list)."""
 
 from __future__ import annotations
 
@@ -19,21 +20,28 @@ from collections import defaultdict
 
 from dlvm.analysis.liveness import liveness
 from dlvm.codegen.inplace import aligned_inputs
-from dlvm.ir.types import StackType, TensorType, TupleType, Type
+from dlvm.codegen.layout import layout
+from dlvm.ir.literals import AggregateLiteral, EnumLiteral, StructLiteral
+from dlvm.ir.typerules import element_type
+from dlvm.ir.types import TensorType, TupleType, Type, canonical
 from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
 
 ALIGN = 64
-_OWNING = {"apply", "random", "pop", "insert", "createStack"}
+_OWNING = {
+    "apply", "random", "pop", "insert", "createStack", "load", "reduce", "allocateStack",
+    "allocateHeap", "allocateBox", "projectBox", "elementPointer",
+}  # fmt: skip
+_BORROWING = {"extract", "literal", "bitCast"}
 
 
 def storage_size(t: Type) -> int:
     """Bytes a value of type t takes in a frame (each tensor 64-byte aligned)."""
+    t = canonical(t)
     if isinstance(t, TupleType):
         return sum(storage_size(e) for e in t.elements)
-    if isinstance(t, StackType):
-        return ALIGN
-    assert isinstance(t, TensorType), t
-    return -(-max(math.prod(t.shape) * t.dtype.size, 1) // ALIGN) * ALIGN
+    if isinstance(t, TensorType):
+        return -(-max(math.prod(t.shape) * t.dtype.size, 1) // ALIGN) * ALIGN
+    return -(-max(layout(t).size, 1) // ALIGN) * ALIGN
 
 
 class FramePlan:
@@ -62,8 +70,11 @@ class FramePlan:
             return v.block is not None and v.block is not self.fn.blocks[0]
         if not isinstance(v, Instruction):
             return False
-        if v.opcode == "extract":  # a copy out of a tensor; a tuple's element is borrowed
-            return not isinstance(v.operands[0].type, TupleType)
+        if v.opcode == "extract":  # a copy out of a tensor; an aggregate's element is borrowed
+            return indexes_tensor(v)
+        if v.opcode == "literal":  # a tuple literal borrows; other aggregates are built
+            lit = v.operands[0]
+            return isinstance(lit, LiteralValue) and builds(lit)
         return v.opcode in _OWNING
 
     def owners(self, v: Value) -> set[Value]:
@@ -72,8 +83,8 @@ class FramePlan:
             return {v}
         if isinstance(v, LiteralValue):
             return {o for e in v.literal.elements() for o in self.owners(e)}
-        if isinstance(v, Instruction) and v.opcode in ("extract", "literal"):
-            return {o for u in v.operands for o in self.owners(u)}
+        if isinstance(v, Instruction) and v.opcode in _BORROWING:
+            return {o for u in v.uses() for o in self.owners(u)}
         return set()
 
     def find_interference(self) -> None:
@@ -164,3 +175,22 @@ class FramePlan:
                 break
             offset = max(offset, o + s)
         return offset
+
+
+def builds(lit: LiteralValue) -> bool:
+    """Whether a literal's value is built in storage of its own: a struct, enum, array or
+    tensor literal (a tuple literal is its elements, a scalar or `zero` a constant)."""
+    value = lit.literal
+    if isinstance(value, AggregateLiteral):
+        return value.kind != "tuple"
+    return isinstance(value, StructLiteral | EnumLiteral)
+
+
+def indexes_tensor(extract: Instruction) -> bool:
+    """Whether an extract's keys reach into a tensor (its result is then a copy)."""
+    t = extract.operands[0].type
+    for key in extract.attrs["keys"]:
+        if isinstance(canonical(t), TensorType):
+            return True
+        t = element_type(t, key)
+    return False

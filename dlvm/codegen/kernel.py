@@ -14,6 +14,7 @@ import numpy as np
 from llvmlite import ir
 
 from dlvm.codegen import scalar as S
+from dlvm.codegen.combinators import not_inlinable
 from dlvm.codegen.inplace import aligned_inputs
 from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, unravel
 from dlvm.codegen.matmul import MatMul
@@ -26,8 +27,6 @@ from dlvm.transforms.compute_generation import kernel_core
 
 TASK = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
 KERNEL = ir.FunctionType(ir.VoidType(), [PTR])
-
-_COMBINE = {"add", "multiply", "max", "min", "and", "or"}
 
 
 def tensor_type(v: Value) -> TensorType:
@@ -74,6 +73,7 @@ class KernelGen:
         self.parallel_for = parallel_for
         self.memo: dict[tuple[int, tuple[int, ...]], tuple[ir.Value, list[ir.Value]]] = {}
         self.ptrs: dict[Value, ir.Value] = {}
+        self.bound: dict[Value, ir.Value] = {}
         self.literal_count = 0
 
     # The two functions ---------------------------------------------------------------------
@@ -169,8 +169,7 @@ class KernelGen:
         src = root.operands[0]
         st, t = tensor_type(src), tensor_type(root)
         comb = root.attrs["comb"]
-        if comb not in _COMBINE:
-            raise CodegenError(f"@{self.fn.name}: reduce by '{comb}' is not compiled yet")
+        self.check_combinator(comb)
         dims = sorted(root.attrs["dims"])
         kept = [d for d in range(len(st.shape)) if d not in dims]
         acc_slot = self.alloca(S.value_type(t.dtype))
@@ -189,7 +188,7 @@ class KernelGen:
                     full[d] = i
                 x = self.elem(src, full)
                 acc = b.load(acc_slot)
-                b.store(S.binary(b, comb, acc, x, t.dtype), acc_slot)
+                b.store(self.combine(comb, acc, x, t.dtype), acc_slot)
 
             loop_nest(b, [st.shape[d] for d in dims], inner)
             self.store(out, out_idx, t, b.load(acc_slot))
@@ -238,8 +237,7 @@ class KernelGen:
         root = self.root
         t = tensor_type(root)
         comb = root.attrs["comb"]
-        if comb not in _COMBINE:
-            raise CodegenError(f"@{self.fn.name}: scan by '{comb}' is not compiled yet")
+        self.check_combinator(comb)
         slot = self.alloca(S.value_type(t.dtype))
         for k, d in enumerate(root.attrs["dims"]):
             others = [n for axis, n in enumerate(t.shape) if axis != d]
@@ -260,7 +258,7 @@ class KernelGen:
 
                 def step(i: ir.Value) -> None:
                     self.memo.clear()
-                    acc = S.binary(b, comb, b.load(slot), read(full(i)), t.dtype)
+                    acc = self.combine(comb, b.load(slot), read(full(i)), t.dtype)
                     b.store(acc, slot)
                     self.store(out, full(i), t, acc)
 
@@ -276,8 +274,7 @@ class KernelGen:
         x, init_v = root.operands
         xt, t = tensor_type(x), tensor_type(root)
         comb = root.attrs["comb"]
-        if comb not in _COMBINE:
-            raise CodegenError(f"@{self.fn.name}: reduceWindow by '{comb}' is not compiled yet")
+        self.check_combinator(comb)
         dims, strides = root.attrs["dims"], root.attrs["strides"]
         pads = [
             window_padding(n, w, s, m, root.attrs["padding"])
@@ -298,7 +295,7 @@ class KernelGen:
                 ]
                 inside, clamped = self.clamp(pos, xt.shape)
                 v = b.select(inside, self.elem(x, clamped), init)
-                b.store(S.binary(b, comb, b.load(slot), v, t.dtype), slot)
+                b.store(self.combine(comb, b.load(slot), v, t.dtype), slot)
 
             loop_nest(b, list(dims), tap)
             self.store(out, o, t, b.load(slot))
@@ -368,6 +365,39 @@ class KernelGen:
             clamped.append(b.select(ok, q, ir.Constant(I64, 0)))
         return inside, clamped
 
+    # Combinators ---------------------------------------------------------------------------
+
+    def check_combinator(self, comb: str | Value) -> None:
+        """Refuses a combinator the kernel cannot compute inline: a function value, or a
+        function that is not scalar straight-line code. Every fold is left to right in
+        row-major order, the interpreter's, so any binary operation will do."""
+        if isinstance(comb, str):
+            return
+        what = f"@{self.fn.name}: {self.root.opcode} by"
+        if not isinstance(comb, Function):
+            raise CodegenError(f"{what} a function value is not compiled in a kernel")
+        bad = not_inlinable(comb)
+        if bad is not None:
+            raise CodegenError(f"{what} @{comb.name} is not compiled: {bad}")
+
+    def combine(self, comb: str | Value, acc: ir.Value, x: ir.Value, dt: DataType) -> ir.Value:
+        """comb(acc, x): the operation, or the function's body computed inline."""
+        if isinstance(comb, str):
+            return S.binary(self.b, comb, acc, x, dt)
+        assert isinstance(comb, Function)
+        return self.inline(comb, [acc, x])
+
+    def inline(self, fn: Function, args: list[ir.Value]) -> ir.Value:
+        """The value a scalar straight-line function returns for args (checked by
+        not_inlinable), its instructions computed as a kernel's elements are."""
+        saved, self.memo = self.memo, {}
+        bound, self.bound = self.bound, dict(zip(fn.arguments, args))
+        try:
+            ret = fn.blocks[0].instructions[-1]
+            return self.elem(ret.operands[0], [])
+        finally:
+            self.memo, self.bound = saved, bound
+
     # Elements ------------------------------------------------------------------------------
 
     def alloca(self, ty: ir.Type) -> ir.Value:
@@ -399,6 +429,8 @@ class KernelGen:
 
     def _elem(self, v: Value, idx: list[ir.Value]) -> ir.Value:
         b = self.b
+        if v in self.bound:  # an argument of a function computed inline
+            return self.bound[v]
         if isinstance(v, Argument):
             t = tensor_type(v)
             return S.load_element(b, self.address(self.ptrs[v], idx, t), t.dtype)
@@ -426,6 +458,8 @@ class KernelGen:
         if op == "dataTypeCast":
             src = v.operands[0]
             return S.cast(b, self.elem(src, idx), tensor_type(src).dtype, t.dtype)
+        if op == "bitCast":
+            return self.bit_cast(v, idx)
         if op == "literal":
             return self.literal(v.operands[0], idx)  # type: ignore[arg-type]
         if op == "transpose":
@@ -450,7 +484,20 @@ class KernelGen:
             return self.elem(v.operands[0], unravel(b, flat, src_t.shape))
         if op == "concatenate":
             return self.concatenate(v, idx)
+        if op == "apply" and isinstance(v.operands[0], Function):  # inside a combinator
+            return self.inline(v.operands[0], [self.elem(a, []) for a in v.operands[1:]])
         raise CodegenError(f"@{self.fn.name}: '{op}' cannot be fused into a kernel")
+
+    def bit_cast(self, v: Instruction, idx: list[ir.Value]) -> ir.Value:
+        """The bits of the operand's element at the same row-major offset, read as the new
+        element type (of the same size: bools only to bools)."""
+        b = self.b
+        src = v.operands[0]
+        st, t = tensor_type(src), tensor_type(v)
+        at = idx if st.shape == t.shape else unravel(b, linear_index(b, idx, t.shape), st.shape)
+        x = self.elem(src, at)
+        target = S.value_type(t.dtype)
+        return x if x.type == target else b.bitcast(x, target)
 
     def broadcast(self, idx: list[ir.Value], t: TensorType, operand: Value) -> list[ir.Value]:
         """The index of an elementwise operand (a scalar, or equal rank with 1s stretched)."""

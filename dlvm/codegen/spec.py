@@ -80,13 +80,13 @@ def host_symbol(function: str) -> str:
 
 def module_spec(module: Module, compiler: str) -> LibrarySpec:
     """The library of an IR module (`dlc m.dl -o m.so`): every function with a body whose
-    arguments are tensors becomes an export entry, its inputs named after the entry block's
-    arguments and its outputs `result` (or `result0`, `result1`… for a tuple)."""
+    arguments and results are tensors becomes an export entry, its inputs named after the entry
+    block's arguments and its outputs `result` (or `result0`, `result1`… for a tuple)."""
 
-    def flat(t: Type) -> list[TensorType]:
+    def flat(t: Type) -> list[Type]:
         if isinstance(t, TupleType):
             return [x for e in t.elements for x in flat(e)]
-        return [t] if isinstance(t, TensorType) else []
+        return [t]
 
     entries = []
     for fn in module.functions:
@@ -96,7 +96,9 @@ def module_spec(module: Module, compiler: str) -> LibrarySpec:
         ty = fn.type
         if len(args) != len(fn.arguments) or not isinstance(ty, FunctionType):
             continue
-        results = flat(ty.result)
+        results = [t for t in flat(ty.result) if isinstance(t, TensorType)]
+        if len(results) != len(flat(ty.result)):  # a pointer, struct… has no C form here
+            continue
         names = ["result"] if len(results) == 1 else [f"result{i}" for i in range(len(results))]
         entries.append(
             EntrySpec(

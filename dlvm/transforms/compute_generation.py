@@ -1,13 +1,14 @@
 """compute-generation (CG): groups each function's tensor work into kernels (DESIGN.md section 2)
 and outlines every kernel into a `[compute]` function called with `apply`; sets stage compute.
 
-A kernel has one root, the value it writes to memory, and the pointwise instructions that
-feed only it, computed on the fly at the index being written. A pointwise instruction
-(elementwise, compare, select, cast, shape-only, tensor literal) joins its consumer's kernel
-when that consumer is its only user, sits in the same block, and reads it at most once per
-element written: a pointwise instruction, or the reduced operand of a `reduce`. `convolve`,
-`scan` and `reduceWindow` are roots whose operands are in memory; everything else (calls,
-tuples, control flow, random numbers, stacks) stays in the host function.
+A kernel has one root, the value it writes to memory, and the pointwise instructions that feed
+only it, computed on the fly at the index being written. A pointwise instruction (elementwise,
+compare, select, cast, a bitCast between element types of one size, shape-only, tensor literal)
+joins its consumer's kernel when that consumer is its only user, sits in the same block, and
+reads it at most once per element written: a pointwise instruction, or the reduced operand of a
+`reduce`. `convolve`, `scan` and `reduceWindow` are roots whose operands are in memory;
+everything else (calls, tuples, control flow, random numbers, stacks) stays in the host
+function.
 
 A matrix `dot` takes a prologue and an epilogue. Its right operand may be any pointwise
 instruction (the kernel packs it strip by strip); its left operand only a transpose or a pad or
@@ -22,7 +23,7 @@ from collections import Counter
 
 from dlvm.ir.builder import create
 from dlvm.ir.ops import lookup
-from dlvm.ir.types import FunctionType, TensorType
+from dlvm.ir.types import FunctionType, TensorType, canonical
 from dlvm.ir.values import (
     Argument,
     Block,
@@ -38,6 +39,7 @@ from dlvm.transforms.pass_base import Pass
 POINTWISE_FAMILIES = {"unary", "binary", "boolean", "compare", "select"}
 POINTWISE_OPS = {
     "dataTypeCast",
+    "bitCast",
     "transpose",
     "reverse",
     "concatenate",
@@ -59,6 +61,13 @@ def is_pointwise(inst: Instruction) -> bool:
     if inst.opcode == "literal":
         lit = inst.operands[0]
         return isinstance(lit, LiteralValue) and not any(True for _ in inst.uses())
+    if inst.opcode == "bitCast":  # element for element when the element sizes agree
+        src, t = canonical(inst.operands[0].type), inst.type
+        return (
+            isinstance(src, TensorType)
+            and src.dtype.size == t.dtype.size
+            and src.unit_count == t.unit_count
+        )
     return inst.op.family in POINTWISE_FAMILIES or inst.opcode in POINTWISE_OPS
 
 

@@ -38,7 +38,8 @@ typedef enum {
     DLRT_ERR_DEVICE = 3,
     DLRT_ERR_IO = 4,
     DLRT_ERR_FORMAT = 5,
-    DLRT_ERR_INTERNAL = 6
+    DLRT_ERR_INTERNAL = 6,
+    DLRT_ERR_TRAP = 7 /* the program ran a `trap` instruction */
 } dlrt_status;
 
 /* ---- Errors: one message per thread, set by every function that returns a non-OK status. ---- */
@@ -105,6 +106,18 @@ void dlrt_stack_destroy(dlrt_stack *s);
 dlrt_status dlrt_stack_push(dlrt_stack *s, const void *data, size_t bytes);
 /* Pops the top `bytes` bytes into `out`; DLRT_ERR_FORMAT when fewer bytes are on the stack. */
 dlrt_status dlrt_stack_pop(dlrt_stack *s, void *out, size_t bytes);
+
+/* ---- Boxes: reference-counted heap cells (allocateBox, projectBox, retain, release) ---- */
+
+/* Bytes from a box's address to its content (so the content is 64-byte aligned too). */
+#define DLRT_BOX_HEADER 64
+/* A box holding `bytes` zeroed bytes at DLRT_BOX_HEADER past its address, with one reference;
+   NULL (and a set error) when out of memory. dlrt_free frees it whatever its count. */
+void *dlrt_box_create(size_t bytes);
+/* Adds a reference to a box (NULL does nothing). */
+void dlrt_box_retain(void *box);
+/* Drops a reference; frees the box when none is left (NULL does nothing). */
+void dlrt_box_release(void *box);
 
 /* ---- Safetensors files (docs/c-abi.md section 3) ---- */
 

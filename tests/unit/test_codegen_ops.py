@@ -10,8 +10,9 @@ import pytest
 import dlvm
 from dlvm.codegen.build import build_library
 from dlvm.codegen.spec import module_spec
-from dlvm.interp import run_function
+from dlvm.interp import InterpreterError, run_function
 from dlvm.ir import parse_module
+from dlvm.runtime import Status
 
 # name: (signature arguments, result type, body lines using %a, %b, …; the last defines %r)
 CASES: dict[str, tuple[list[str], str, list[str]]] = {}
@@ -153,6 +154,10 @@ for _comb, _init in [("add", "0"), ("max", "-inf"), ("min", "inf"), ("multiply",
         "<7 x f32>",
         f"%r = reduce %a: <3 x 7 x 5 x f32> by {_comb} init {_init}: f32 along 0, 2",
     )
+case("reduce-subtract", ["<3 x 7 x 5 x f32>"], "<7 x f32>",
+     "%r = reduce %a: <3 x 7 x 5 x f32> by subtract init 1: f32 along 0, 2")  # fmt: skip
+case("scan-subtract-int", ["<5 x 4 x i32>"], "<5 x 4 x i32>",
+     "%r = scan %a: <5 x 4 x i32> by subtract along 0")  # fmt: skip
 case("reduce-all-fused", ["<9 x 11 x f64>"], "f64",
      "%e = exp %a: <9 x 11 x f64>",
      "%r = reduce %e: <9 x 11 x f64> by add init 0: f64 along 0, 1")  # fmt: skip
@@ -180,6 +185,93 @@ case(
     "padding (1, 1), (0, 0) leftDilation 2, 1 rightDilation 2, 2",
 )
 
+# bitCast: element types of one size in a kernel (fused, reshaped), other sizes
+# in host code (the same bytes, read by the next kernel).
+case("bitCast-f32-i32", ["<3 x 7 x f32>"], "<3 x 7 x i32>",
+     "%r = bitCast %a: <3 x 7 x f32> to <3 x 7 x i32>")  # fmt: skip
+case("bitCast-fused-reshaped", ["<3 x 7 x f32>"], "<21 x f32>",
+     "%i = bitCast %a: <3 x 7 x f32> to <3 x 7 x i32>",
+     "%j = add %i: <3 x 7 x i32>, 1048576: i32",
+     "%r = bitCast %j: <3 x 7 x i32> to <21 x f32>")  # fmt: skip
+case("bitCast-f64-i64", ["<5 x f64>"], "<5 x i64>", "%r = bitCast %a: <5 x f64> to <5 x i64>")
+case("bitCast-f16-i16", ["<1 x 9 x f16>"], "<1 x 9 x i16>",
+     "%r = bitCast %a: <1 x 9 x f16> to <1 x 9 x i16>")  # fmt: skip
+case("bitCast-i8-i8", ["<11 x i8>"], "<11 x i8>",
+     "%c = bitCast %a: <11 x i8> to <11 x i8>",
+     "%r = negate %c: <11 x i8>")  # fmt: skip
+case("bitCast-host-i16-i32", ["<6 x i16>"], "<3 x i32>",
+     "%b = bitCast %a: <6 x i16> to <3 x i32>",
+     "%r = add %b: <3 x i32>, 1: i32")  # fmt: skip
+case("bitCast-host-scalar", ["<2 x i32>"], "i64", "%r = bitCast %a: <2 x i32> to i64")
+# Shape queries: constants of the operand's type, read by later kernels.
+case("queries", ["<3 x 7 x f32>", "f32"], "<2 x i64>",
+     "%n = unitCount of %a: <3 x 7 x f32>",
+     "%k = rank of %a: <3 x 7 x f32>",
+     "%z = rank of %b: f32",
+     "%s = shape of %a: <3 x 7 x f32>",
+     "%m = multiply %n: i64, %k: i64",
+     "%m1 = add %m: i64, %z: i64",
+     "%r = add %s: <2 x i64>, %m1: i64")  # fmt: skip
+# Reductions by a function (HELPERS): reduce calls it per element in host code; scan and
+# reduceWindow compute its body inline in their kernels. @blend is not associative, so the
+# order of the fold shows.
+case("reduce-by-function", ["<3 x 4 x 5 x f32>"], "<4 x f32>",
+     "%r = reduce %a: <3 x 4 x 5 x f32> by @blend: (f32, f32) -> f32 init 1: f32 "
+     "along 2, 0")  # fmt: skip
+case("reduce-all-by-function", ["<7 x 3 x i32>"], "i32",
+     "%r = reduce %a: <7 x 3 x i32> by @twice_minus: (i32, i32) -> i32 init 1: i32 "
+     "along 0, 1")  # fmt: skip
+case("scan-by-function", ["<4 x 6 x f32>"], "<4 x 6 x f32>",
+     "%r = scan %a: <4 x 6 x f32> by @blend: (f32, f32) -> f32 along 1, 0")  # fmt: skip
+case(
+    "reduce-window-by-function",
+    ["<2 x 7 x 5 x f32>"],
+    "<2 x 4 x 3 x f32>",
+    "%r = reduceWindow %a: <2 x 7 x 5 x f32> by @blend_max: (f32, f32) -> f32 init 0: f32 "
+    "dims 1, 3, 2 strides 1, 2, 2 padding half",
+)
+
+HELPERS = """
+func @blend: (f32, f32) -> f32 {
+'entry(%acc: f32, %x: f32):
+    %h = multiply %acc: f32, 0.5: f32
+    %r = add %h: f32, %x: f32
+    return %r: f32
+}
+
+func @blend_max: (f32, f32) -> f32 {
+'entry(%acc: f32, %x: f32):
+    %b = apply @blend(%acc: f32, %x: f32): (f32, f32) -> f32
+    %r = max %b: f32, %x: f32
+    return %r: f32
+}
+
+func @twice_minus: (i32, i32) -> i32 {
+'entry(%acc: i32, %x: i32):
+    %d = multiply %acc: i32, 2: i32
+    %r = subtract %d: i32, %x: i32
+    return %r: i32
+}
+
+func @random_i32: (i32, i32) -> <37 x 29 x i32> {
+'entry(%lo: i32, %hi: i32):
+    %r = random 37 x 29 from %lo: i32 upto %hi: i32
+    return %r: <37 x 29 x i32>
+}
+
+func @random_i8: (i8, i8) -> <1031 x i8> {
+'entry(%lo: i8, %hi: i8):
+    %r = random 1031 from %lo: i8 upto %hi: i8
+    return %r: <1031 x i8>
+}
+
+func @random_i64: (i64, i64) -> <3 x 5 x i64> {
+'entry(%lo: i64, %hi: i64):
+    %r = random 3 x 5 from %lo: i64 upto %hi: i64
+    return %r: <3 x 5 x i64>
+}
+"""
+
 
 def module_text() -> str:
     lines = ['module "ops"', "stage optimizable", ""]
@@ -191,17 +283,26 @@ def module_text() -> str:
         lines += ["    " + line for line in body]
         lines += [f"    return %r: {result}", "}", ""]
         del name
-    return "\n".join(lines)
+    return "\n".join(lines) + HELPERS
 
 
-NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i32": np.int32, "bool": np.bool_}
+NP = {
+    "f32": np.float32,
+    "f64": np.float64,
+    "f16": np.float16,
+    "i8": np.int8,
+    "i16": np.int16,
+    "i32": np.int32,
+    "i64": np.int64,
+    "bool": np.bool_,
+}
 
 
 def random_input(t: str, rng: np.random.Generator, name: str) -> np.ndarray:
     inner = t.strip("<>").split(" x ")
     dtype, shape = inner[-1], tuple(int(d) for d in inner[:-1])
-    if dtype == "i32":
-        x = rng.integers(-20, 20, shape).astype(np.int32)
+    if dtype[0] == "i":
+        x = rng.integers(-20, 20, shape).astype(NP[dtype])
         return np.where(x == 0, 3, x) if "int-" in name else x
     x = rng.uniform(-2, 2, shape)
     if any(k in name for k in ("log", "sqrt", "rsqrt", "power", "modulo")):
@@ -235,3 +336,31 @@ def test_instruction_matches_interpreter(library, index, name):
     else:
         tol = 1e-12 if expected.dtype == np.float64 else 2e-6
         np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * 10)
+
+
+def test_random_integers_are_uniform_in_the_range(library):
+    """The library's stream is not the interpreter's: what must agree is the distribution,
+    uniform over [lo, hi) (rng.integers in the interpreter)."""
+    lib, _ = library
+    x = lib.random_i32(-3, 4)
+    assert x.dtype == np.int32 and x.shape == (37, 29)
+    values, counts = np.unique(x, return_counts=True)
+    assert list(values) == list(range(-3, 4))
+    assert counts.min() > 100 and counts.max() < 210  # 153 expected each
+    assert not np.array_equal(x, lib.random_i32(-3, 4))  # each call draws anew
+    b = lib.random_i8(-128, 127)
+    assert b.dtype == np.int8 and b.min() >= -128 and b.max() <= 126
+    assert len(np.unique(b)) > 220 and abs(b.mean() + 0.5) < 10
+    w = lib.random_i64(-(2**62), 2**62)
+    assert w.min() >= -(2**62) and w.max() < 2**62
+    assert w.min() < -(2**60) and w.max() > 2**60
+    assert np.all(lib.random_i32(5, 6) == 5)
+
+
+def test_random_integers_refuse_an_empty_range(library):
+    lib, reference = library
+    with pytest.raises(dlvm.LibraryError, match=r"random range \[4, 4\) is empty") as e:
+        lib.random_i32(4, 4)
+    assert e.value.status is Status.INVALID_ARGUMENT
+    with pytest.raises(InterpreterError, match=r"random range \[4, 4\) is empty"):
+        run_function(reference, "random_i32", [4, 4])
