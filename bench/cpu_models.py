@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, ours, theirs in pairs:
             t = measure({"ours": ours, "numpy": theirs}, args.runs)
             rows.append((name, t["ours"], t["numpy"]))
-    print(f"CPU benchmark: {os.cpu_count()} CPUs, {args.runs} runs in interleaved blocks, times in ms")
+    cpus = os.cpu_count()
+    print(f"CPU benchmark: {cpus} CPUs, {args.runs} runs in interleaved blocks, times in ms")
     print(f"{'case':32} {'ours med':>10} {'ours min':>10} {'numpy med':>10} {'numpy min':>10} "
           f"{'ratio':>7}")  # fmt: skip
     for name, ours, theirs in rows:

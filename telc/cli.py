@@ -1,62 +1,231 @@
-"""The `telc` command: `telc check FILE`, `telc build FILE --emit STAGE [-o OUT] [-D N=V] [-q]`,
-and `telc FILE …` as a short form of `telc build FILE …`. `build` shows the running stage and
-then each stage's time on stderr (telc/progress.py); stdout carries only `--emit` text. Exit
-status 0 success, 1 rejected input, 2 bad usage, 3 an internal error (a bug in telc, reported
-without a traceback)."""
+"""The `telc` command: `telc build` (any stage, -O0/-O1/-O2, --target, the build cache, progress
+and timings), `telc check`, `telc run` (an entry point of the built model on .npy inputs) and
+`telc cache`; `telc FILE …` is short for `telc build FILE …`. Progress, timings and diagnostics
+go to stderr; stdout carries only what was asked for (--emit text, run's outputs). Exit status:
+EXIT_STATUS below, also in `telc --help` and docs/telc.md."""
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
+from rich.console import Console
 
 from dlvm.diagnostics import BuildFailure, DiagnosticError
-from dlvm.ir.printer import module_text
-from dlvm.tools.driver import EXIT_INPUT, read_text, report
+from dlvm.tools.driver import EXIT_INPUT, EXIT_USAGE, read_text, report
 from telc import __version__
-from telc.ast import dump
-from telc.driver import STAGES, compile_text, optimize, parse_defines
-from telc.program import load
-from telc.progress import Progress
+from telc.cache import Cache, compiler_version, write_atomically
+from telc.driver import (
+    DEFAULT_OPT_LEVEL,
+    OPT_LEVELS,
+    STAGES,
+    TARGETS,
+    BuildOptions,
+    compile_text,
+    optimize,
+    parse_defines,
+)
+from telc.progress import Progress, console
 
-if TYPE_CHECKING:
-    from dlvm.codegen.build import BuildResult
+T = TypeVar("T")
 
 EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+
+EXIT_STATUS = """\b
+Exit status:
+  0    success
+  1    the input was rejected (located diagnostics on stderr), or the build or run failed
+  2    bad usage: an unknown command or option, a malformed value
+  3    an internal error, a bug in telc (TELC_TRACEBACK=1 shows where it happened)
+  130  interrupted"""
+
+GROUP_EPILOG = f"""\b
+Examples:
+  telc check model.tel                      # report every error, build nothing
+  telc build model.tel -o build/model.so    # model.so, model.h and dlrt.h
+  telc model.tel --emit optimized -O1       # IR after differentiation and -O1
+  telc run model.tel --input x=x.npy        # build if needed, run infer, print y
+
+\b
+Environment:
+  TELC_CACHE_DIR   the build cache (default $XDG_CACHE_HOME/telc or ~/.cache/telc)
+  CC               the C compiler that links libraries (default cc)
+  NO_COLOR         no colour even on a terminal (colour is only ever used on one)
+
+{EXIT_STATUS}
+
+Each command has its own --help. The reference is docs/telc.md."""
+
+_LEVELS = " ".join(f"-O{n}: {lvl.summary}." for n, lvl in OPT_LEVELS.items())
 
 
 class _Group(click.Group):
-    """Treats `telc model.tel …` as `telc build model.tel …`."""
+    """Treats `telc model.tel …` as `telc build model.tel …`; a word that is neither a command
+    nor a file nor a .tel name (`telc chek m.tel`) stays a command, which click reports as
+    unknown with a suggestion."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
+        first = args[0] if args else ""
+        is_file = first.endswith(".tel") or os.path.sep in first or os.path.exists(first)
+        if first and first not in self.commands and not first.startswith("-") and is_file:
             args = ["build", *args]
         return super().parse_args(ctx, args)
 
 
-@click.group(cls=_Group, help="Compile TEL models. The IR tools are dlopt and dlc.")
-@click.version_option(__version__, prog_name="telc")
+@click.group(
+    name="telc",
+    cls=_Group,
+    help="Compile TEL models into native libraries, check them, run them. "
+    "The IR tools are dlopt and dlc.",
+    epilog=GROUP_EPILOG,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(__version__, prog_name="telc", message="%(prog)s %(version)s")
 def cli() -> None:
     pass
 
 
+def _defines(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
+    for item in value:
+        try:
+            parse_defines([item])
+        except DiagnosticError:
+            raise click.BadParameter(f"'{item}' is not NAME=NUMBER (such as -D B=64)") from None
+    return tuple(parse_defines(list(value)).items())
+
+
+def _inputs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
+    given: dict[str, str] = {}
+    for item in value:
+        name, sep, path = item.partition("=")
+        if not sep or not name.isidentifier() or not path:
+            raise click.BadParameter(f"'{item}' is not NAME=FILE (such as --input x=x.npy)")
+        if name in given:
+            raise click.BadParameter(f"input '{name}' is given twice")
+        given[name] = path
+    return given
+
+
+def _in_range(low: int, high: int) -> Callable[[click.Context, click.Parameter, int], int]:
+    def check(ctx: click.Context, param: click.Parameter, value: int) -> int:
+        if not low <= value <= high:
+            raise click.BadParameter(f"{value} is not in the range {low} to {high}")
+        return value
+
+    return check
+
+
+def _options(*decorators: Callable[[Any], Any]) -> Callable[[T], T]:
+    def apply(f: T) -> T:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+
+    return apply
+
+
 _define = click.option(
-    "-D", "defines", multiple=True, metavar="NAME=VALUE", help="Override a dim or const."
+    "-D",
+    "defines",
+    multiple=True,
+    metavar="NAME=VALUE",
+    callback=_defines,
+    help="Override a dim or const (repeatable).",
+)
+_quiet = click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+_verbose = click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Also say what the build did: options, sources, cache key, each pass (changed or "
+    "not), kernels, frame sizes, entry points.",
+)
+_codegen = _options(
+    click.option(
+        "-O",
+        "level",
+        type=click.Choice([str(n) for n in OPT_LEVELS]),
+        default=str(DEFAULT_OPT_LEVEL),
+        show_default=True,
+        help=f"Optimisation level. {_LEVELS}",
+    ),
+    click.option(
+        "--target",
+        type=click.Choice(TARGETS),
+        default="cpu",
+        show_default=True,
+        help="What to generate code for (cuda: not available yet).",
+    ),
+    click.option(
+        "--cpu", default="native", show_default=True, help="Target CPU: native, x86-64-v3, znver4…"
+    ),
+    click.option(
+        "--no-cache",
+        is_flag=True,
+        help="Neither use nor fill the build cache (TELC_CACHE_DIR, else ~/.cache/telc).",
+    ),
 )
 
 
-@cli.command(help="Check FILE and report every error; writes nothing.")
-@click.argument("file")
-@_define
-def check(file: str, defines: tuple[str, ...]) -> None:
-    _run(lambda: compile_text(file, read_text(file), parse_defines(list(defines))))
+def _build_options(defines: Any, level: str, target: str, cpu: str) -> BuildOptions:
+    return BuildOptions(tuple(defines), int(level), target, cpu)
+
+
+def _chatter(quiet: bool, verbose: bool) -> None:
+    if quiet and verbose:
+        raise click.UsageError("-q and -v cannot be used together")
 
 
 @cli.command(
+    short_help="Report every error in a model; build nothing.",
+    help="Check FILE: parse it and the modules it uses, check names, shapes and element types, "
+    "lower it to IR and differentiate it; writes nothing. Errors are reported as "
+    "file:line:col diagnostics; on success one line says what the model has.",
+    epilog="\b\nExamples:\n  telc check model.tel\n  telc check model.tel -D B=1 -q\n\n"
+    + EXIT_STATUS,
+)
+@click.argument("file")
+@_define
+@_quiet
+def check(file: str, defines: Any, quiet: bool) -> None:
+    def work() -> Any:
+        compiled = compile_text(file, read_text(file), dict(defines))
+        optimize(compiled.module, level=0)
+        return compiled
+
+    compiled = _guard(work)
+    if quiet:
+        return
+    entries = [e.name for e in compiled.interface.entries if e.kind != "init"]
+    params = len(compiled.interface.params)
+    console().print(
+        f"telc: {file}: ok (module {compiled.interface.name}; entries "
+        f"{', '.join(entries) or 'none'}; {params} parameter{'s' * (params != 1)})",
+        soft_wrap=True,
+    )
+
+
+@cli.command(
+    short_help="Compile a model to a library or any stage (the default command).",
     help="Compile FILE and write the chosen stage. Building a library (the default) shows "
-    "each stage's time on stderr."
+    "each stage's time on stderr; an unchanged model is taken from the build cache.",
+    epilog="""\b
+Examples:
+  telc build model.tel                       # model.so, model.h, dlrt.h here
+  telc build model.tel -o out/m.so -D B=1    # batch size 1
+  telc build model.tel --emit ir             # raw DLVM IR on stdout
+  telc build model.tel --emit optimized -O0  # only differentiated
+  telc build model.tel --emit llvm -o m.ll
+  telc build model.tel -v --no-cache         # every pass and kernel, built afresh
+
+"""
+    + EXIT_STATUS,
 )
 @click.argument("file")
 @click.option(
@@ -65,64 +234,213 @@ def check(file: str, defines: tuple[str, ...]) -> None:
     default="so",
     show_default=True,
     help="ast: the syntax tree; ir: raw DLVM IR; optimized: IR after differentiation and "
-    "optimisation; compute: with kernels outlined; schedule: with schedules; llvm: optimised "
-    "LLVM IR; so: a shared library NAME.so with NAME.h and dlrt.h beside it.",
+    "the -O level's passes; compute: with kernels outlined; schedule: with schedules; llvm: "
+    "optimised LLVM IR; obj: the object file (needs -o or a pipe); so: a shared library "
+    "NAME.so with NAME.h and dlrt.h beside it.",
 )
 @click.option(
     "-o", "output", metavar="OUT", help="Write to OUT (for so: default FILE's stem + .so)."
 )
-@click.option(
-    "--cpu", default="native", show_default=True, help="Target CPU: native, x86-64-v3, znver4…"
-)
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@_codegen
 @_define
+@_quiet
+@_verbose
 def build(
-    file: str, emit: str, output: str | None, cpu: str, quiet: bool, defines: tuple[str, ...]
+    file: str,
+    emit: str,
+    output: str | None,
+    level: str,
+    target: str,
+    cpu: str,
+    no_cache: bool,
+    defines: Any,
+    quiet: bool,
+    verbose: bool,
 ) -> None:
-    progress = Progress(quiet)  # stderr only: stdout carries the emitted text
-    timings = progress.timings
+    _chatter(quiet, verbose)
+    if emit == "obj" and not output and sys.stdout.isatty():
+        raise click.UsageError("--emit obj writes binary: give -o FILE.o (or a pipe)")
+    options = _build_options(defines, level, target, cpu)
+    progress = Progress(quiet, verbose)  # stderr only: stdout carries the emitted text
+    library = Path(output or Path(file).stem + ".so") if emit == "so" else None
+    warnings: list[str] = []
 
-    def stages() -> str | BuildResult:
-        values = parse_defines(list(defines))
-        text = read_text(file)
-        if emit == "ast":
-            with timings.stage("parse"):
-                program = load(file, text, values)
-            return dump(program.root.tree)
-        compiled = compile_text(file, text, values, timings)
-        if emit == "ir":
-            return module_text(compiled.module)
-        optimize(compiled.module, timings)
-        if emit == "optimized":
-            return module_text(compiled.module)
-        with timings.stage("load llvm"):
-            from telc.library import build_so, emit_stage  # llvmlite loads only when needed
+    def work() -> Any:
+        from telc.build import produce
 
-        if emit == "so":
-            target = output or os.path.splitext(os.path.basename(file))[0] + ".so"
-            return build_so(compiled, target, cpu, timings)
-        return emit_stage(compiled.module, emit, cpu, timings)
-
-    def work() -> str | BuildResult:
         with progress:
-            return stages()
+            return produce(
+                file, emit, options, library, progress.timings, _cache(no_cache), warnings.append
+            )
 
-    result = _run(work)
-    if not isinstance(result, str):
-        progress.summary(result.library, result.header)
+    product = _guard(work)
+    _warn(warnings, quiet)
+    progress.details(product.report, options.flags(), product.cached)
+    if emit == "so":
+        progress.summary(product.library, product.header, product.cached)
         return
+    data = product.data
     if output:
+        raw = data.encode("utf-8") if isinstance(data, str) else data
         try:
-            with open(output, "w", encoding="utf-8") as f:
-                f.write(result)
+            write_atomically(Path(output), raw)
         except OSError as e:
             click.echo(f"telc: cannot write {output}: {e.strerror}", err=True)
             sys.exit(EXIT_INPUT)
+    elif isinstance(data, bytes):
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
     else:
-        click.echo(result, nl=False)
+        click.echo(data, nl=False)
 
 
-def _run(work):
+@cli.command(
+    short_help="Run an entry point of a model on .npy inputs.",
+    help="Build FILE (or take it from the build cache), create the model with random "
+    "parameters from --seed, run one entry point on inputs read from .npy files, and print "
+    "its outputs (large tensors summarised) or save them with -o. Inputs are checked against "
+    "the entry's names, shapes and element types; a float64 array is accepted for f32. A "
+    "train entry runs --steps times on the same inputs and prints each step's loss.",
+    epilog="""\b
+Examples:
+  telc run model.tel --input x=x.npy
+  telc run model.tel --input x=x.npy -o y.npz         # all outputs in one archive
+  telc run model.tel --input x=x.npy -o outputs/      # outputs/y.npy, …
+  telc run model.tel --entry train_step --input x=x.npy --input labels=l.npy \\
+      --steps 100 --save params.safetensors
+  telc run model.tel --load params.safetensors --input x=x.npy
+
+"""
+    + EXIT_STATUS,
+)
+@click.argument("file")
+@click.option("--entry", metavar="NAME", help="The entry point to run (default infer).")
+@click.option(
+    "--input",
+    "inputs",
+    multiple=True,
+    metavar="NAME=FILE",
+    callback=_inputs,
+    help="An input of the entry from a .npy file (or an .npz holding NAME); repeatable.",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="OUT",
+    help="Save the outputs instead of printing them: OUT.npz holds all, any other OUT is a "
+    "directory that gets NAME.npy per output.",
+)
+@click.option(
+    "--seed", type=int, metavar="N", default=0, show_default=True,
+    callback=_in_range(0, 2**64 - 1),
+    help="The random stream that initialises the parameters.",
+)  # fmt: skip
+@click.option(
+    "--steps", type=int, metavar="N", default=1, show_default=True,
+    callback=_in_range(1, 2**63 - 1),
+    help="How many times a train entry runs.",
+)  # fmt: skip
+@click.option("--load", "checkpoint", metavar="FILE", help="Load parameters saved by --save.")
+@click.option("--save", metavar="FILE", help="Save the parameters after the run (safetensors).")
+@_codegen
+@_define
+@_quiet
+@_verbose
+def run(
+    file: str,
+    entry: str | None,
+    inputs: dict[str, str],
+    output: str | None,
+    seed: int,
+    steps: int,
+    checkpoint: str | None,
+    save: str | None,
+    level: str,
+    target: str,
+    cpu: str,
+    no_cache: bool,
+    defines: Any,
+    quiet: bool,
+    verbose: bool,
+) -> None:
+    from telc import run as running
+
+    _chatter(quiet, verbose)
+    options = _build_options(defines, level, target, cpu)
+    progress = Progress(quiet, verbose)
+    warnings: list[str] = []
+    err = console()
+
+    def work() -> None:
+        from telc.build import produce
+
+        with tempfile.TemporaryDirectory(prefix="telc-run-") as scratch:
+            library = Path(scratch) / (Path(file).stem + ".so")  # a copy of the cached build
+            with progress:
+                product = produce(
+                    file, "so", options, library, progress.timings, _cache(no_cache),
+                    warnings.append,
+                )  # fmt: skip
+            _warn(warnings, quiet)
+            progress.details(product.report, options.flags(), product.cached)
+            if not product.cached and not quiet:
+                err.print(f"telc: built {file} in {progress.total:.2f} s", soft_wrap=True)
+            chosen, outputs = running.execute(
+                library, entry, inputs, seed, steps, checkpoint, save, _steps(steps, quiet, err)
+            )
+        if output is None:
+            running.show(console(stderr=False), chosen, outputs)
+            return
+        written = running.save(outputs, Path(output))
+        if not quiet:
+            err.print(f"telc: wrote {', '.join(map(str, written))}", soft_wrap=True)
+
+    _guard(work, running.RunError)
+
+
+def _steps(steps: int, quiet: bool, err: Console) -> Callable[[int, float], None]:
+    """Prints a train entry's loss at about ten steps spread over the run (each one when
+    there are few), the first and the last always."""
+    every = max(1, steps // 10)
+
+    def done(step: int, loss: float) -> None:
+        if steps > 1 and not quiet and (step % every == 0 or step in (1, steps)):
+            err.print(f"step {step:>{len(str(steps))}}  loss {loss:.6g}", soft_wrap=True)
+
+    return done
+
+
+@cli.command(
+    name="cache",
+    short_help="Show or clear the build cache.",
+    help="Show where the build cache is, how many builds it holds and their size; --clear "
+    "empties it. Entries are keyed by the sources, the options and the compiler version, so "
+    "a stale entry is never used; the least recently used beyond 128 are removed.",
+)
+@click.option("--clear", is_flag=True, help="Remove every cached build.")
+def cache_command(clear: bool) -> None:
+    store = Cache()
+    if clear:
+        removed = store.clear()
+        click.echo(f"telc: removed {removed} cached build{'s' * (removed != 1)} from {store.root}")
+        return
+    entries = store.entries()
+    click.echo(f"{store.root}: {len(entries)} build{'s' * (len(entries) != 1)}, "
+               f"{store.size() / (1024 * 1024):.1f} MiB ({compiler_version()})")  # fmt: skip
+
+
+def _cache(no_cache: bool) -> Cache | None:
+    return None if no_cache else Cache()
+
+
+def _warn(warnings: list[str], quiet: bool) -> None:
+    if not quiet:
+        for message in dict.fromkeys(warnings):
+            click.echo(f"telc: warning: {message}; building without the cache", err=True)
+
+
+def _guard(work: Callable[[], T], *refused: type[Exception]) -> T:
+    """Runs `work`, turning every failure into its message and exit status (EXIT_STATUS)."""
     try:
         return work()
     except DiagnosticError as e:
@@ -131,6 +449,12 @@ def _run(work):
     except BuildFailure as e:
         click.echo(f"telc: cannot build: {e}", err=True)
         sys.exit(EXIT_INPUT)
+    except refused as e:
+        click.echo(f"telc: cannot run: {e}", err=True)
+        sys.exit(EXIT_INPUT)
+    except KeyboardInterrupt:
+        click.echo("telc: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as e:
         if os.environ.get("TELC_TRACEBACK"):  # our bug, not the user's: no traceback unless asked
             raise
@@ -145,3 +469,6 @@ def _run(work):
 
 def main() -> None:
     cli()
+
+
+__all__ = ["EXIT_INPUT", "EXIT_INTERNAL", "EXIT_USAGE", "cli", "main"]

@@ -1,6 +1,6 @@
 """The stages `telc` can stop at, as functions: parse (ast), lower (ir), optimise (optimized),
-each timed into an optional Timings. Every failure is a DiagnosticError carrying located
-diagnostics."""
+each timed into an optional Timings; the optimisation levels -O0/-O1/-O2. Every failure is a
+DiagnosticError carrying located diagnostics."""
 
 from __future__ import annotations
 
@@ -14,23 +14,62 @@ from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.types import TensorType, Type
 from dlvm.ir.values import Module
 from dlvm.ir.verifier import verify
+from dlvm.transforms.pass_base import Pass
 from dlvm.transforms.pass_manager import PassManager
 from telc import __version__
 from telc.lower import Interface, lower
 from telc.program import Program, load
 
-STAGES = ("ast", "ir", "optimized", "compute", "schedule", "llvm", "so")
-OPTIMIZATIONS = ["differentiation", "function-inlining", "algebra-simplification"]
-OPTIMIZATIONS += ["common-subexpression-elimination", "dead-code-elimination"]
+STAGES = ("ast", "ir", "optimized", "compute", "schedule", "llvm", "obj", "so")
+TARGETS = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class OptLevel:
+    """What `-ON` runs: the DLVM passes after lowering, in order (differentiation always first:
+    the gradients must exist whatever the level), and the LLVM optimisation level of code
+    generation (3 also vectorises)."""
+
+    passes: tuple[str, ...]
+    llvm: int
+    summary: str
+
+
+# Inlining is at -O1 because kernel fusion needs it: a callee's work fuses with its caller's only
+# once inlined.
+_O1: tuple[str, ...] = ("differentiation", "function-inlining", "algebra-simplification")
+_O1 += ("common-subexpression-elimination", "dead-code-elimination")
+
+# The one place the levels are defined (docs/telc.md shows them). Passes still to come join
+# here: constant-propagation and CFG simplification at -O1; matrix-multiplication-reordering,
+# linear-algebra-fusion and the loop passes (LBP, LICM) at -O2.
+OPT_LEVELS: dict[int, OptLevel] = {
+    0: OptLevel(("differentiation",), 0, "differentiation only, LLVM unoptimised"),
+    1: OptLevel(_O1, 1, "inlining and clean-up, LLVM -O1"),
+    2: OptLevel(_O1, 3, "everything, LLVM -O3"),
+}
+DEFAULT_OPT_LEVEL = 2
+OPTIMIZATIONS = list(OPT_LEVELS[DEFAULT_OPT_LEVEL].passes)
+
+
+@dataclass(frozen=True)
+class PassRun:
+    """One pass of `optimize`: whether it changed the module, and its time in seconds."""
+
+    name: str
+    changed: bool
+    seconds: float
 
 
 @dataclass
 class Timings:
     """Each stage's wall time in seconds, in the order the stages ran; `started` (if any) hears
-    a stage's name as it begins, which is how `telc build` shows progress."""
+    a stage's name as it begins, which is how `telc build` shows progress. `passes` records
+    each optimisation pass (`telc build --verbose`)."""
 
     stages: list[tuple[str, float]] = field(default_factory=list)
     started: Callable[[str], None] | None = None
+    passes: list[PassRun] = field(default_factory=list)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -40,6 +79,25 @@ class Timings:
         t0 = time.perf_counter()
         yield
         self.stages.append((name, time.perf_counter() - t0))
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What a build depends on besides its sources (every field is part of the cache key)."""
+
+    defines: tuple[tuple[str, int | float], ...] = ()
+    level: int = DEFAULT_OPT_LEVEL
+    target: str = "cpu"
+    cpu: str = "native"
+
+    @property
+    def values(self) -> dict[str, int | float]:
+        return dict(self.defines)
+
+    def flags(self) -> list[str]:
+        """The options as canonical command-line flags (`-D B=4` and `-D B=4.0` differ)."""
+        fixed = [f"-O{self.level}", f"--target={self.target}", f"--cpu={self.cpu}"]
+        return fixed + [f"-D {n}={v!r}" for n, v in sorted(self.defines)]
 
 
 @dataclass
@@ -84,25 +142,42 @@ def compile_text(
     timings = timings if timings is not None else Timings()
     with timings.stage("parse"):
         program = load(path, text, defines)
+    return lower_program(program, timings)
+
+
+def lower_program(program: Program, timings: Timings | None = None) -> Compiled:
+    """A loaded program to verified raw IR and its interface (stage lower)."""
+    timings = timings if timings is not None else Timings()
     with timings.stage("lower"):
         module, interface = lower(program)
         diags = verify(module)
     if diags:
+        path = program.root.path
         head = Diagnostic(f"internal error: telc produced IR that does not verify for {path}")
         raise DiagnosticError([head, *diags])
     return Compiled(program, module, interface)
 
 
-def optimize(module: Module, timings: Timings | None = None) -> Module:
-    """Differentiation, then the optimisations (stages differentiation and optimization); the
-    module ends at stage optimizable."""
+def optimize(
+    module: Module, timings: Timings | None = None, level: int = DEFAULT_OPT_LEVEL
+) -> Module:
+    """Differentiation, then the optimisations of `level` (stages differentiation and, above
+    -O0, optimization); the module ends at stage optimizable."""
     timings = timings if timings is not None else Timings()
     manager = PassManager()
-    passes = PassManager.resolve(OPTIMIZATIONS)
+    passes = PassManager.resolve(OPT_LEVELS[level].passes)
+
+    def run(group: list[type[Pass]]) -> None:
+        for cls in group:
+            t0 = time.perf_counter()
+            [(_, changed)] = manager.run(module, [cls])
+            timings.passes.append(PassRun(cls.name, changed, time.perf_counter() - t0))
+
     with timings.stage("differentiation"):
-        manager.run(module, passes[:1])
-    with timings.stage("optimization"):
-        manager.run(module, passes[1:])
+        run(passes[:1])
+    if passes[1:]:
+        with timings.stage("optimization"):
+            run(passes[1:])
     return module
 
 

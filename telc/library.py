@@ -1,19 +1,26 @@
-"""`telc build --emit compute|schedule|llvm|so`: the code-generation half of the driver."""
+"""`telc build --emit compute|schedule|llvm|obj|so`: the code-generation half of the driver, and
+what `--verbose` reports about the generated code (kernels, frame sizes, entry points)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from dlvm.codegen.build import BuildResult, build_library, schedule
+from dlvm.codegen.frame import FramePlan
 from dlvm.codegen.llgen import compile_object
+from dlvm.codegen.spec import LibrarySpec, TensorSpec
 from dlvm.ir.printer import module_text
 from dlvm.ir.values import Module
 from dlvm.transforms.compute_generation import ComputeGeneration
-from telc.driver import Compiled, Timings, library_spec
+from telc.driver import OPT_LEVELS, Compiled, Timings, library_spec
 
 
-def emit_stage(module: Module, stage: str, cpu: str, timings: Timings | None = None) -> str:
-    """The text of the compute, schedule or llvm stage of an optimised module."""
+def emit_stage(
+    module: Module, stage: str, cpu: str, timings: Timings | None = None, level: int = 2
+) -> str | bytes:
+    """The text of the compute, schedule or llvm stage of an optimised module, or its object
+    code (obj)."""
     timings = timings if timings is not None else Timings()
     if stage == "compute":
         with timings.stage("compute generation"):
@@ -24,16 +31,48 @@ def emit_stage(module: Module, stage: str, cpu: str, timings: Timings | None = N
     if stage == "schedule":
         return module_text(module)
     with timings.stage("llvm"):
-        return compile_object(module, cpu=cpu)[1]
+        obj, text = compile_object(module, cpu=cpu, opt=OPT_LEVELS[level].llvm)
+    return obj if stage == "obj" else text
 
 
 def build_so(
-    compiled: Compiled, output: str, cpu: str, timings: Timings | None = None
+    compiled: Compiled, output: Path, cpu: str, timings: Timings | None = None, level: int = 2
 ) -> BuildResult:
     """Builds the shipped library; each code-generation step is named to timings as it begins
     and its time added after the frontend's."""
     timings = timings if timings is not None else Timings()
     spec = library_spec(compiled.interface)
-    result = build_library(compiled.module, spec, Path(output), cpu=cpu, progress=timings.started)
+    result = build_library(
+        compiled.module,
+        spec,
+        Path(output),
+        cpu=cpu,
+        opt=OPT_LEVELS[level].llvm,
+        progress=timings.started,
+    )
     timings.stages.extend(result.timings)
     return result
+
+
+def describe(module: Module, spec: LibrarySpec | None) -> dict[str, Any]:
+    """What `--verbose` says about generated code: the number of kernels, each host function's
+    frame size in bytes (once scheduled), and the library's entry points and parameters."""
+    report: dict[str, Any] = {"kernels": sum(1 for f in module.functions if f.compute)}
+    if module.stage == "schedule":
+        hosts = [f for f in module.functions if not f.compute and f.blocks and not f.is_declaration]
+        report["frames"] = {f.name: FramePlan(f).size for f in hosts}
+    if spec is not None:
+        report["entries"] = [
+            f"{e.name}({_tensors(e.inputs)}) -> {_tensors(e.outputs) or '()'}  [{e.kind}]"
+            for e in spec.entries
+        ]
+        report["params"] = [_tensor(p) for p in spec.params]
+    return report
+
+
+def _tensor(t: TensorSpec) -> str:
+    return f"{t.name}: {t.dtype}[{' x '.join(map(str, t.shape))}]"
+
+
+def _tensors(ts: tuple[TensorSpec, ...]) -> str:
+    return ", ".join(_tensor(t) for t in ts)

@@ -19,3 +19,12 @@ def sample_library(tmp_path_factory):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # the run's directory, above each worker's own
     return functools.partial(shared_sample_library, root=base / "sample-libraries")
+
+
+@pytest.fixture(autouse=True)
+def telc_cache(tmp_path_factory, monkeypatch):
+    """Each test builds with its own telc build cache (TELC_CACHE_DIR), so no test finds
+    another's builds, or the user's."""
+    path = tmp_path_factory.mktemp("telc-cache")
+    monkeypatch.setenv("TELC_CACHE_DIR", str(path))
+    return path

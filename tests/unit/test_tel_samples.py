@@ -355,7 +355,7 @@ def test_xor_is_learnt(seed: int) -> None:
 
 @pytest.mark.parametrize("sample", SAMPLES)
 def test_telc_check_accepts_sample(sample: str) -> None:
-    result = CliRunner().invoke(cli, ["check", sample_path(sample)])
+    result = CliRunner().invoke(cli, ["check", "-q", sample_path(sample)])
     assert result.exit_code == 0, result.output
     assert result.output == ""
 
