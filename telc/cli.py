@@ -235,8 +235,8 @@ Examples:
     show_default=True,
     help="ast: the syntax tree; ir: raw DLVM IR; optimized: IR after differentiation and "
     "the -O level's passes; compute: with kernels outlined; schedule: with schedules; llvm: "
-    "optimised LLVM IR; obj: the object file (needs -o or a pipe); so: a shared library "
-    "NAME.so with NAME.h and dlrt.h beside it.",
+    "optimised LLVM IR; asm: the machine code as assembly; obj: the object file (needs -o or "
+    "a pipe); so: a shared library NAME.so with NAME.h and dlrt.h beside it.",
 )
 @click.option(
     "-o", "output", metavar="OUT", help="Write to OUT (for so: default FILE's stem + .so)."

@@ -20,7 +20,7 @@ from telc import __version__
 from telc.lower import Interface, lower
 from telc.program import Program, load
 
-STAGES = ("ast", "ir", "optimized", "compute", "schedule", "llvm", "obj", "so")
+STAGES = ("ast", "ir", "optimized", "compute", "schedule", "llvm", "asm", "obj", "so")
 TARGETS = ("cpu", "cuda")
 
 

@@ -1,4 +1,4 @@
-"""`telc build --emit compute|schedule|llvm|obj|so`: the code-generation half of the driver, and
+"""`telc build --emit compute|schedule|llvm|asm|obj|so`: the code-generation half of the driver, and
 what `--verbose` reports about the generated code (kernels, frame sizes, entry points)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from dlvm.codegen.build import BuildResult, build_library, schedule
 from dlvm.codegen.frame import FramePlan
-from dlvm.codegen.llgen import compile_object
+from dlvm.codegen.llgen import compile_assembly, compile_object
 from dlvm.codegen.spec import LibrarySpec, TensorSpec
 from dlvm.ir.printer import module_text
 from dlvm.ir.values import Module
@@ -19,8 +19,8 @@ from telc.driver import OPT_LEVELS, Compiled, Timings, library_spec
 def emit_stage(
     module: Module, stage: str, cpu: str, timings: Timings | None = None, level: int = 2
 ) -> str | bytes:
-    """The text of the compute, schedule or llvm stage of an optimised module, or its object
-    code (obj)."""
+    """The text of the compute, schedule, llvm or asm stage of an optimised module, or its
+    object code (obj)."""
     timings = timings if timings is not None else Timings()
     if stage == "compute":
         with timings.stage("compute generation"):
@@ -31,6 +31,8 @@ def emit_stage(
     if stage == "schedule":
         return module_text(module)
     with timings.stage("llvm"):
+        if stage == "asm":
+            return compile_assembly(module, cpu=cpu, opt=OPT_LEVELS[level].llvm)
         obj, text = compile_object(module, cpu=cpu, opt=OPT_LEVELS[level].llvm)
     return obj if stage == "obj" else text
 

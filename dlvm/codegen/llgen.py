@@ -67,8 +67,7 @@ def optimise(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> Non
     pm.run(mod, pb)
 
 
-def compile_object(module: Module, cpu: str = "native", opt: int = 3) -> tuple[bytes, str]:
-    """The object code of a scheduled module, and the optimised LLVM IR text."""
+def _optimised(module: Module, cpu: str, opt: int) -> tuple[llvm.TargetMachine, llvm.ModuleRef]:
     text = str(llvm_module(module))
     tm = target_machine(cpu, opt)
     mod = llvm.parse_assembly(text)
@@ -76,4 +75,16 @@ def compile_object(module: Module, cpu: str = "native", opt: int = 3) -> tuple[b
     mod.data_layout = str(tm.target_data)
     if opt > 0:
         optimise(mod, tm, opt)
+    return tm, mod
+
+
+def compile_object(module: Module, cpu: str = "native", opt: int = 3) -> tuple[bytes, str]:
+    """The object code of a scheduled module, and the optimised LLVM IR text."""
+    tm, mod = _optimised(module, cpu, opt)
     return tm.emit_object(mod), str(mod)
+
+
+def compile_assembly(module: Module, cpu: str = "native", opt: int = 3) -> str:
+    """The assembly text of a scheduled module (what compile_object encodes)."""
+    tm, mod = _optimised(module, cpu, opt)
+    return str(tm.emit_assembly(mod))

@@ -123,7 +123,7 @@ def test_a_real_process_exits_with_the_documented_statuses(tmp_path, tiny):
         (["-O3"], "Error: Invalid value for '-O': '3' is not one of '0', '1', '2'."),
         (["-Ofast"], "Error: Invalid value for '-O': 'fast' is not one of '0', '1', '2'."),
         (["--target", "gpu"], "Error: Invalid value for '--target': 'gpu' is not one of"),
-        (["--emit", "asm"], "Error: Invalid value for '--emit': 'asm' is not one of"),
+        (["--emit", "ptx"], "Error: Invalid value for '--emit': 'ptx' is not one of"),
         (["-q", "-v"], "Error: -q and -v cannot be used together"),
     ],
     ids=["unknown-flag", "D-no-value", "D-not-number", "D-no-name", "O3", "Ofast", "target",
@@ -603,3 +603,10 @@ def test_concurrent_builds_share_one_entry_and_write_whole_files(tmp_path, tiny,
     assert len(entries(telc_cache)) == 1
     assert not [p for p in telc_cache.iterdir() if p.name.startswith(".")]  # no leftovers
     assert not [p for out in outs for p in out.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_emit_asm_prints_the_machine_code(tmp_path):
+    """--emit asm: assembly of the compiled kernels and host functions, on stdout only."""
+    result = CliRunner().invoke(cli, ["build", "-q", "--emit", "asm", SAMPLE])
+    assert result.exit_code == 0, result.output
+    assert "dl_infer:" in result.output and "\tret" in result.output
