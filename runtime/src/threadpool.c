@@ -5,7 +5,12 @@
  * every worker has finished with the loop. One loop uses the pool at a time (others wait); a
  * loop started from inside a task runs its chunks inline, so nesting cannot deadlock. The pool
  * is stopped when the library is unloaded, and forgotten in the child after fork() (forking from
- * inside a task is not supported). */
+ * inside a task is not supported).
+ *
+ * A worker that finishes a loop, and a caller waiting for its workers, spin for a short while
+ * (SPIN_ROUNDS pauses, a few hundred microseconds) before sleeping on a condition variable: an
+ * entry point runs its kernels back to back, and a worker that sleeps between them is woken late
+ * (on a busy or virtualised machine, late enough that the caller has done every chunk alone). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <pthread.h>
@@ -20,6 +25,16 @@
 #define MAX_THREADS 1024
 /* Chunks per thread: a few, so a slow thread does not hold the loop up. */
 #define CHUNKS_PER_THREAD 4
+/* Pauses a thread spins before it sleeps (a pause is tens of cycles). */
+#define SPIN_ROUNDS 20000
+
+static inline void pause_briefly(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 /* True on pool workers, and on a caller while its loop runs: loops started here run inline. */
 static _Thread_local bool inside_loop;
@@ -44,10 +59,11 @@ static struct {
     pthread_cond_t done;      /* caller: running reached 0 */
     pthread_t *threads;       /* threads and workers change only under run_lock */
     int workers;
-    uint64_t generation;       /* counts loops published to the workers */
-    uint64_t spawn_generation; /* generation when the workers were started */
-    int running;               /* workers not yet finished with the current loop */
-    bool stopping;
+    /* Written under `lock`; also read without it by spinning threads, hence atomic. */
+    _Atomic uint64_t generation; /* counts loops published to the workers */
+    uint64_t spawn_generation;   /* generation when the workers were started */
+    atomic_int running;          /* workers not yet finished with the current loop */
+    atomic_bool stopping;
     loop *current;
 } pool = {.run_lock = PTHREAD_MUTEX_INITIALIZER,
           .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -71,6 +87,15 @@ static void *worker_main(void *unused) {
     pthread_mutex_lock(&pool.lock);
     uint64_t seen = pool.spawn_generation;
     for (;;) {
+        if (!pool.stopping && pool.generation == seen) {
+            pthread_mutex_unlock(&pool.lock); /* spin a while for the next loop, then sleep */
+            for (int i = 0; i < SPIN_ROUNDS && !atomic_load(&pool.stopping) &&
+                            atomic_load(&pool.generation) == seen;
+                 i++) {
+                pause_briefly();
+            }
+            pthread_mutex_lock(&pool.lock);
+        }
         while (!pool.stopping && pool.generation == seen) {
             pthread_cond_wait(&pool.wake, &pool.lock);
         }
@@ -191,6 +216,9 @@ static void run_on_pool(loop *l, int threads) {
     run_chunks(l);
 
     /* Workers may still be inside a chunk, or about to look at `l`: wait for all of them. */
+    for (int i = 0; i < SPIN_ROUNDS && atomic_load(&pool.running) > 0; i++) {
+        pause_briefly();
+    }
     pthread_mutex_lock(&pool.lock);
     while (pool.running > 0) {
         pthread_cond_wait(&pool.done, &pool.lock);
