@@ -1,7 +1,8 @@
 """How a function runs, decided at stage schedule (DESIGN.md section 2), printed as one line
 before `func`: `[schedule cpu parallel 1 vectorize 8 grain 4096]` for a compute function,
-`[schedule host frame 65536]` for a host function. The first word is the target; then
-`key value` pairs, a value being an integer or integers joined by `x` (`tile 64 x 256`)."""
+`[schedule host]` for a host function (whose frame dlvm/codegen/frame.py plans). The first word
+is the target; then `key value` pairs, a value being an integer or integers joined by `x`
+(`tile 64 x 256`)."""
 
 from __future__ import annotations
 
