@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m telc.demo
+	$(BIN)/telc demo
 
 test: lint unit lit
 

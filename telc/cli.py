@@ -20,6 +20,7 @@ from dlvm.diagnostics import BuildFailure, DiagnosticError
 from dlvm.tools.driver import EXIT_INPUT, EXIT_USAGE, read_text, report
 from telc import __version__
 from telc.cache import Cache, compiler_version, write_atomically
+from telc.demo import demo
 from telc.driver import (
     DEFAULT_OPT_LEVEL,
     OPT_LEVELS,
@@ -465,6 +466,9 @@ def _guard(work: Callable[[], T], *refused: type[Exception]) -> T:
             err=True,
         )
         sys.exit(EXIT_INTERNAL)
+
+
+cli.add_command(demo)  # `telc demo`, what `make demo` runs
 
 
 def main() -> None:

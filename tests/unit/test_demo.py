@@ -14,6 +14,7 @@ from safetensors.numpy import load_file
 
 import dlvm
 from telc import demo
+from telc.cli import cli
 
 EPOCHS = 8  # about 97% on the test set with seed 0; 30 (the default) reach about 98%
 
@@ -86,6 +87,8 @@ def test_command_line_options():
         assert option in result.output
     result = CliRunner().invoke(demo.demo, ["--epochs", "-1"])
     assert result.exit_code == 2
+    result = CliRunner().invoke(cli, ["demo", "--help"])  # also `telc demo`
+    assert result.exit_code == 0 and "--epochs" in result.output
 
 
 def test_terminal_shows_a_live_bar_with_epoch_loss_and_accuracy():
