@@ -34,6 +34,7 @@ lit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/ir_speed.py
+	$(BIN)/python bench/linear_algebra_passes.py
 	$(BIN)/python bench/cpu_models.py
 
 clean:

@@ -14,8 +14,8 @@ from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.types import TensorType, Type
 from dlvm.ir.values import Module
 from dlvm.ir.verifier import verify
-from dlvm.transforms.pass_base import Pass
-from dlvm.transforms.pass_manager import PassManager
+from dlvm.transforms.pass_manager import PassManager, PassRun
+from dlvm.transforms.pipelines import PIPELINES, Pipeline
 from telc import __version__
 from telc.lower import Interface, lower
 from telc.program import Program, load
@@ -26,39 +26,34 @@ TARGETS = ("cpu", "cuda")
 
 @dataclass(frozen=True)
 class OptLevel:
-    """What `-ON` runs: the DLVM passes after lowering, in order (differentiation always first:
-    the gradients must exist whatever the level), and the LLVM optimisation level of code
-    generation (3 also vectorises)."""
+    """What `-ON` runs: differentiation (at every level: the gradients must exist), above -O0
+    function inlining, then the DLVM pipeline of the same level (dlvm.transforms.pipelines);
+    and the LLVM optimisation level of code generation (3 also vectorises)."""
 
-    passes: tuple[str, ...]
+    pipeline: Pipeline
     llvm: int
     summary: str
 
+    @property
+    def prefix(self) -> tuple[str, ...]:
+        """What runs once before the pipeline."""
+        # Inlining is with the optimisations because kernel fusion needs it: a callee's work
+        # fuses with its caller's only once inlined.
+        return ("differentiation",) + (("function-inlining",) if self.pipeline.passes else ())
 
-# Inlining is at -O1 because kernel fusion needs it: a callee's work fuses with its caller's only
-# once inlined.
-_O1: tuple[str, ...] = ("differentiation", "function-inlining", "algebra-simplification")
-_O1 += ("common-subexpression-elimination", "dead-code-elimination")
+    @property
+    def passes(self) -> tuple[str, ...]:
+        """The passes of the first round, in order."""
+        return self.prefix + self.pipeline.passes
 
-# The one place the levels are defined (docs/telc.md shows them). Passes still to come join
-# here: constant-propagation and CFG simplification at -O1; matrix-multiplication-reordering,
-# linear-algebra-fusion and the loop passes (LBP, LICM) at -O2.
+
+# The one place telc's levels are defined (docs/telc.md shows them).
 OPT_LEVELS: dict[int, OptLevel] = {
-    0: OptLevel(("differentiation",), 0, "differentiation only, LLVM unoptimised"),
-    1: OptLevel(_O1, 1, "inlining and clean-up, LLVM -O1"),
-    2: OptLevel(_O1, 3, "everything, LLVM -O3"),
+    0: OptLevel(PIPELINES[0], 0, "differentiation only, LLVM unoptimised"),
+    1: OptLevel(PIPELINES[1], 1, "inlining and clean-up, LLVM -O1"),
+    2: OptLevel(PIPELINES[2], 3, "everything, to a fixpoint, LLVM -O3"),
 }
 DEFAULT_OPT_LEVEL = 2
-OPTIMIZATIONS = list(OPT_LEVELS[DEFAULT_OPT_LEVEL].passes)
-
-
-@dataclass(frozen=True)
-class PassRun:
-    """One pass of `optimize`: whether it changed the module, and its time in seconds."""
-
-    name: str
-    changed: bool
-    seconds: float
 
 
 @dataclass
@@ -164,20 +159,16 @@ def optimize(
     """Differentiation, then the optimisations of `level` (stages differentiation and, above
     -O0, optimization); the module ends at stage optimizable."""
     timings = timings if timings is not None else Timings()
+    opt = OPT_LEVELS[level]
     manager = PassManager()
-    passes = PassManager.resolve(OPT_LEVELS[level].passes)
-
-    def run(group: list[type[Pass]]) -> None:
-        for cls in group:
-            t0 = time.perf_counter()
-            [(_, changed)] = manager.run(module, [cls])
-            timings.passes.append(PassRun(cls.name, changed, time.perf_counter() - t0))
-
+    prefix = PassManager.resolve(opt.prefix)
     with timings.stage("differentiation"):
-        run(passes[:1])
-    if passes[1:]:
+        manager.run(module, prefix[:1])
+    if opt.pipeline.passes:
         with timings.stage("optimization"):
-            run(passes[1:])
+            manager.run(module, prefix[1:])
+            manager.run_pipeline(module, opt.pipeline)
+    timings.passes.extend(manager.runs)
     return module
 
 

@@ -9,6 +9,7 @@ combinator functions) and inside aggregate literals; `Instruction.uses()` walks 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -62,9 +63,10 @@ class LiteralValue(Value):
 
 
 def _literal_key(lit: Literal) -> Any:
-    # 1 and 1.0 denote the same constant, but True must not equal 1.
+    # 1 and 1.0 denote the same constant, but True must not equal 1, nor -0.0 equal 0.0.
     if isinstance(lit, ScalarLiteral):
-        return (type(lit.value) is bool, lit.value)
+        v = lit.value
+        return (type(v) is bool, v, math.copysign(1.0, v) if isinstance(v, float) else 1.0)
     return lit
 
 

@@ -34,6 +34,7 @@ from dlvm.ir.values import (
 
 # What each stage may contain (IR.md section 1).
 _GRADIENT_DECLARATION_STAGES = ("raw",)
+_COMPUTE_STAGES = ("compute", "schedule")
 
 
 class _Verifier:
@@ -87,6 +88,7 @@ class _Verifier:
         if not isinstance(canonical(fn.type), FunctionType):
             self.error(f"@{fn.name} has type {fn.type}, which is not a function type", fn.loc, ctx)
             return
+        self.stage_rules(fn, ctx)
         decl = fn.declaration
         if decl is not None:
             if fn.blocks:
@@ -127,6 +129,18 @@ class _Verifier:
         dom = dominator_tree(fn)
         for b in fn.blocks:
             self.block(fn, b, dom, ctx)
+
+    def stage_rules(self, fn: Function, ctx: str) -> None:
+        """What the module's stage allows of a function: `[compute]` kernels from stage compute
+        on, `[schedule …]` lines at stage schedule only (a function without one gets the
+        default schedule there)."""
+        stage = self.module.stage
+        if fn.compute and stage not in _COMPUTE_STAGES:
+            message = f"compute function @{fn.name} is not allowed at stage {stage}"
+            self.error(f"{message} (compute-generation makes them)", fn.loc, ctx)
+        if fn.schedule is not None and stage != "schedule":
+            message = f"@{fn.name} has a schedule, which is not allowed at stage {stage}"
+            self.error(f"{message} (compute-scheduling gives them)", fn.loc, ctx)
 
     def gradient_declaration(self, fn: Function) -> None:
         decl = fn.gradient

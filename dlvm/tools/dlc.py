@@ -11,11 +11,19 @@ from pathlib import Path
 from dlvm import __version__
 from dlvm.diagnostics import BuildFailure, Diagnostic, DiagnosticError
 from dlvm.ir.printer import module_text
-from dlvm.tools.driver import EXIT_INPUT, EXIT_OK, EXIT_USAGE, load_module, report
+from dlvm.tools.driver import (
+    EXIT_INPUT,
+    EXIT_OK,
+    EXIT_USAGE,
+    load_module,
+    quiet_broken_pipe,
+    report,
+)
 
 EMIT_KINDS = ("ir", "llvm", "so")
 
 
+@quiet_broken_pipe
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="dlc", description="Compile DLVM IR modules.")
     ap.add_argument("input", metavar="FILE")

@@ -1,10 +1,11 @@
 """dlopt: runs IR passes over `.dl` files (IR.md section 8) and can run a function.
 
-    dlopt FILE… [-p PASS…] [--print-ir] [-o OUT…] [--print-after PASS…] [--no-verify]
+    dlopt FILE… [-O0|-O1|-O2] [-p PASS…] [--print-ir] [-o OUT…] [--print-after PASS…] [--no-verify]
     dlopt FILE --run @f --args ARG…
 
-For each input it prints `Source file: PATH`, one `ALIAS: changed|unchanged` line per pass in
-order, then, with --print-ir, an empty line and the module. Without --print-ir the module is
+For each input it prints `Source file: PATH`, one `ALIAS: changed|unchanged` line per pass run
+(differentiation first, then the -O level's pipeline round by round, then the -p passes), then,
+with --print-ir, an empty line and the module. Without --print-ir the module is
 written to `-o OUT` (never over its input). Diagnostics go to stderr with exit status 1.
 """
 
@@ -16,19 +17,29 @@ import sys
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.printer import module_text
-from dlvm.tools.driver import EXIT_INPUT, EXIT_OK, EXIT_USAGE, load_module, report
+from dlvm.tools.driver import (
+    EXIT_INPUT,
+    EXIT_OK,
+    EXIT_USAGE,
+    load_module,
+    quiet_broken_pipe,
+    report,
+)
 from dlvm.transforms import PASSES
 from dlvm.transforms.checkpointing import Checkpointing
 from dlvm.transforms.differentiation import Differentiation
 from dlvm.transforms.pass_manager import PassManager
+from dlvm.transforms.pipelines import PIPELINES
 
 EPILOG = """examples:
   dlopt model.dl -p DCE CSE --print-ir       run two passes and print the result
   dlopt model.dl -p dead-code-elimination -o out.dl
+  dlopt model.dl -O2 --print-ir                 the -O2 pipeline, to its fixpoint
   dlopt model.dl --run @f --args 1.5 "[[1, 2], [3, 4]]" x.npy
 
 passes (name, alias):
-""" + "\n".join(f"  {p.name:40} {p.alias:8} {p.summary}" for p in PASSES.values())
+""" + "\n".join(f"  {p.name:40} {p.alias:9} {p.summary}" for p in PASSES.values())
+EPILOG += "\n\nlevels:\n" + "\n".join(f"  -O{n}  {p.summary}" for n, p in PIPELINES.items())
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,6 +57,15 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         metavar="PASS",
         help="passes to run, in order, by name or alias",
+    )
+    ap.add_argument(
+        "-O",
+        dest="level",
+        type=int,
+        choices=sorted(PIPELINES),
+        default=0,
+        metavar="N",
+        help="run the optimisation pipeline of level N (0, 1 or 2) before the -p passes",
     )
     ap.add_argument(
         "-o",
@@ -93,6 +113,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+@quiet_broken_pipe
 def main(argv: list[str] | None = None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
@@ -124,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             module = load_module(path)
             manager = PassManager(not args.no_verify, args.print_after)
-            for cls, changed in manager.run(module, passes):
+            results = manager.run(module, passes[:1])
+            results += manager.run_pipeline(module, PIPELINES[args.level])
+            results += manager.run(module, passes[1:])
+            for cls, changed in results:
                 print(f"{cls.alias}: {'changed' if changed else 'unchanged'}")
             if args.print_ir:
                 print()
@@ -140,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()
             report(e.diagnostics)
             status = EXIT_INPUT
+        except BrokenPipeError:
+            raise  # the reader stopped: quiet_broken_pipe ends the run
         except OSError as e:
             report([Diagnostic(f"{e.filename or path}: {e.strerror}")])
             status = EXIT_INPUT

@@ -3,8 +3,10 @@ and exit statuses (0 success, 1 rejected input, 2 bad usage)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from collections.abc import Callable
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
 from dlvm.ir.parser import parse_module
@@ -58,3 +60,21 @@ def load_module(path: str, verify_module: bool = True) -> Module:
         if diags:
             raise DiagnosticError(diags)
     return module
+
+
+def quiet_broken_pipe(main: Callable[..., int]) -> Callable[..., int]:
+    """Makes a tool whose reader stopped early (`dlopt … | head`) exit quietly with status 0
+    instead of printing an error: stopping to read is the reader's choice, not a failure."""
+
+    @functools.wraps(main)
+    def run(*args, **kwargs) -> int:
+        try:
+            status = main(*args, **kwargs)
+            sys.stdout.flush()
+            return status
+        except BrokenPipeError:
+            # Python would flush stdout again at exit and complain; point it at nothing.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
+
+    return run

@@ -5,13 +5,20 @@ from __future__ import annotations
 import difflib
 
 from dlvm.transforms.algebra_simplification import AlgebraSimplification
+from dlvm.transforms.cfg_canonicalization import CFGCanonicalization
+from dlvm.transforms.cfg_simplification import CFGSimplification
 from dlvm.transforms.checkpointing import Checkpointing
 from dlvm.transforms.common_subexpression_elimination import CommonSubexpressionElimination
 from dlvm.transforms.compute_generation import ComputeGeneration
 from dlvm.transforms.compute_scheduling import ComputeScheduling
+from dlvm.transforms.constant_propagation import ConstantPropagation
 from dlvm.transforms.dead_code_elimination import DeadCodeElimination
 from dlvm.transforms.differentiation import Differentiation
 from dlvm.transforms.function_inlining import FunctionInlining
+from dlvm.transforms.linear_algebra_fusion import LinearAlgebraFusion
+from dlvm.transforms.literal_broadcasting_promotion import LiteralBroadcastingPromotion
+from dlvm.transforms.loop_invariant_code_motion import LoopInvariantCodeMotion
+from dlvm.transforms.matrix_multiplication_reordering import MatrixMultiplicationReordering
 from dlvm.transforms.pass_base import FunctionPass, Pass
 
 PASSES: dict[str, type[Pass]] = {
@@ -22,6 +29,13 @@ PASSES: dict[str, type[Pass]] = {
         DeadCodeElimination,
         FunctionInlining,
         AlgebraSimplification,
+        ConstantPropagation,
+        LiteralBroadcastingPromotion,
+        MatrixMultiplicationReordering,
+        LinearAlgebraFusion,
+        CFGCanonicalization,
+        CFGSimplification,
+        LoopInvariantCodeMotion,
         Checkpointing,
         ComputeGeneration,
         ComputeScheduling,

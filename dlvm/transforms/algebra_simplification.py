@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from dlvm.ir.ops import BINARY, UNARY_FLOAT, UNARY_NUMERIC
 from dlvm.ir.typerules import TypeRuleError
 from dlvm.ir.types import same_type
 from dlvm.ir.values import Function, Instruction, Value
@@ -112,22 +113,27 @@ def _acceptable(root: Instruction, new: Value, created: list[Instruction]) -> bo
 def _commit(root: Instruction, new: Value, created: list[Instruction], users: _Users) -> None:
     for inst in created:
         users.add(inst)
-    name, operands = root.name, list(root.uses())
+    operands = list(root.uses())
     root.erase()
+    # The new instructions are unnamed, as in the original DLVM (whose FileCheck tests print
+    # them by position): a name describes the old computation, not the simplified one.
     root.name = None
     users.replace(root, new)
-    if name is not None and created and new is created[-1]:
-        new.name = name  # keeps the printed IR readable: the result keeps the root's name
-    _remove_unused(operands, users)
+    _remove_intermediates(operands, users)
 
 
-def _remove_unused(values: list[Value], users: _Users) -> None:
-    """Removes the pure instructions among values that the rewrite left unused, and then
-    theirs: the pattern's intermediates, so a lone AS already prints the simplified code."""
+# The operations algebraic expressions are made of; anything else is an atom of an expression.
+_ALGEBRAIC = frozenset([*UNARY_FLOAT, *UNARY_NUMERIC, *BINARY, "transpose"])
+
+
+def _remove_intermediates(values: list[Value], users: _Users) -> None:
+    """Removes the algebraic instructions among values that the rewrite left unused, and then
+    theirs: the matched pattern's intermediates. Atoms (a `literal`, a `dot`, …) stay even when
+    dead, as in the original DLVM; dead-code elimination removes them."""
     work = [v for v in values if isinstance(v, Instruction)]
     while work:
         inst = work.pop()
-        if inst.block is None or not inst.op.pure or users.live(inst):
+        if inst.block is None or inst.opcode not in _ALGEBRAIC or users.live(inst):
             continue
         inst.erase()
         work.extend(v for v in inst.uses() if isinstance(v, Instruction))

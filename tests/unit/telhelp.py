@@ -16,7 +16,7 @@ import numpy as np
 
 from dlvm.interp import run_function
 from dlvm.ir.values import Module
-from telc.driver import Compiled, compile_text, library_spec, optimize
+from telc.driver import DEFAULT_OPT_LEVEL, Compiled, compile_text, library_spec, optimize
 from telc.lower import Interface
 from telc.lower.model import Entry
 
@@ -39,13 +39,13 @@ def sample_path(name: str) -> str:
 
 
 @functools.cache
-def compiled_sample(name: str) -> Compiled:
-    """samples/NAME.tel compiled and optimised (differentiated), shared by the tests of one
-    process; nothing the tests do modifies it."""
+def compiled_sample(name: str, level: int = DEFAULT_OPT_LEVEL) -> Compiled:
+    """samples/NAME.tel compiled and optimised at -O`level` (differentiated), shared by the
+    tests of one process; nothing the tests do modifies it."""
     path = sample_path(name)
     with open(path, encoding="utf-8") as f:
         compiled = compile_text(path, f.read())
-    optimize(compiled.module)
+    optimize(compiled.module, level=level)
     return compiled
 
 

@@ -1,6 +1,10 @@
 """Diagnostics render like a compiler's, all errors of a file are reported, and dlopt turns
 them into exit status 1 without a traceback."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from dlvm.diagnostics import DiagnosticError
@@ -55,3 +59,18 @@ def test_dlopt_refuses_to_overwrite_its_input(tmp_path, capsys):
     path.write_text('module "m"\nstage raw\n')
     assert dlopt.main([str(path), "-o", str(path)]) == 2
     assert "refusing to write over the input" in capsys.readouterr().err
+
+
+def test_a_reader_that_stops_early_is_not_an_error():
+    """`dlopt … | head -1`: the closed pipe ends dlopt quietly with status 0."""
+    sample = str(Path(__file__).parents[2] / "samples" / "ir" / "inference.dl")
+    dlopt_exe = str(Path(sys.executable).parent / "dlopt")
+    # Many copies of the module, so that the output overflows the pipe's buffer.
+    proc = subprocess.Popen(
+        [dlopt_exe, "--print-ir", *[sample] * 400], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr.read() == b""

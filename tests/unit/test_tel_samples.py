@@ -246,8 +246,10 @@ def test_train_step_matches_reference(sample: str) -> None:
     """Three train steps from zero state (steps 1, 2, 3): each returns the NumPy objective at
     the parameters it was given; the gradient it used (solved from the optimiser's update)
     matches central differences of the NumPy objective on a sample of coordinates; the new
-    parameters and state are the NumPy optimiser's."""
-    compiled = compiled_sample(sample)
+    parameters and state are the NumPy optimiser's. In float64 and unoptimised (-O0): constant
+    propagation folds in the IR's precision, so at -O2 the optimiser's constants are f32's
+    (test_optimised_train_step_matches_unoptimised compares the two)."""
+    compiled = compiled_sample(sample, level=0)
     train = entry(compiled.interface, "train")
     loss_fn = REFERENCE_LOSSES[sample]
     opt, given = OPTIMISERS[sample]
@@ -285,6 +287,30 @@ def test_train_step_matches_reference(sample: str) -> None:
                     new[state], value, rtol=1e-9, atol=1e-12, err_msg=f"{name}.{state}"
                 )
         params, states = new_params, new_states
+
+
+@pytest.mark.parametrize("sample", sorted(REFERENCE_LOSSES))
+def test_optimised_train_step_matches_unoptimised(sample: str) -> None:
+    """Three train steps of the -O2 module give the -O0 module's loss, parameters and state, to
+    f32 precision (the constants -O2 folds are f32 values)."""
+    plain, optimised = compiled_sample(sample, level=0), compiled_sample(sample)
+    train = entry(plain.interface, "train")
+    rng = np.random.default_rng(4)
+    params = perturbed(run_init(plain, seed=5), rng, scale=0.1)
+    inputs = random_inputs(sample, "train", rng)
+    states = [zero_states(train)] * 2
+    for step in (1, 2, 3):
+        got = [
+            run_train_step(c, entry(c.interface, "train"), inputs, params, s, step)
+            for c, s in zip((plain, optimised), states)
+        ]
+        (loss0, params0, states0), (loss2, params2, states2) = got
+        np.testing.assert_allclose(loss2, loss0, rtol=1e-5)
+        for name in train.params:
+            np.testing.assert_allclose(params2[name], params0[name], rtol=1e-5, atol=1e-6)
+        for a, b in zip(states2, states0):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        params, states = params0, [states0, states0]
 
 
 def _state_params(train) -> list[str]:
