@@ -20,6 +20,7 @@ the chain to each tile of the product as soon as the tile is done."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from dlvm.ir.builder import create
 from dlvm.ir.ops import lookup
@@ -52,6 +53,8 @@ POINTWISE_OPS = {
 ROOT_ONLY = {"dot", "convolve", "scan", "reduceWindow"}
 ELEMENTWISE_FAMILIES = {"unary", "binary", "boolean", "compare", "select"}
 ADDRESS_ONLY = {"transpose", "padShape", "squeezeShape"}
+# Instructions whose elements are their operand's, moved: fused, they cost only addressing.
+VIEWS = {"transpose", "slice", "padShape", "squeezeShape", "shapeCast", "reverse"}
 
 
 def is_pointwise(inst: Instruction) -> bool:
@@ -130,6 +133,7 @@ def _use_counts(fn: Function) -> Counter[Value]:
 
 
 def _outline_kernels(fn: Function, module: Module, taken: set[str]) -> bool:
+    _copy_views(fn)
     counts = _use_counts(fn)
     changed = False
     index = module.functions.index(fn) + 1
@@ -142,6 +146,42 @@ def _outline_kernels(fn: Function, module: Module, taken: set[str]) -> bool:
                 index += 1
                 changed = True
     return changed
+
+
+def _copy_views(fn: Function) -> None:
+    """Gives each pointwise user of a view (a transpose, slice or change of shape) read by
+    several of them a copy of its own, so that the view fuses into every one of them as
+    addressing instead of being written to memory first. Users come before operands, so a
+    chain of views is copied whole: a column block of a product, `transpose(slice(transpose
+    P))` as linear-algebra fusion makes it, becomes reads of P in place."""
+    for block in fn.blocks:
+        users: dict[Instruction, list[Instruction]] = {}
+        for inst in block.instructions:
+            for v in inst.uses():
+                if isinstance(v, Instruction):
+                    users.setdefault(v, []).append(inst)
+        for inst in reversed(list(block.instructions)):
+            readers = users.get(inst, [])
+            if inst.opcode not in VIEWS or len(readers) < 2 or not _all_fuse(inst, readers):
+                continue
+            for reader in readers[1:]:
+                copy = create(inst.op, list(inst.operands), **inst.attrs)
+                block.insert(block.instructions.index(reader), copy)
+                reader.map_values(_swap(inst, copy))
+                for v in copy.operands:
+                    if isinstance(v, Instruction) and v.block is block:
+                        users[v].append(copy)
+
+
+def _swap(old: Value, new: Value) -> Callable[[Value], Value]:
+    return lambda v: new if v is old else v
+
+
+def _all_fuse(view: Instruction, readers: list[Instruction]) -> bool:
+    """Whether every reader is a pointwise instruction of the view's block reading it once."""
+    return all(
+        r.block is view.block and is_pointwise(r) and r.operands.count(view) == 1 for r in readers
+    ) and len(set(readers)) == len(readers)
 
 
 def _inlined(block: Block, counts: Counter[Value]) -> set[Instruction]:

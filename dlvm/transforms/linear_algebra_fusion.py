@@ -10,13 +10,14 @@ cheapest legal split: the alternatives (transposing x and every Ui to make the c
 or a reshape, which cannot select columns of a row-major matrix) move at least as much data, and
 only the (small) product is transposed here, never the operands.
 
-Only matrix dots (rank 2) of one reachable block are grouped; sharing an operand gives them one
-data type, since a dot's operands have one. The fused code goes right before the first dot of a
-group (its anchor), so a later dot joins only when its other operand is already defined there;
-that also makes the members independent, since a dot using another member's result cannot
-qualify. Each dot joins at most one group: the anchors are taken in program order, and an anchor
-takes the larger of its two candidate groups (the shared right operand's on a tie: its split
-needs no transposes). Each replaced dot's name moves to the value that replaces it.
+Only matrix dots (rank 2) of one reachable block are grouped, and only small ones (see
+FUSE_LIMIT); sharing an operand gives them one data type, since a dot's operands have one. The
+fused code goes right before the first dot of a group (its anchor), so a later dot joins only
+when its other operand is already defined there; that also makes the members independent, since
+a dot using another member's result cannot qualify. Each dot joins at most one group: the
+anchors are taken in program order, and an anchor takes the larger of its two candidate groups
+(the shared right operand's on a tie: its split needs no transposes). Each replaced dot's name
+moves to the value that replaces it.
 
 Equal products in a block (the same two operands) are merged into the first one before
 grouping: fusion must not compute one product twice, and two equal members would otherwise
@@ -40,6 +41,13 @@ from dlvm.transforms.matrix_multiplication_reordering import is_matrix_dot, matr
 from dlvm.transforms.pass_base import FunctionPass
 
 LEFT, RIGHT = 0, 1  # operand positions of a dot
+
+# The largest product (in elements) worth fusing. Fusion saves a kernel per product, and costs
+# the epilogue fusion each product had (bias and activation applied to its tiles in cache) and
+# the concatenation: measured on the LSTM sample compiled for the CPU, fusing wins below about
+# 2,048 elements per product (4 x 8 gates: 40% faster), breaks even there, and loses above it
+# (64 x 128: 13% slower, 256 x 256: 27% slower).
+FUSE_LIMIT = 2048
 
 
 class LinearAlgebraFusion(FunctionPass):
@@ -100,7 +108,7 @@ class _Availability:
 
 def _block_groups(block: Block, availability: _Availability) -> list[Group]:
     """Greedy grouping of block's matrix dots, anchors in program order."""
-    dots = [inst for inst in block.instructions if is_matrix_dot(inst)]
+    dots = [inst for inst in block.instructions if is_matrix_dot(inst) and _small(inst)]
     sharing: dict[tuple[int, Value], list[Instruction]] = {}
     for d in dots:
         for side in (LEFT, RIGHT):
@@ -155,6 +163,11 @@ def merge_equal_products(fn: Function) -> bool:
             if any(v in replaced for v in inst.uses()):
                 inst.map_values(lambda v: replaced.get(v, v))
     return True
+
+
+def _small(dot: Instruction) -> bool:
+    rows, columns = matrix_shape(dot)
+    return rows * columns <= FUSE_LIMIT
 
 
 def fuse_linear_algebra(fn: Function) -> bool:
