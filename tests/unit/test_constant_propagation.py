@@ -18,7 +18,7 @@ from dlvm.ir.builder import Builder, constant
 from dlvm.ir.literals import AggregateLiteral, Literal, ScalarLiteral
 from dlvm.ir.types import FunctionType, TensorType, Type, canonical
 from dlvm.ir.values import Argument, Function, LiteralValue, Module, Value
-from dlvm.transforms.constant_propagation import EVAL_LIMIT, FOLD_LIMIT
+from dlvm.transforms.constant_folding import EVAL_LIMIT, FOLD_LIMIT
 from dlvm.transforms.pass_manager import PassManager
 from telc.driver import compile_text, optimize
 
