@@ -73,19 +73,6 @@ def split_edges(
     return block
 
 
-def replace_uses(fn: Function, replacement: dict[Value, Value]) -> None:
-    """Rewrites every use in fn of a key of `replacement` to its value."""
-    if not replacement:
-        return
-
-    def forward(v: Value) -> Value:
-        return replacement.get(v, v)
-
-    for inst in fn.instructions():
-        if any(v in replacement for v in inst.uses()):
-            inst.map_values(forward)
-
-
 def insert_preheader(fn: Function, loop: Loop, taken: set[str]) -> Block:
     """A new `'<header>_preheader` right before the loop's header that every entering edge now
     goes through (the shape CFGCan and LICM share)."""

@@ -23,8 +23,9 @@ from dlvm.analysis.cfg import CFG
 from dlvm.analysis.manager import analysis
 from dlvm.ir.builder import Builder
 from dlvm.ir.values import Argument, Block, Function, Successor, Value
-from dlvm.transforms.cfg_edits import edge_sources, rebuild_terminator, redirect, replace_uses
+from dlvm.transforms.cfg_edits import edge_sources, rebuild_terminator, redirect
 from dlvm.transforms.pass_base import FunctionPass
+from dlvm.transforms.rewrite import replace_uses
 
 
 class CFGSimplification(FunctionPass):

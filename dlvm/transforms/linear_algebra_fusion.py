@@ -39,6 +39,7 @@ from dlvm.ir.builder import Builder
 from dlvm.ir.values import Block, Function, Instruction, Value
 from dlvm.transforms.matrix_multiplication_reordering import is_matrix_dot, matrix_shape
 from dlvm.transforms.pass_base import FunctionPass
+from dlvm.transforms.rewrite import replace_and_remove
 
 LEFT, RIGHT = 0, 1  # operand positions of a dot
 
@@ -157,11 +158,7 @@ def merge_equal_products(fn: Function) -> bool:
                     first[key] = inst
     if not replaced:
         return False
-    for block in fn.blocks:
-        block.remove_all(set(replaced))  # type: ignore[arg-type]
-        for inst in block.instructions:
-            if any(v in replaced for v in inst.uses()):
-                inst.map_values(lambda v: replaced.get(v, v))
+    replace_and_remove(fn, replaced, set(replaced))  # type: ignore[arg-type]
     return True
 
 
@@ -182,12 +179,8 @@ def fuse_linear_algebra(fn: Function) -> bool:
             dead.add(dot)
     if not dead:
         return merged
-    for block in fn.blocks:
-        block.remove_all(dead)
-    # One sweep at the end: a group's operands may be dots of another group, replaced too.
-    for inst in fn.instructions():
-        if any(v in replaced for v in inst.uses()):
-            inst.map_values(lambda v: replaced.get(v, v))
+    # A group's operands may be dots of another group, replaced too.
+    replace_and_remove(fn, replaced, dead)
     return True
 
 

@@ -28,6 +28,7 @@ from dlvm.ir.builder import Builder
 from dlvm.ir.types import as_tensor
 from dlvm.ir.values import Function, Instruction, Value
 from dlvm.transforms.pass_base import FunctionPass
+from dlvm.transforms.rewrite import replace_and_remove
 
 MAX_DOTS = 64  # the longest chain searched: 64³/6 split trials, a few milliseconds
 
@@ -193,12 +194,8 @@ def reorder_matrix_chains(fn: Function) -> bool:
             dead.update(chain.dots)
     if not replaced:
         return False
-    for block in fn.blocks:
-        block.remove_all(dead)
-    # One sweep at the end: a chain's leaf may be the root of another chain, rewritten too.
-    for inst in fn.instructions():
-        if any(v in replaced for v in inst.uses()):
-            inst.map_values(lambda v: replaced.get(v, v))
+    # A chain's leaf may be the root of another chain, rewritten too.
+    replace_and_remove(fn, replaced, dead)
     return True
 
 

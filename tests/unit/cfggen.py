@@ -19,11 +19,12 @@ import random
 from collections.abc import Callable
 
 import numpy as np
+from semantics import random_args
 from telhelp import sample_path
 
 from dlvm.interp import InterpreterError, run_function
 from dlvm.ir.builder import Builder, constant, new_function
-from dlvm.ir.types import DataType, FunctionType, TensorType, TupleType, Type, canonical, scalar
+from dlvm.ir.types import DataType, FunctionType, Type, scalar
 from dlvm.ir.values import Argument, Block, Function, Module, Successor, Value
 from dlvm.transforms.pass_manager import PassManager
 from telc.driver import compile_text
@@ -445,20 +446,6 @@ def outcomes(module: Module) -> dict[tuple[str, tuple], object]:
     return out
 
 
-def random_value(ty: Type, rng: np.random.Generator) -> object:
-    """A value of type ty: floats in [0.5, 2) of either sign, integers in [1, 5), booleans,
-    tuples element by element."""
-    t = canonical(ty)
-    if isinstance(t, TupleType):
-        return tuple(random_value(e, rng) for e in t.elements)
-    assert isinstance(t, TensorType), f"no random value of type {ty}"
-    if t.dtype.is_float:
-        return rng.uniform(0.5, 2.0, t.shape) * rng.choice([-1.0, 1.0], t.shape)
-    if t.dtype.is_bool:
-        return rng.random(t.shape) < 0.5
-    return rng.integers(1, 5, t.shape).astype(f"int{t.dtype.bits}")
-
-
 def results(module: Module, inputs: dict[str, list]) -> dict[str, object]:
     """What each function named in inputs returns on its inputs (`random` seeded alike)."""
     return {
@@ -474,7 +461,7 @@ def random_inputs(module: Module, names: list[str], seed: int) -> dict[str, list
     for name in names:
         fn = module.function_named(name)
         assert fn is not None and isinstance(fn.type, FunctionType)
-        out[name] = [random_value(t, rng) for t in fn.type.arguments]
+        out[name] = random_args(fn.type, rng)
     return out
 
 

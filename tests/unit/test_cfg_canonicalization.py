@@ -16,9 +16,10 @@ from cfggen import (
     random_inputs,
     results,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from irgen import random_module
+from semantics import generated
 from telhelp import sample_names
 
 from dlvm.analysis.loops import loop_info
@@ -27,14 +28,6 @@ from dlvm.ir.values import Module
 from dlvm.transforms import lookup_pass
 from dlvm.transforms.cfg_canonicalization import CFGCanonicalization
 from dlvm.transforms.pass_manager import PassManager
-
-PROPERTY = settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
 
 
 def canonicalize_twice(module: Module) -> tuple[bool, bool]:
@@ -66,7 +59,7 @@ def test_programs_compute_the_same_in_canonical_form():
     assert outcomes(module) == expected
 
 
-@PROPERTY
+@generated(60)
 @given(st.integers(0, 2**32 - 1))
 def test_random_control_flow_computes_the_same_in_canonical_form(seed):
     module = cfg_module(seed)
@@ -78,7 +71,7 @@ def test_random_control_flow_computes_the_same_in_canonical_form(seed):
     assert module_text(parse_module(text)) == text
 
 
-@settings(PROPERTY, max_examples=30)
+@generated(30)
 @given(st.integers(0, 2**32 - 1))
 def test_generated_tensor_modules_compute_the_same(seed):
     module = random_module(seed, 40, True)

@@ -18,9 +18,10 @@ from cfggen import (
     random_inputs,
     results,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from irgen import random_module
+from semantics import generated
 from telhelp import sample_names
 
 from dlvm.analysis.cfg import CFG
@@ -31,14 +32,6 @@ from dlvm.transforms import lookup_pass
 from dlvm.transforms.cfg_edits import edge_sources
 from dlvm.transforms.cfg_simplification import RULES, CFGSimplification
 from dlvm.transforms.pass_manager import PassManager
-
-PROPERTY = settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
 
 
 def simplify_twice(module: Module) -> tuple[bool, bool]:
@@ -92,7 +85,7 @@ def test_programs_compute_the_same_when_simplified():
     assert outcomes(module) == expected
 
 
-@PROPERTY
+@generated(60)
 @given(st.integers(0, 2**32 - 1))
 def test_random_control_flow_computes_the_same_when_simplified(seed):
     module = cfg_module(seed)
@@ -120,7 +113,7 @@ def test_random_control_flow_exercises_every_rule():
     assert set(applied) == {rule.__name__ for rule in RULES}, applied
 
 
-@settings(PROPERTY, max_examples=30)
+@generated(30)
 @given(st.integers(0, 2**32 - 1))
 def test_generated_tensor_modules_compute_the_same(seed):
     module = random_module(seed, 40, True)

@@ -10,13 +10,14 @@ import random
 import numpy as np
 import pytest
 from irgen import random_module
+from semantics import assert_same_in_own_precision
 from telhelp import sample_names, sample_path
 
 from dlvm.interp import InterpreterError, run_function
 from dlvm.ir import module_text, parse_module
 from dlvm.ir.builder import Builder, constant
 from dlvm.ir.literals import AggregateLiteral, Literal, ScalarLiteral
-from dlvm.ir.types import FunctionType, TensorType, Type, canonical
+from dlvm.ir.types import TensorType, Type, canonical
 from dlvm.ir.values import Argument, Function, LiteralValue, Module, Value
 from dlvm.transforms.constant_folding import EVAL_LIMIT, FOLD_LIMIT
 from dlvm.transforms.pass_manager import PassManager
@@ -28,53 +29,6 @@ from telc.driver import compile_text, optimize
 def run_passes(module: Module, *names: str) -> list[bool]:
     """Runs the passes (verifying after each); whether each changed the module."""
     return [changed for _, changed in PassManager().run(module, PassManager.resolve(names))]
-
-
-def random_inputs(fn: Function, rng: np.random.Generator) -> list[np.ndarray]:
-    """Arguments for fn: floats of both signs around 1, small positive integers, booleans."""
-    assert isinstance(fn.type, FunctionType)
-    out = []
-    for ty in fn.type.arguments:
-        t = canonical(ty)
-        assert isinstance(t, TensorType)
-        if t.dtype.is_float:
-            out.append(rng.uniform(0.5, 2.0, t.shape) * rng.choice([-1.0, 1.0], t.shape))
-        elif t.dtype.is_bool:
-            out.append(rng.random(t.shape) < 0.5)
-        else:
-            out.append(rng.integers(1, 5, t.shape))
-    return out
-
-
-def assert_same(a, b) -> None:
-    """Equal results: integers and booleans exactly, floats to a tight tolerance (NaN = NaN)."""
-    if isinstance(a, tuple):
-        assert isinstance(b, tuple) and len(a) == len(b)
-        for x, y in zip(a, b):
-            assert_same(x, y)
-        return
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.shape == b.shape and a.dtype == b.dtype
-    if a.dtype.kind == "f":
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=0, equal_nan=True)
-    else:
-        np.testing.assert_array_equal(a, b)
-
-
-def assert_same_results(before: Module, after: Module, seed: int, runs: int = 2) -> None:
-    """Every function of `after` computes what it did in `before` (in the IR's own precision),
-    or fails as it did."""
-    rng = np.random.default_rng(seed)
-    for fn in before.functions:
-        for _ in range(runs):
-            args = random_inputs(fn, rng)
-            try:
-                expected = run_function(before, fn.name, args, seed=1)
-            except InterpreterError:
-                with pytest.raises(InterpreterError):
-                    run_function(after, fn.name, args, seed=1)
-                continue
-            assert_same(expected, run_function(after, fn.name, args, seed=1))
 
 
 def tensor_literal(values: np.ndarray, ty: TensorType) -> Literal:
@@ -210,7 +164,7 @@ func @loop: (i64, <3 x f32>) -> <3 x f32> {
 def test_handwritten_functions_compute_the_same():
     before, after = parse_module(HANDWRITTEN), parse_module(HANDWRITTEN)
     assert run_passes(after, "ConstProp", "ConstProp") == [True, False]
-    assert_same_results(before, after, seed=0, runs=4)
+    assert_same_in_own_precision(before, after, seed=0, runs=4)
     text = module_text(after)
     assert module_text(parse_module(text)) == text
     # What folds does fold: only the uses of arguments are left in these functions.
@@ -364,7 +318,7 @@ def test_random_modules_with_constant_arguments_fold_and_compute_the_same(contro
         branches += _count(before, "conditional") - _count(after, "conditional")
         folded = module_text(after)
         assert module_text(parse_module(folded)) == folded
-        assert_same_results(before, after, seed)
+        assert_same_in_own_precision(before, after, seed)
     assert changed >= 0.8 * len(SEEDS)
     assert branches >= (5 if control_flow else 0)
 
@@ -376,7 +330,7 @@ def test_random_modules_as_generated_stay_valid(control_flow):
         text = module_text(module)
         before = parse_module(text)
         assert run_passes(module, "ConstProp", "ConstProp")[1] is False
-        assert_same_results(before, module, seed, runs=1)
+        assert_same_in_own_precision(before, module, seed, runs=1)
 
 
 # The TEL samples -------------------------------------------------------------------------------
@@ -390,4 +344,4 @@ def test_samples_differentiated_ir_stays_valid_and_computes_the_same(name):
     text = module_text(compiled.module)
     before, after = parse_module(text), parse_module(text)
     assert run_passes(after, "ConstProp", "ConstProp")[1] is False
-    assert_same_results(before, after, seed=0, runs=1)
+    assert_same_in_own_precision(before, after, seed=0, runs=1)

@@ -17,9 +17,10 @@ from cfggen import (
     random_inputs,
     results,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from irgen import random_module
+from semantics import generated
 from telhelp import sample_names
 
 from dlvm.analysis.loops import loop_info
@@ -28,14 +29,6 @@ from dlvm.ir.values import Module
 from dlvm.transforms import lookup_pass
 from dlvm.transforms.loop_invariant_code_motion import LoopInvariantCodeMotion
 from dlvm.transforms.pass_manager import PassManager
-
-PROPERTY = settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
 
 
 def hoist_twice(module: Module) -> tuple[bool, bool]:
@@ -69,7 +62,7 @@ def test_programs_compute_the_same_with_less_in_their_loops():
     assert loop_info(nested).depth(division.block) == 2  # it might trap: it stays
 
 
-@PROPERTY
+@generated(60)
 @given(st.integers(0, 2**32 - 1))
 def test_random_loops_compute_and_trap_the_same(seed):
     module = cfg_module(seed)
@@ -85,7 +78,7 @@ def test_random_loops_often_have_invariant_code_to_hoist():
     assert sum(changed) >= 0.6 * len(changed)
 
 
-@settings(PROPERTY, max_examples=30)
+@generated(30)
 @given(st.integers(0, 2**32 - 1))
 def test_generated_tensor_modules_compute_the_same(seed):
     module = random_module(seed, 40, True)

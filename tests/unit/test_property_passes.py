@@ -12,16 +12,17 @@ arithmetic only at infinities and NaN.
 
 from __future__ import annotations
 
+import functools
 import random
 
 import numpy as np
 import pytest
 from irgen import random_module
+from semantics import assert_close_where_finite, assert_equivalent
 
-from dlvm.interp import run_function
 from dlvm.ir import module_text, parse_module
 from dlvm.ir.builder import Builder, constant
-from dlvm.ir.types import FunctionType, TensorType, canonical
+from dlvm.ir.types import TensorType, canonical
 from dlvm.ir.values import Argument, Module
 from dlvm.transforms.pass_manager import PassManager
 from dlvm.transforms.pipelines import PIPELINES
@@ -39,7 +40,6 @@ OPTIMISATIONS = (
     "loop-invariant-code-motion",
 )
 SEEDS = range(12)
-NP = {"i32": np.int32, "i64": np.int64}
 
 
 def make_constants(module: Module, seed: int) -> None:
@@ -62,35 +62,6 @@ def make_constants(module: Module, seed: int) -> None:
                     inst.map_values(lambda v, a=arg, r=replacement: r if v is a else v)
 
 
-def random_args(fn_type: FunctionType, rng: np.random.Generator) -> list:
-    out = []
-    for ty in fn_type.arguments:
-        t = canonical(ty)
-        assert isinstance(t, TensorType)
-        if t.dtype.is_float:
-            out.append(rng.uniform(0.5, 2.0, t.shape) * rng.choice([-1.0, 1.0], t.shape))
-        elif t.dtype.is_bool:
-            out.append(rng.random(t.shape) < 0.5)
-        else:
-            out.append(rng.integers(1, 5, t.shape).astype(NP[t.dtype.text]))
-    return out
-
-
-def assert_same(a, b) -> None:
-    if isinstance(a, tuple):
-        assert isinstance(b, tuple) and len(a) == len(b)
-        for x, y in zip(a, b):
-            assert_same(x, y)
-        return
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.shape == b.shape and a.dtype == b.dtype
-    if a.dtype.kind == "f":
-        finite = np.isfinite(a)
-        np.testing.assert_allclose(a[finite], b[finite], rtol=1e-6, atol=1e-9)
-    else:
-        np.testing.assert_array_equal(a, b)
-
-
 def source(seed: int, control_flow: bool, constants: bool) -> str:
     module = random_module(seed, 30, control_flow)
     if constants:
@@ -103,15 +74,9 @@ def check(text: str, run, seed: int) -> None:
     before, after = parse_module(text), parse_module(text)
     run(after)
     assert module_text(parse_module(module_text(after))) == module_text(after)
-    rng = np.random.default_rng(seed)
-    for fn in before.functions:
-        if not fn.blocks:
-            continue
-        assert isinstance(fn.type, FunctionType)
-        args = random_args(fn.type, rng)
-        expected = run_function(before, fn.name, args, float64=True, seed=1)
-        actual = run_function(after, fn.name, args, float64=True, seed=1)
-        assert_same(expected, actual)
+    compare = functools.partial(assert_close_where_finite, rtol=1e-6, atol=1e-9, same_dtype=True)
+    names = [fn.name for fn in before.functions if fn.blocks]
+    assert_equivalent(before, after, compare, rng=np.random.default_rng(seed), names=names)
 
 
 @pytest.mark.parametrize("constants", [False, True], ids=["args", "constants"])
