@@ -47,8 +47,8 @@ LEFT, RIGHT = 0, 1  # operand positions of a dot
 # the epilogue fusion each product had (bias and activation applied to its tiles in cache) and
 # the concatenation. Measured on the LSTM sample compiled for the CPU: up to 2,048 elements per
 # product (gates of 4 x 8, 16 x 32, 32 x 64) fused and separate products take the same time;
-# above it fusion loses (64 x 128: 13% slower, 256 x 256: 27%). Where fewer, larger products
-# pay more than on the CPU, it is the bound that would move.
+# above it fusion loses (64 x 128: 13% slower, 256 x 256: 27%). A target where one large
+# product beats several small ones (a GPU, where each kernel launch costs) would raise it.
 FUSE_LIMIT = 2048
 
 
