@@ -32,10 +32,21 @@ unit: $(STAMP)
 lit: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -sv tests/filecheck
 
-bench: $(STAMP)
+# The CPU benchmark's peers (PyTorch, JAX, ONNX Runtime) live in a virtual environment of their
+# own, with this project installed beside them.
+BENCH_VENV := bench/.venv
+BENCH_STAMP := $(BENCH_VENV)/.installed
+
+$(BENCH_STAMP): pyproject.toml bench/requirements.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/pip install --quiet -e . -r bench/requirements.txt
+	touch $(BENCH_STAMP)
+
+bench: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python bench/ir_speed.py
 	$(BIN)/python bench/linear_algebra_passes.py
-	$(BIN)/python bench/cpu_models.py
+	$(BENCH_VENV)/bin/python bench/cpu.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -18,13 +18,17 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from dlvm import artifacts
 from dlvm.diagnostics import BuildFailure
 
 # Flags every runtime object is compiled with (docs/c-abi.md section 4), before extra_flags.
 BASE_FLAGS = ("-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-pthread", "-Iruntime/include")
 
-# Part of every cache key: bump it when the way objects are built changes.
-_CACHE_FORMAT = "dlvm-runtime-1"
+# Part of every cache key: bump it when the way objects are built or kept changes.
+_CACHE_FORMAT = "dlvm-runtime-2"
+# Written last in an entry: each object's SHA-256 (`sha256sum` format); an entry it does not
+# vouch for is compiled again.
+MANIFEST = "SHA256SUMS"
 
 
 class RuntimeBuildError(BuildFailure):
@@ -37,11 +41,8 @@ def runtime_dir() -> Path:
 
 
 def default_cache_dir() -> Path:
-    """$DLVM_CACHE_DIR, else $XDG_CACHE_HOME/dlvm, else ~/.cache/dlvm."""
-    if override := os.environ.get("DLVM_CACHE_DIR"):
-        return Path(override)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "dlvm"
+    """$DLVM_CACHE_DIR, else $XDG_CACHE_HOME/dlvm, else ~/.cache/dlvm (dlvm.artifacts)."""
+    return artifacts.cache_dir()
 
 
 @functools.cache
@@ -62,10 +63,12 @@ def build_runtime(
     cache_dir: Path | None = None,
 ) -> list[Path]:
     """Compiles runtime/src/*.c with `cc` (default $CC, else "cc"), BASE_FLAGS and `extra_flags`,
-    and returns the object files in source order. Objects are cached under a key of the sources,
-    headers, compiler identity and flags, reused when present and written atomically, so
-    parallel builds do not clash. The compiler runs in runtime/'s parent directory with that path
-    mapped away (-ffile-prefix-map), so objects are byte-identical wherever the checkout is."""
+    and returns the object files in source order. Objects are cached (dlvm.artifacts) under a
+    key of the sources, headers, compiler identity and flags, and reused while the entry's
+    MANIFEST vouches for every one of them; otherwise all are compiled again. Files are written
+    atomically, so parallel builds do not clash. The compiler runs in runtime/'s parent
+    directory with that path mapped away (-ffile-prefix-map), so objects are byte-identical
+    wherever the checkout is."""
     command = tuple(shlex.split(cc if cc is not None else os.environ.get("CC") or "cc"))
     if not command:
         raise RuntimeBuildError("no C compiler: the compiler command is empty")
@@ -77,20 +80,40 @@ def build_runtime(
     key = _cache_key(root, sources, command, flags)
     target = (cache_dir if cache_dir is not None else default_cache_dir()) / f"runtime-{key}"
     objects = [target / f"{src.stem}.o" for src in sources]
-    missing = [(src, obj) for src, obj in zip(sources, objects) if not obj.is_file()]
-    if missing:
-        try:
-            target.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise RuntimeBuildError(
-                f"cannot create the runtime cache {target}: {e.strerror} (set DLVM_CACHE_DIR)"
-            ) from None
-        # Not the C file's absolute path: one mapping for sources, __FILE__ and debug info.
-        mapped = (*flags, f"-ffile-prefix-map={root.parent}=.")
-        with ThreadPoolExecutor(max_workers=min(len(missing), os.cpu_count() or 1)) as pool:
-            for _ in pool.map(lambda job: _compile(command, mapped, root, *job), missing):
-                pass
+    if _intact(target, objects):
+        return objects
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RuntimeBuildError(
+            f"cannot create the runtime cache {target}: {e.strerror} (set DLVM_CACHE_DIR)"
+        ) from None
+    # Not the C file's absolute path: one mapping for sources, __FILE__ and debug info.
+    mapped = (*flags, f"-ffile-prefix-map={root.parent}=.")
+    with ThreadPoolExecutor(max_workers=min(len(sources), os.cpu_count() or 1)) as pool:
+        digests = list(
+            pool.map(lambda job: _compile(command, mapped, root, *job), zip(sources, objects))
+        )
+    manifest = "".join(f"{digest}  {obj.name}\n" for digest, obj in zip(digests, objects))
+    try:
+        artifacts.write_atomically(target / MANIFEST, manifest.encode())
+    except OSError as e:
+        raise RuntimeBuildError(f"cannot write the runtime cache {target}: {e.strerror}") from None
     return objects
+
+
+def _intact(target: Path, objects: list[Path]) -> bool:
+    """Whether the entry's MANIFEST lists exactly `objects`, each with the bytes it has now."""
+    try:
+        listed: dict[str, str] = {}
+        for line in (target / MANIFEST).read_text(encoding="utf-8").splitlines():
+            digest, _, name = line.partition("  ")
+            listed[name] = digest
+        return listed.keys() == {obj.name for obj in objects} and all(
+            artifacts.sha256(obj.read_bytes()) == listed[obj.name] for obj in objects
+        )
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _cache_key(
@@ -116,8 +139,9 @@ def _cache_key(
 
 def _compile(
     command: tuple[str, ...], flags: tuple[str, ...], root: Path, src: Path, obj: Path
-) -> None:
-    """Compiles `src` into a temporary file beside `obj`, then renames it into place."""
+) -> str:
+    """Compiles `src` into a temporary file beside `obj`, then renames it into place; the
+    SHA-256 of the bytes it compiled."""
     fd, temp = tempfile.mkstemp(dir=obj.parent, prefix=f".{obj.stem}-", suffix=".o.tmp")
     os.close(fd)
     try:
@@ -128,7 +152,9 @@ def _compile(
                 f"compiling the runtime's {src.name} failed ({shlex.join(command)}, "
                 f"exit status {done.returncode}):\n{done.stderr.strip()}"
             )
+        digest = artifacts.sha256(Path(temp).read_bytes())
         os.replace(temp, obj)
+        return digest
     finally:
         if os.path.exists(temp):
             os.unlink(temp)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 import platform
@@ -94,6 +93,8 @@ def host_cpu() -> str:
 
 @functools.cache
 def _llvmlite_version() -> str:
+    import importlib.metadata  # only for a key: a build without the cache does not pay for it
+
     try:
         return importlib.metadata.version("llvmlite")
     except importlib.metadata.PackageNotFoundError:

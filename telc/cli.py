@@ -56,6 +56,8 @@ Examples:
 \b
 Environment:
   TELC_CACHE_DIR   the build cache (default $XDG_CACHE_HOME/telc or ~/.cache/telc)
+  DLVM_CACHE_DIR   the compiler's own cache: the C runtime's objects, the parser's tables
+                   (default $XDG_CACHE_HOME/dlvm or ~/.cache/dlvm)
   CC               the C compiler that links libraries (default cc)
   NO_COLOR         no colour even on a terminal (colour is only ever used on one)
 
@@ -169,7 +171,9 @@ _codegen = _options(
     click.option(
         "--no-cache",
         is_flag=True,
-        help="Neither use nor fill the build cache (TELC_CACHE_DIR, else ~/.cache/telc).",
+        help="Neither use nor fill the build cache of finished builds (TELC_CACHE_DIR, else "
+        "~/.cache/telc). The compiler's own cache of what depends on no model (DLVM_CACHE_DIR: "
+        "the C runtime's objects, the parser's tables) is still used.",
     ),
 )
 

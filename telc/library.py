@@ -27,7 +27,7 @@ def emit_stage(
             ComputeGeneration().run(module)
         return module_text(module)
     with timings.stage("compute stages"):
-        schedule(module)
+        schedule(module, cpu)
     if stage == "schedule":
         return module_text(module)
     with timings.stage("llvm"):

@@ -3,14 +3,19 @@ syntax errors as located diagnostics (all of a file's, not just the first)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
+import lark
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
+from dlvm.artifacts import cache_dir, read_checked, sha256, write_checked
 from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
 from telc import ast
 
@@ -83,19 +88,35 @@ class Newlines:
             yield Token("_NL", "\n", last.end_pos, last.end_line, last.end_column, last.end_pos)
 
 
+_OPTIONS: dict[str, Any] = {
+    "parser": "lalr",
+    "lexer": "contextual",
+    "propagate_positions": True,
+    "maybe_placeholders": True,
+}
+
+
 @functools.cache
 def _parser() -> Lark:
+    """The parser of grammar.lark. Building its LALR tables takes longer than parsing a model,
+    so they are kept in the compiler's cache (dlvm.artifacts) under a key of everything that
+    decides them; tables that cannot be read or stored are simply built."""
     path = os.path.join(os.path.dirname(__file__), "grammar.lark")
     with open(path, encoding="utf-8") as f:
         grammar = f.read()
-    return Lark(
-        grammar,
-        parser="lalr",
-        lexer="contextual",
-        postlex=Newlines(),
-        propagate_positions=True,
-        maybe_placeholders=True,
-    )
+    decides = (grammar, sorted(_OPTIONS.items()), Newlines.always_accept, lark.__version__,
+               sys.version_info[:2])  # fmt: skip
+    stored = cache_dir() / f"telc-parser-{sha256(repr(decides).encode())[:24]}"
+    data = read_checked(stored)
+    if data is not None:
+        with contextlib.suppress(Exception):  # whatever the reason, the tables are rebuilt
+            return Lark.load(io.BytesIO(data))
+    parser = Lark(grammar, postlex=Newlines(), **_OPTIONS)
+    tables = io.BytesIO()
+    parser.save(tables)
+    with contextlib.suppress(OSError):  # an unwritable cache only costs the time to build
+        write_checked(stored, tables.getvalue())
+    return parser
 
 
 def parse(source: Source) -> ast.Module:

@@ -7,7 +7,10 @@ Accuracy, measured against float64 NumPy over the whole f32 range
   degree-6 polynomial; 2^n applied as two factors so that n = 128 does not overflow the
   exponent); 0 below (subnormal results are flushed), +inf above 88.72283, NaN stays NaN.
 - tanh: ≤ 1.5 ulp (Cephes' tanhf: an odd degree-11 polynomial for |x| < 0.625, else
-  1 - 2/(exp(2|x|) + 1) with the sign of x); NaN stays NaN.
+  1 - 2/(e + 1) with e = exp(2|x|), |x| clamped to 10, where tanh rounds to 1; then the sign
+  of x); NaN stays NaN. Both halves are computed for every lane, so they are kept short: e
+  needs none of exp's range checks, (1 + y)·2^n is one multiply-add, and the polynomials use
+  multiply-adds (fused where the CPU has them; the bound holds either way).
 - log: ≤ 1 ulp (Cephes' logf: x = m · 2^e with m in [√½, √2), a degree-9 polynomial in m - 1,
   e · ln 2 added in two parts); subnormal inputs are scaled into range first; log(±0) = -inf,
   log(+inf) = +inf, negative inputs and NaN give NaN.
@@ -27,6 +30,7 @@ _TANH_POLY = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422
 _LOG_POLY = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
              1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
              3.3333331174e-1)  # fmt: skip
+_ROUND = 12582912.0  # 1.5·2^23: x + _ROUND − _ROUND is x rounded to an integer (|x| < 2^22)
 EXP_HI = 88.72283
 EXP_LO = -87.33654
 
@@ -43,11 +47,19 @@ def _intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
     return b.call(fn, args)
 
 
-def _horner(b: ir.IRBuilder, x: ir.Value, coefficients: tuple[float, ...]) -> ir.Value:
+def _horner(
+    b: ir.IRBuilder, x: ir.Value, coefficients: tuple[float, ...], fused: bool = False
+) -> ir.Value:
+    """The polynomial at x, highest coefficient first; `fused`: with multiply-adds."""
     p: ir.Value = _c(coefficients[0])
     for k in coefficients[1:]:
-        p = b.fadd(b.fmul(p, x), _c(k))
+        p = _fmuladd(b, p, x, _c(k)) if fused else b.fadd(b.fmul(p, x), _c(k))
     return p
+
+
+def _fmuladd(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
+    """x·y + z, fused into one rounding where the target has FMA (llvm.fmuladd)."""
+    return _intrinsic(b, "fmuladd", [x, y, z])
 
 
 def _pow2(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
@@ -74,13 +86,27 @@ def exp_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def tanh_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     a = _intrinsic(b, "fabs", [x])
     z = b.fmul(x, x)
-    small = b.fadd(b.fmul(b.fmul(_horner(b, z, _TANH_POLY), z), x), x)
-    small = _intrinsic(b, "copysign", [small, x])  # tanh(-0) is -0
-    e = exp_f32(b, b.select(b.fcmp_ordered("<", a, _c(44.0)), b.fmul(a, _c(2.0)), _c(88.0)))
-    big = b.fsub(_c(1.0), b.fdiv(_c(2.0), b.fadd(e, _c(1.0))))
-    big = _intrinsic(b, "copysign", [big, x])
-    y = b.select(b.fcmp_ordered("<", a, _c(0.625)), small, big)
-    return b.select(b.fcmp_unordered("!=", x, x), x, y)
+    small = _fmuladd(b, b.fmul(_horner(b, z, _TANH_POLY, fused=True), z), x, x)
+    big = b.fsub(_c(1.0), b.fdiv(_c(2.0), b.fadd(_exp_0_20(b, a), _c(1.0))))
+    # Unordered: a NaN takes the polynomial, which keeps it.
+    y = b.select(b.fcmp_unordered("<", a, _c(0.625)), small, big)
+    return _intrinsic(b, "copysign", [y, x])  # tanh(-0) is -0
+
+
+def _exp_0_20(b: ir.IRBuilder, a: ir.Value) -> ir.Value:
+    """exp(2·min(a, 10)) for a ≥ 0 (NaN: 10), as exp_f32 computes it but without its range
+    checks: n = round(2a / ln 2) is in [0, 29]."""
+    a = b.select(b.fcmp_ordered("<", a, _c(10.0)), a, _c(10.0))
+    t = b.fadd(a, a)
+    # Adding 1.5·2^23 rounds to an integer, held in the low mantissa bits: 127 + n there,
+    # shifted into the exponent field, is 2^n.
+    shifted = _fmuladd(b, a, _c(2 * 1.44269504088896341), _c(_ROUND + 127))
+    n = b.fsub(shifted, _c(_ROUND + 127))
+    r = _fmuladd(b, n, _c(-0.693359375), t)
+    r = _fmuladd(b, n, _c(2.12194440e-4), r)
+    y = _fmuladd(b, b.fmul(r, r), _horner(b, r, _EXP_POLY, fused=True), r)  # e^r − 1
+    scale = b.bitcast(b.shl(b.bitcast(shifted, I32), ir.Constant(I32, 23)), F32)
+    return _fmuladd(b, y, scale, scale)
 
 
 def log_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:

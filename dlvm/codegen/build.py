@@ -1,7 +1,8 @@
 """From a module at stage optimizable to a shipped library (DESIGN.md section 5): compute
-generation and scheduling, LLGen to an object, the generated C glue, the runtime, linked by the
-system C compiler into NAME.so next to NAME.h and dlrt.h. Each step is timed, and named to
-`progress` as it begins (telc build's progress display)."""
+generation and scheduling, LLGen to objects (in parts, side by side), the generated C glue
+(compiled meanwhile), the runtime, linked by the system C compiler into NAME.so next to NAME.h
+and dlrt.h. Each step is timed, and named to `progress` as it begins (telc build's progress
+display)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from typing import TypeVar
 
 from dlvm.analysis.call_graph import CallGraph
 from dlvm.codegen.glue import glue_source, header_source
-from dlvm.codegen.llgen import compile_object
+from dlvm.codegen.llgen import object_files
 from dlvm.codegen.spec import LibrarySpec
+from dlvm.codegen.target import vector_bits
 from dlvm.diagnostics import BuildFailure
 from dlvm.ir.values import Function, Module
 from dlvm.runtime import build_runtime, runtime_dir
@@ -37,7 +39,6 @@ class BuildResult:
     library: Path
     header: Path
     timings: list[tuple[str, float]] = field(default_factory=list)
-    llvm_ir: str = ""
 
 
 def keep_reachable(module: Module, roots: set[str]) -> None:
@@ -58,10 +59,11 @@ def keep_reachable(module: Module, roots: set[str]) -> None:
         module.remove_function(f)
 
 
-def schedule(module: Module) -> Module:
-    """compute-generation then compute-scheduling: the module ends at stage schedule."""
+def schedule(module: Module, cpu: str = "native") -> Module:
+    """compute-generation then compute-scheduling for `cpu`'s vector width: the module ends at
+    stage schedule."""
     ComputeGeneration().run(module)
-    ComputeScheduling().run(module)
+    ComputeScheduling(vector_bits(cpu)).run(module)
     return module
 
 
@@ -91,20 +93,24 @@ def build_library(
     roots = {e.host for e in spec.entries} | ({spec.init} if spec.init else set())
     keep_reachable(module, roots)
     if module.stage != "schedule":
-        step("compute stages", lambda: schedule(module))
-    obj, llvm_ir = step("llvm", lambda: compile_object(module, cpu=cpu, opt=opt))
-    runtime_objects = step("runtime", lambda: build_runtime(compiler))
+        step("compute stages", lambda: schedule(module, cpu))
     include = runtime_dir() / "include"
     header = output.with_suffix(".h")
     with tempfile.TemporaryDirectory(prefix="dlvm-build-") as tmp:
         work = Path(tmp)
-        (work / "model.o").write_bytes(obj)
         (work / "glue.c").write_text(glue, encoding="utf-8")
-        compile_glue = [compiler, "-std=c11", "-O2", "-fPIC", "-fvisibility=hidden",
+        # -O1: the glue checks arguments and calls the model; it has no loop worth more.
+        compile_glue = [compiler, "-std=c11", "-O1", "-fPIC", "-fvisibility=hidden",
                         f"-I{include}", f"-ffile-prefix-map={work}=.", "-c", "glue.c",
                         "-o", "glue.o"]  # fmt: skip
-        step("glue", lambda: _run(compile_glue, work))
-        link = [compiler, "-shared", "-o", output.name, "glue.o", "model.o",
+        with _Background(compile_glue, work) as glue_job:  # the C compiler runs beside LLVM
+            objects = step("llvm", lambda: object_files(module, cpu=cpu, opt=opt))
+            runtime_objects = step("runtime", lambda: build_runtime(compiler))
+            step("glue", glue_job.wait)
+        models = [f"model{i}.o" for i in range(len(objects))]
+        for name, obj in zip(models, objects):
+            (work / name).write_bytes(obj)
+        link = [compiler, "-shared", "-o", output.name, "glue.o", *models,
                 *map(str, runtime_objects), "-lm", "-pthread", "-ldl",
                 f"-Wl,-soname,{output.name}", "-Wl,--build-id=none"]  # fmt: skip
         step("link", lambda: _run(link, work))
@@ -119,13 +125,38 @@ def build_library(
                 raise BuildError(f"cannot write {e.filename or output}: {e.strerror}") from None
 
         step("write", write)
-    return BuildResult(output, header, timings, llvm_ir)
+    return BuildResult(output, header, timings)
 
 
 def _run(cmd: list[str], cwd: Path) -> None:
-    try:
-        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
-    except FileNotFoundError as e:
-        raise BuildError(f"cannot run the C compiler '{cmd[0]}': {e.strerror}") from None
-    if done.returncode != 0:
-        raise BuildError(f"{' '.join(cmd[:2])} … failed:\n{done.stderr.strip()}")
+    with _Background(cmd, cwd) as job:
+        job.wait()
+
+
+class _Background:
+    """A C compiler command running while Python goes on; `wait` raises BuildError if it
+    failed. Leaving the block without waiting stops it."""
+
+    def __init__(self, cmd: list[str], cwd: Path) -> None:
+        self.cmd = cmd
+        try:
+            self.process = subprocess.Popen(
+                cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        except OSError as e:
+            raise BuildError(f"cannot run the C compiler '{cmd[0]}': {e.strerror}") from None
+        self.stderr: str | None = None
+
+    def wait(self) -> None:
+        if self.stderr is None:
+            self.stderr = self.process.communicate()[1]
+        if self.process.returncode != 0:
+            raise BuildError(f"{' '.join(self.cmd[:2])} … failed:\n{self.stderr.strip()}")
+
+    def __enter__(self) -> _Background:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.stderr is None:  # left early: a step before it failed
+            self.process.kill()
+            self.stderr = self.process.communicate()[1]

@@ -11,7 +11,12 @@ when one is defined while the other is live, or is read by the instruction that 
 exactly the storage of an input it reads only at the index it writes (dlvm/codegen/inplace.py) when
 that input dies there. The planner places each owner, in program order, in such an input's storage
 when it can, else at the first offset where it overlaps no interfering owner and no such input at
-all (first fit over an interval list)."""
+all (first fit over an interval list).
+
+An owner that the function's only `return` returns (itself, or an element of a tuple literal)
+takes no frame bytes: it is computed straight into the caller's result buffer, which overlaps
+no argument and no other result (docs/c-abi.md section 5), so a kernel writes its output there
+instead of into the frame followed by a copy."""
 
 from __future__ import annotations
 
@@ -51,11 +56,18 @@ class FramePlan:
     def __init__(self, fn: Function, in_place: bool = True) -> None:
         self.fn = fn
         self.in_place = in_place
+        # Owners computed in the caller's result buffers: the index of the first (a tuple
+        # takes one per element, flattened).
+        self.returned: dict[Value, int] = self.find_returned()
         self.order: list[Value] = []
         for i, block in enumerate(fn.blocks):
             if i > 0:
                 self.order.extend(block.arguments)
-            self.order.extend(inst for inst in block.instructions if self.is_owner(inst))
+            self.order.extend(
+                inst
+                for inst in block.instructions
+                if self.is_owner(inst) and inst not in self.returned
+            )
         self.interferes: dict[Value, set[Value]] = defaultdict(set)
         # Owners that may take exactly each other's storage, never part of it (in-place calls).
         self.shares: dict[Value, set[Value]] = defaultdict(set)
@@ -86,6 +98,29 @@ class FramePlan:
         if isinstance(v, Instruction) and v.opcode in _BORROWING:
             return {o for u in v.uses() for o in self.owners(u)}
         return set()
+
+    def find_returned(self) -> dict[Value, int]:
+        """The owners the only `return` of the function returns, each at the first result
+        pointer it is returned through (a value returned twice is copied to the second)."""
+        returns = [i for b in self.fn.blocks for i in b.instructions if i.opcode == "return"]
+        if len(returns) != 1 or not returns[0].operands:
+            return {}
+        found: dict[Value, int] = {}
+        index = 0
+
+        def visit(v: Value) -> None:
+            nonlocal index
+            items = _tuple_items(v)
+            if items is not None:
+                for item in items:
+                    visit(item)
+                return
+            if isinstance(v, Instruction) and self.is_owner(v) and v not in found:
+                found[v] = index
+            index += result_count(v.type)
+
+        visit(returns[0].operands[0])
+        return found
 
     def find_interference(self) -> None:
         live_info = liveness(self.fn)
@@ -175,6 +210,25 @@ class FramePlan:
                 break
             offset = max(offset, o + s)
         return offset
+
+
+def result_count(t: Type) -> int:
+    """How many result pointers a value of type t is returned through (tuples flattened)."""
+    t = canonical(t)
+    if isinstance(t, TupleType):
+        return sum(result_count(e) for e in t.elements)
+    return 1
+
+
+def _tuple_items(v: Value) -> list[Value] | None:
+    """The elements of a tuple literal, as an operand or a `literal` instruction; else None."""
+    if isinstance(v, Instruction) and v.opcode == "literal":
+        v = v.operands[0]
+    if isinstance(v, LiteralValue):
+        lit = v.literal
+        if isinstance(lit, AggregateLiteral) and lit.kind == "tuple":
+            return list(lit.items)
+    return None
 
 
 def builds(lit: LiteralValue) -> bool:

@@ -30,7 +30,7 @@ from dlvm.codegen.host_values import (
 from dlvm.codegen.kernel import tensor_type
 from dlvm.codegen.layout import enum_case
 from dlvm.codegen.scalar import I32, I64, PTR, CodegenError
-from dlvm.ir.types import EnumType, FunctionType, TupleType, Type, canonical
+from dlvm.ir.types import EnumType, FunctionType, canonical
 from dlvm.ir.values import Block, Function, Instruction, Successor, Value
 
 __all__ = ["HostGen", "Runtime", "host_function"]
@@ -64,7 +64,7 @@ class HostGen(AggregateOps, MemoryOps, TensorOps):
         b.position_at_end(ok)
         params = iter(llfn.args[1 : 1 + n_args])
         for a in fn.arguments:
-            self.values[a] = self.arguments_value(a.type, params)
+            self.values[a] = self.unflatten(a.type, params)
         self.blocks = {blk: llfn.append_basic_block(f"b.{blk.name}") for blk in fn.blocks}
         for blk in fn.blocks[1:]:
             for a in blk.arguments:
@@ -75,12 +75,6 @@ class HostGen(AggregateOps, MemoryOps, TensorOps):
             for inst in blk.instructions:
                 self.instruction(inst)
         size.initializer = ir.Constant(I64, max(self.frame_size, ALIGN))
-
-    def arguments_value(self, t: Type, params) -> HostValue:
-        ct = canonical(t)
-        if isinstance(ct, TupleType):
-            return [self.arguments_value(e, params) for e in ct.elements]
-        return next(params)
 
     def instruction(self, inst: Instruction) -> None:
         op = inst.opcode
@@ -112,10 +106,10 @@ class HostGen(AggregateOps, MemoryOps, TensorOps):
     # Control flow --------------------------------------------------------------------------
 
     def i_return(self, inst: Instruction) -> None:
+        """Copies the value into the caller's result buffers, but for the parts computed there
+        (dlvm.codegen.frame)."""
         if inst.operands:
-            v = self.value(inst.operands[0])
-            for d, s, t in zip(self.results, flatten(v), flat_types(inst.operands[0].type)):
-                self.copy(d, s, nbytes(t))
+            self.copy_value(self.results, self.value(inst.operands[0]), inst.operands[0].type)
         self.leave(ir.Constant(I32, 0))
 
     def jump(

@@ -9,6 +9,7 @@ block arguments, calls, tuples and memory treat every type alike: a copy is a me
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -122,6 +123,7 @@ class HostBase:
         self.llfn = hosts[fn]
         self.values: dict[Value, HostValue] = {}
         self.plan = FramePlan(fn)
+        self.results: list[ir.Value] = []  # the caller's result pointers, flattened
         self.frame_size = self.plan.size  # temporaries go past the planned owners
         self.cursor: int | None = None
         self.globals = 0
@@ -149,8 +151,11 @@ class HostBase:
         return self.b.gep(self.frame, [ir.Constant(I64, off)], source_etype=I8)
 
     def new_value(self, t: Type, owner: Value | None = None) -> HostValue:
-        """Storage for a value of type t: the owner's planned place (dlvm.codegen.frame), or
-        fresh bytes for a temporary."""
+        """Storage for a value of type t: the owner's planned place (dlvm.codegen.frame): in
+        the frame or the caller's result buffers; or fresh bytes for a temporary."""
+        first = self.plan.returned.get(owner) if owner is not None else None
+        if first is not None:
+            return self.unflatten(t, iter(self.results[first:]))
         saved = self.cursor
         self.cursor = self.plan.offset.get(owner) if owner is not None else None
         try:
@@ -163,6 +168,13 @@ class HostBase:
         if isinstance(ct, TupleType):
             return [self._layout(e) for e in ct.elements]
         return self.slot(ct)
+
+    def unflatten(self, t: Type, ptrs: Iterator[ir.Value]) -> HostValue:
+        """The value of type t passed as the next pointers of ptrs (one per tuple element)."""
+        ct = canonical(t)
+        if isinstance(ct, TupleType):
+            return [self.unflatten(e, ptrs) for e in ct.elements]
+        return next(ptrs)
 
     def view(self, ptr: ir.Value, t: Type) -> HostValue:
         """The value of type t whose bytes are at ptr (a tuple's elements at their offsets)."""

@@ -75,6 +75,12 @@ class KernelGen:
         self.ptrs: dict[Value, ir.Value] = {}
         self.bound: dict[Value, ir.Value] = {}
         self.literal_count = 0
+        sched = fn.schedule
+        columns = sched.get("columns", 0) if sched is not None else 0
+        # Groups of columns split among threads (compute-scheduling's `columns`): only for a
+        # 2-D product, in whole tiles.
+        self.columns = columns if self.core.opcode == "dot" and len(
+            tensor_type(self.core).shape) == 2 and columns > 0 else 0  # fmt: skip
 
     # The two functions ---------------------------------------------------------------------
 
@@ -93,8 +99,11 @@ class KernelGen:
         return self.entry
 
     def outer_extent(self) -> int:
-        """The trip count of the loop the body splits: the output's first dimension."""
+        """The trip count of the loop the body splits: the output's first dimension (groups of
+        columns for a product scheduled by `columns`)."""
         out = tensor_type(self.core)
+        if self.columns:
+            return -(-out.shape[-1] // self.columns)
         if self.core.opcode == "scan":  # one pass per axis over the whole tensor
             return 1
         return out.shape[0] if out.shape else 1
@@ -205,6 +214,16 @@ class KernelGen:
         sched = self.fn.schedule
         lanes = sched.get("vectorize", 1) if sched is not None else 1
         product = MatMul(self, self.core, out, max(1, lanes))
+        if self.columns % product.tile.width:
+            self.columns = 0  # not whole tiles (narrow types, wide vectors): share rows instead
+        if self.columns:
+            n, c = t.shape[-1], ir.Constant(I64, self.columns)
+            last = self.b.mul(end, c)
+            last = self.b.select(self.b.icmp_signed(">", last, ir.Constant(I64, n)),
+                                 ir.Constant(I64, n), last)  # fmt: skip
+            rows = ir.Constant(I64, t.shape[-2])
+            product.emit([], ir.Constant(I64, 0), rows, (self.b.mul(begin, c), last))
+            return
         if len(t.shape) == 2:
             product.emit([], begin, end)
             return

@@ -1,17 +1,22 @@
 """LLGen: a module at stage schedule as one LLVM module (llvmlite, opaque pointers), optimised
-and compiled to an object for the host CPU or a `--cpu` target."""
+and compiled to an object for the host CPU or a `--cpu` target; for a library, in parts compiled
+side by side (dlvm.codegen.parallel)."""
 
 from __future__ import annotations
 
 import functools
+import os
 
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from dlvm.analysis.call_graph import CallGraph
 from dlvm.codegen.host import HostGen, Runtime, host_function
 from dlvm.codegen.kernel import KernelGen
+from dlvm.codegen.parallel import part_count, run_forked, split
 from dlvm.codegen.scalar import CodegenError
 from dlvm.codegen.spec import host_symbol
+from dlvm.codegen.unrolling import disable_unrolling
 from dlvm.ir.values import Function, Module
 
 TRIPLE = "x86_64-unknown-linux-gnu"
@@ -19,29 +24,61 @@ TRIPLE = "x86_64-unknown-linux-gnu"
 
 def llvm_module(module: Module) -> ir.Module:
     """The LLVM IR of every function: kernels and host functions (`dl_<name>`)."""
+    return _generate(module)[0]
+
+
+def _generate(module: Module) -> tuple[ir.Module, list[list[ir.Function]]]:
+    """The LLVM module, and its functions grouped as dlvm.codegen.parallel may split them: a
+    kernel's entry with its body; a host function with the kernels it runs on its own thread,
+    which LLVM inlines into it; each other kernel alone."""
     if module.stage != "schedule":
         raise CodegenError(f"code generation needs stage schedule, found stage {module.stage}")
     m = ir.Module(name=module.name)
     m.triple = TRIPLE
     rt = Runtime.declare(m)
-    kernels: dict[Function, ir.Function] = {}
+    kernels: dict[Function, KernelGen] = {}
     hosts: dict[Function, ir.Function] = {}
     for fn in module.functions:
         if not fn.blocks or fn.is_declaration:
             continue
         if fn.compute:
-            kernels[fn] = KernelGen(m, fn, "k." + host_symbol(fn.name)[3:], rt.parallel_for).emit()
+            kg = kernels[fn] = KernelGen(m, fn, "k." + host_symbol(fn.name)[3:], rt.parallel_for)
+            kg.emit()
+            if kg.core.opcode == "dot":
+                disable_unrolling(kg.body)
         else:
             hosts[fn] = host_function(m, fn)
+    entries = {fn: kg.entry for fn, kg in kernels.items()}
     for fn in hosts:
-        HostGen(m, fn, rt, kernels, hosts).emit()
-    return m
+        HostGen(m, fn, rt, entries, hosts).emit()
+    units = {fn: [kg.entry, kg.body] for fn, kg in kernels.items()}
+    callees = CallGraph(module).callees
+    for fn, llfn in hosts.items():
+        units[fn] = [llfn]
+        for k in dict.fromkeys(callees[fn]):  # each once, in order
+            if k in kernels and k in units and _serial(kernels[k]):  # not yet another's
+                units[fn] += units.pop(k)
+    return m, list(units.values())
+
+
+def _serial(kg: KernelGen) -> bool:
+    """Whether the kernel's entry calls its body itself, not through the thread pool."""
+    return any(
+        isinstance(i, ir.CallInstr) and i.callee is kg.body
+        for block in kg.entry.blocks
+        for i in block.instructions
+    )
 
 
 @functools.cache
 def _initialise() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    # Loop strength reduction took half of code generation (0.4 s of the MLP in bench/cases.py)
+    # and changed no kernel's speed measurably: x86 addressing modes already fold the address
+    # arithmetic it would rewrite. LLVM's options are process-wide: this one holds for all code
+    # generated through llvmlite in this process.
+    llvm.set_option("dlvm", "-disable-lsr")
 
 
 def target_machine(cpu: str = "native", opt: int = 3) -> llvm.TargetMachine:
@@ -68,7 +105,10 @@ def optimise(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> Non
 
 
 def _optimised(module: Module, cpu: str, opt: int) -> tuple[llvm.TargetMachine, llvm.ModuleRef]:
-    text = str(llvm_module(module))
+    return _optimised_text(str(llvm_module(module)), cpu, opt)
+
+
+def _optimised_text(text: str, cpu: str, opt: int) -> tuple[llvm.TargetMachine, llvm.ModuleRef]:
     tm = target_machine(cpu, opt)
     mod = llvm.parse_assembly(text)
     mod.verify()
@@ -76,6 +116,29 @@ def _optimised(module: Module, cpu: str, opt: int) -> tuple[llvm.TargetMachine, 
     if opt > 0:
         optimise(mod, tm, opt)
     return tm, mod
+
+
+def _object(text: str, cpu: str, opt: int) -> bytes:
+    tm, mod = _optimised_text(text, cpu, opt)
+    return tm.emit_object(mod)
+
+
+def object_files(
+    module: Module, cpu: str = "native", opt: int = 3, jobs: int | None = None
+) -> list[bytes]:
+    """The object code of a scheduled module for a library, compiled in parts side by side
+    (dlvm.codegen.parallel), `jobs` at a time (default: the CPUs this process may use): the
+    functions of compile_object, except that LLVM does not inline across parts."""
+    m, units = _generate(module)
+    texts = split(m, units, part_count(units))
+    work = [functools.partial(_object, text, cpu, opt) for text in texts]
+    return run_forked(work, jobs if jobs is not None else _cpus())
+
+
+def _cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def compile_object(module: Module, cpu: str = "native", opt: int = 3) -> tuple[bytes, str]:

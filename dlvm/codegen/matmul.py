@@ -21,6 +21,7 @@ columns one narrower strip (LLVM vectors of any width)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,31 +36,43 @@ from dlvm.ir.values import Argument, Instruction
 if TYPE_CHECKING:
     from dlvm.codegen.kernel import KernelGen
 
-DEPTH = 256  # at most this many steps of p per slice: a 16-column strip of b is 16 KiB (f32)
+DEPTH = 256  # at most this many steps of p per slice, unpacked: a 16-column strip of b is 16 KiB
+PACKED_DEPTH = 384  # per slice when packing (dlvm.codegen.panels): C is read and written once
+REGISTERS = {16: 32}  # vector registers by lanes of f32 (AVX-512 has 32); AVX2 and others 16
 
 
 @dataclass(frozen=True)
 class Tiling:
-    """A tile of `rows` × (`vectors` × `lanes`) accumulators, slices of `depth` steps of p."""
+    """A tile of `rows` × (`vectors` × `lanes`) accumulators, slices of `depth` steps of p;
+    `packed`: a and b are copied into contiguous panels first (dlvm.codegen.matmul)."""
 
     rows: int
     vectors: int
     lanes: int
     depth: int
     slices: int
+    packed: bool = False
 
     @property
     def width(self) -> int:
         return self.vectors * self.lanes
 
 
-def tiling(m: int, k: int, lanes: int) -> Tiling:
-    """Tile shape for m rows: 6 × 2 vectors (12 accumulators and 3 more registers fit the 16
-    vector registers of AVX2); with fewer rows, more column vectors keep enough independent
-    multiply-add chains in flight to hide their latency."""
-    rows, vectors = (6, 2) if m >= 6 else (m, 2) if m >= 3 else (max(m, 1), 4)
-    slices = max(1, math.ceil(k / DEPTH))
-    return Tiling(rows, vectors, lanes, math.ceil(k / slices) if k else 0, slices)
+def tiling(m: int, k: int, lanes: int, n: int = 0, elem_bytes: int = 4) -> Tiling:
+    """Tile shape for m rows. With 16 vector registers (AVX2): 6 × 2 vectors (12 accumulators
+    and 3 more registers); with 32 (AVX-512): 14 × 2. With fewer rows, more column vectors keep
+    enough independent multiply-add chains in flight to hide their latency. Products with
+    enough rows and columns to reuse a packed panel many times are packed."""
+    registers = REGISTERS.get(lanes * elem_bytes // 4, 16) if lanes > 1 else 16
+    big_rows = 14 if registers == 32 else 6
+    if m >= big_rows:
+        rows, vectors = big_rows, 2
+    else:
+        rows, vectors = (m, 2) if m >= 3 else (max(m, 1), 4)
+    packed = m >= 4 * big_rows and n >= 2 * vectors * lanes and k >= 16 and lanes > 1
+    depth = PACKED_DEPTH if packed else DEPTH
+    slices = max(1, math.ceil(k / depth))
+    return Tiling(rows, vectors, lanes, math.ceil(k / slices) if k else 0, slices, packed)
 
 
 class MatMul:
@@ -80,67 +93,92 @@ class MatMul:
         at = self.a.type
         assert isinstance(at, TensorType)
         self.k = at.shape[-1]
-        self.tile = tiling(self.m, self.k, lanes)
+        self.tile = tiling(self.m, self.k, lanes, self.n, self.dt.size)
         self.elem_ty = S.value_type(self.dt)
-        self.packed = not isinstance(self.bm, Argument)
+        self.packed = not isinstance(self.bm, Argument) and not self.tile.packed
         if self.packed:
             size = max(1, self.tile.depth * self.tile.width)
             self.pack = kg.alloca(ir.ArrayType(self.elem_ty, size))
 
-    def emit(self, batch: list[ir.Value], begin: ir.Value, end: ir.Value) -> None:
-        """Rows [begin, end) of the matrix at batch index `batch`."""
+    def emit(
+        self, batch: list[ir.Value], begin: ir.Value, end: ir.Value,
+        columns: tuple[ir.Value, ir.Value] | None = None,
+    ) -> None:  # fmt: skip
+        """Rows [begin, end) of the matrix at batch index `batch`; `columns`: only columns
+        [c0, c1), c0 a multiple of the tile width (a thread's share of a product with few
+        rows)."""
         b, tile = self.b, self.tile
+        if tile.packed and columns is None:
+            from dlvm.codegen.panels import Panels  # panels builds on this module
+
+            Panels(self).emit(batch, begin, end)
+            return
+        c0, c1 = columns or (ir.Constant(I64, 0), ir.Constant(I64, self.n))
+        width = ir.Constant(I64, tile.width)
         slices = ir.Constant(I64, tile.slices)
 
         def one_slice(s: ir.Value) -> None:
-            p0 = b.mul(s, ir.Constant(I64, tile.depth))
-            p1 = b.select(
-                b.icmp_signed("==", s, ir.Constant(I64, tile.slices - 1)),
-                ir.Constant(I64, self.k),
-                b.add(p0, ir.Constant(I64, tile.depth)),
-            )
-            first = b.icmp_signed("==", s, ir.Constant(I64, 0))
-            last = b.icmp_signed("==", s, ir.Constant(I64, tile.slices - 1))
-            strips = self.n // tile.width
+            p0, p1, first, last = self.slice_bounds(s)
+            full = b.udiv(b.sub(c1, c0), width)
 
             def strip(q: ir.Value) -> None:
-                j0 = b.mul(q, ir.Constant(I64, tile.width))
+                j0 = b.add(c0, b.mul(q, width))
                 self.strip(batch, begin, end, j0, tile.width, p0, p1, first, last)
 
-            counted_loop(b, 0, strips, strip, name="strip")
-            if self.n % tile.width:
-                j0 = ir.Constant(I64, strips * tile.width)
-                self.strip(batch, begin, end, j0, self.n % tile.width, p0, p1, first, last)
+            counted_loop(b, 0, full, strip, name="strip")
+            if self.n % tile.width:  # the last, narrower strip, in the share that ends at n
+                with b.if_then(b.icmp_signed("==", c1, ir.Constant(I64, self.n))):
+                    j0 = ir.Constant(I64, self.n // tile.width * tile.width)
+                    self.strip(batch, begin, end, j0, self.n % tile.width, p0, p1, first, last)
 
         counted_loop(b, 0, slices, one_slice, name="slice")
+
+    def slice_bounds(self, s: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
+        """Slice s's steps [p0, p1), and whether it is the first and the last slice."""
+        b, tile = self.b, self.tile
+        p0 = b.mul(s, ir.Constant(I64, tile.depth))
+        p1 = b.select(
+            b.icmp_signed("==", s, ir.Constant(I64, tile.slices - 1)),
+            ir.Constant(I64, self.k),
+            b.add(p0, ir.Constant(I64, tile.depth)),
+        )
+        first = b.icmp_signed("==", s, ir.Constant(I64, 0))
+        last = b.icmp_signed("==", s, ir.Constant(I64, tile.slices - 1))
+        return p0, p1, first, last
 
     def strip(
         self, batch: list[ir.Value], begin: ir.Value, end: ir.Value, j0: ir.Value, width: int,
         p0: ir.Value, p1: ir.Value, first: ir.Value, last: ir.Value,
     ) -> None:  # fmt: skip
         """Columns [j0, j0 + width) of rows [begin, end) over steps [p0, p1)."""
-        b, rows = self.b, self.tile.rows
         if self.packed:
             self.pack_strip(batch, j0, width, p0, p1)
+
+        def tile(i0: ir.Value, rows: int) -> None:
+            a_at = self.a_direct(batch, i0)
+            b_at = self.b_direct(batch, p0, j0, width)
+            self.micro(batch, i0, rows, j0, width, p0, p1, first, last, a_at, b_at)
+
+        self.tiles(begin, end, tile)
+
+    def tiles(self, begin: ir.Value, end: ir.Value, tile: Callable[[ir.Value, int], None]) -> None:
+        """tile(i0, rows) over rows [begin, end): full tiles, then the leftover rows as shorter
+        tiles of 8, 4, 2 and 1 rows (each size its own straight-line code: four sizes rather
+        than one per count keep the kernel small, and so LLVM fast)."""
+        b, rows = self.b, self.tile.rows
         tiles = b.udiv(b.sub(end, begin), ir.Constant(I64, rows))
-
-        def full(q: ir.Value) -> None:
-            i0 = b.add(begin, b.mul(q, ir.Constant(I64, rows)))
-            self.micro(batch, i0, rows, j0, width, p0, p1, first, last)
-
-        counted_loop(b, 0, tiles, full, name="tile")
-        if rows == 1:
-            return
+        counted_loop(b, 0, tiles, lambda q: tile(b.add(begin, b.mul(q, ir.Constant(I64, rows))),
+                                                 rows), name="tile")  # fmt: skip
         i0 = b.add(begin, b.mul(tiles, ir.Constant(I64, rows)))
-        done = b.append_basic_block("rest.done")
-        switch = b.switch(b.sub(end, i0), done)
-        for count in range(1, rows):  # the leftover rows as one shorter tile
-            case = b.append_basic_block(f"rest.{count}")
-            switch.add_case(ir.Constant(I64, count), case)
-            b.position_at_end(case)
-            self.micro(batch, i0, count, j0, width, p0, p1, first, last)
-            b.branch(done)
-        b.position_at_end(done)
+        rest = b.sub(end, i0)
+        for size in (8, 4, 2, 1):
+            if size >= rows:
+                continue
+            here = i0
+            with b.if_then(b.icmp_unsigned("!=", b.and_(rest, ir.Constant(I64, size)),
+                                           ir.Constant(I64, 0))):  # fmt: skip
+                tile(here, size)
+            i0 = b.add(i0, b.and_(rest, ir.Constant(I64, size)))
 
     def pack_strip(
         self, batch: list[ir.Value], j0: ir.Value, width: int, p0: ir.Value, p1: ir.Value
@@ -160,12 +198,27 @@ class MatMul:
 
         counted_loop(b, p0, p1, step, name="pp")
 
+    # Where the micro-kernel reads a and b --------------------------------------------------
+
+    def a_direct(self, batch: list[ir.Value], i0: ir.Value) -> Callable[[int, ir.Value], ir.Value]:
+        """a[…, i0 + r, p], element by element (through any prologue)."""
+        b = self.b
+        return lambda r, p: self.kg.elem(self.a, [*batch, b.add(i0, ir.Constant(I64, r)), p])
+
+    def b_direct(
+        self, batch: list[ir.Value], p0: ir.Value, j0: ir.Value, width: int
+    ) -> Callable[[ir.Value, int], ir.Value]:
+        """The address of b[…, p, j0 + c] (or of its copy in the strip's pack)."""
+        return lambda p, c: self.b_address(batch, p, p0, j0, c, width)
+
     def micro(
         self, batch: list[ir.Value], i0: ir.Value, rows: int, j0: ir.Value, width: int,
         p0: ir.Value, p1: ir.Value, first: ir.Value, last: ir.Value,
+        a_at: Callable[[int, ir.Value], ir.Value], b_at: Callable[[ir.Value, int], ir.Value],
     ) -> None:  # fmt: skip
         """One tile: rows × width accumulators over steps [p0, p1), stored to out, then the
-        epilogue when this is the last slice."""
+        epilogue when this is the last slice. a_at(r, p) is a's element for row i0 + r;
+        b_at(p, c) the address of b's element for column j0 + c."""
         b, kg, lanes = self.b, self.kg, self.tile.lanes
         widths = [min(lanes, width - v) for v in range(0, width, lanes)]
         vtypes = [ir.VectorType(self.elem_ty, w) for w in widths]
@@ -187,10 +240,9 @@ class MatMul:
 
         def step(p: ir.Value) -> None:
             kg.memo.clear()
-            bv = [self.load_vector(self.b_address(batch, p, p0, j0, v * lanes, width), vt)
-                  for v, vt in enumerate(vtypes)]  # fmt: skip
+            bv = [self.load_vector(b_at(p, v * lanes), vt) for v, vt in enumerate(vtypes)]
             for r in range(rows):
-                a = kg.elem(self.a, [*batch, b.add(i0, ir.Constant(I64, r)), p])
+                a = a_at(r, p)
                 for slot, x, vt in zip(acc[r], bv, vtypes):
                     b.store(self.multiply_add(self.splat(a, vt), x, b.load(slot)), slot)
 

@@ -59,7 +59,7 @@ def _compile(module, emit: str, args: argparse.Namespace) -> int:
         if module.stage == "raw":
             Differentiation().run(module)
         if emit == "llvm":
-            return _write(compile_object(schedule(module), cpu=args.cpu)[1], args.output)
+            return _write(compile_object(schedule(module, args.cpu), cpu=args.cpu)[1], args.output)
         build_library(module, module_spec(module, f"dlc {__version__}"), Path(args.output),
                       cpu=args.cpu)  # fmt: skip
     except DiagnosticError as e:

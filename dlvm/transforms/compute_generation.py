@@ -1,21 +1,28 @@
 """compute-generation (CG): groups each function's tensor work into kernels (DESIGN.md section 2)
 and outlines every kernel into a `[compute]` function called with `apply`; sets stage compute.
 
-A kernel has one root, the value it writes to memory, and the pointwise instructions that feed
-only it, computed on the fly at the index being written. A pointwise instruction (elementwise,
-compare, select, cast, a bitCast between element types of one size, shape-only, tensor literal)
-joins its consumer's kernel when that consumer is its only user, sits in the same block, and
-reads it at most once per element written: a pointwise instruction, or the reduced operand of a
-`reduce`. `convolve`, `scan` and `reduceWindow` are roots whose operands are in memory;
-everything else (calls, tuples, control flow, random numbers, stacks) stays in the host
-function.
+A kernel has one root, the value it writes to memory, and pointwise instructions computed on
+the fly at the index being written. A pointwise instruction (elementwise, compare, select,
+cast, a bitCast between element types of one size, shape-only, tensor literal) joins its
+consumer's kernel when that consumer is its only user, sits in the same block, and reads it at
+most once per element written: a pointwise instruction, or the reduced operand of a `reduce`.
+`convolve`, `scan` and `reduceWindow` are roots whose operands are in memory; everything else
+(calls, tuples, control flow, random numbers, stacks) stays in the host function.
 
 A matrix `dot` takes a prologue and an epilogue. Its right operand may be any pointwise
 instruction (the kernel packs it strip by strip); its left operand only a transpose or a pad or
 squeeze of shape, whose elements cost nothing but addressing, since each is read once per strip
 of columns. And a `dot` whose only user is an elementwise chain of its own shape and type
 (bias, activation, the derivative of one) is computed inside that chain's kernel, which applies
-the chain to each tile of the product as soon as the tile is done."""
+the chain to each tile of the product as soon as the tile is done.
+
+Then a pointwise kernel whose result only other kernels read, not through a `dot`'s operands,
+is computed inside each of them instead of written to memory when that is cheaper: always
+when a single kernel reads it (several of that kernel's instructions do), but a kernel of
+expensive arithmetic (EXPENSIVE) only if that kernel computes each element once; and one read
+by k kernels when it has no expensive arithmetic and m·(k − 1) ≤ k + 1, m being the number of
+inputs as large as it, which each kernel after the first reads once more, against the write
+and k reads that writing the result to memory costs."""
 
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from dlvm.ir.builder import create
-from dlvm.ir.ops import lookup
+from dlvm.ir.ops import UNARY_FLOAT, lookup
 from dlvm.ir.types import FunctionType, TensorType, canonical
 from dlvm.ir.values import (
     Argument,
@@ -55,6 +62,9 @@ ELEMENTWISE_FAMILIES = {"unary", "binary", "boolean", "compare", "select"}
 ADDRESS_ONLY = {"transpose", "padShape", "squeezeShape"}
 # Instructions whose elements are their operand's, moved: fused, they cost only addressing.
 VIEWS = {"transpose", "slice", "padShape", "squeezeShape", "shapeCast", "reverse"}
+# Arithmetic worth more than the memory traffic recomputing it saves: the float functions
+# (exp, tanh, log, sqrt, …: polynomial approximations or math-library calls) and power.
+EXPENSIVE = {*UNARY_FLOAT, "power"}
 
 
 def is_pointwise(inst: Instruction) -> bool:
@@ -145,6 +155,8 @@ def _outline_kernels(fn: Function, module: Module, taken: set[str]) -> bool:
                 module.add_function(kernel, index)
                 index += 1
                 changed = True
+        # Only now: an instruction recomputed in several kernels is copied into each.
+        block.remove_all(inlined)
     return changed
 
 
@@ -204,6 +216,7 @@ def _inlined(block: Block, counts: Counter[Value]) -> set[Instruction]:
         if inst.opcode == "dot" and inst.operands[0] in out:
             _keep_cheap_prologue(inst.operands[0], out)  # type: ignore[arg-type]
     out |= _epilogue_dots(block, counts, out)
+    out |= _recomputed(block, counts, out)
     return out
 
 
@@ -252,19 +265,125 @@ def _elementwise_of_shape(inst: Instruction, shape: tuple[int, ...]) -> bool:
     return inst.op.family in ELEMENTWISE_FAMILIES or inst.opcode == "dataTypeCast"
 
 
+def _recomputed(
+    block: Block, counts: Counter[Value], inlined: set[Instruction]
+) -> set[Instruction]:
+    """The pointwise kernel roots better computed inside each kernel that reads them than
+    written to memory (the rule of the module's docstring), decided latest first so that each
+    sees the final kernels of its readers."""
+    readers: dict[Value, list[tuple[Instruction, int]]] = {}
+    for inst in block.instructions:
+        for i, v in enumerate(inst.operands):
+            readers.setdefault(v, []).append((inst, i))
+    # homes: the roots whose kernels compute each instruction; members: the converse.
+    homes: dict[Instruction, set[Instruction]] = {}
+    members: dict[Instruction, set[Instruction]] = {}
+    for inst in reversed(block.instructions):
+        if is_kernel(inst):
+            is_root = inst not in inlined
+            homes[inst] = {inst} if is_root else set().union(*(homes[u] for u, _ in readers[inst]))
+            for h in homes[inst]:
+                members.setdefault(h, set()).add(inst)
+    prologues = _prologues(block, inlined)
+    out: set[Instruction] = set()
+    for root in reversed(block.instructions):
+        if root in inlined or root not in members or not is_pointwise(root):
+            continue
+        uses = readers.get(root, [])
+        if not uses or len(uses) != counts[root]:
+            continue  # read by the host, or inside a literal
+        if not all(u in homes and u not in prologues and fusable_into(u, i) for u, i in uses):
+            continue  # a dot reads its operands many times each
+        kernel = members[root]
+        into: set[Instruction] = set().union(*(homes[u] for u, _ in uses))
+        if not _worth_recomputing(root, kernel, into, readers):
+            continue
+        for v in members.pop(root):
+            homes[v] = (homes[v] - {root}) | into
+            for h in into:
+                members[h].add(v)
+        out.add(root)
+    return out
+
+
+def _prologues(block: Block, inlined: set[Instruction]) -> set[Instruction]:
+    """The dots of the block and the instructions inlined into their operands."""
+    out: set[Instruction] = set()
+    tree = [inst for inst in block.instructions if inst.opcode == "dot"]
+    while tree:
+        inst = tree.pop()
+        out.add(inst)
+        tree += [v for v in inst.operands if isinstance(v, Instruction) and v in inlined]
+    return out
+
+
+def _worth_recomputing(
+    root: Instruction,
+    kernel: set[Instruction],
+    into: set[Instruction],
+    readers: dict[Value, list[tuple[Instruction, int]]],
+) -> bool:
+    """The cost rule of `_recomputed` for a root whose kernel is `kernel`, read by the kernels
+    of the roots `into`."""
+    if any(v.opcode == "dot" for v in kernel):
+        return False
+    if any(v.opcode in EXPENSIVE for v in kernel):
+        return len(into) == 1 and _computed_once(root, next(iter(into)), readers, {})
+    return _large_inputs(root, kernel) * (len(into) - 1) <= len(into) + 1
+
+
+def _computed_once(
+    v: Instruction,
+    home: Instruction,
+    readers: dict[Value, list[tuple[Instruction, int]]],
+    seen: dict[Instruction, bool],
+) -> bool:
+    """Whether the kernel of root `home` computes each element of v once: every path from v
+    to the root runs through elementwise instructions of v's shape, or ends in the root as the
+    operand it reduces."""
+    if v not in seen:
+        assert isinstance(v.type, TensorType)
+        seen[v] = all(
+            (u is home and u.opcode == "reduce" and i == 0)
+            or (
+                _elementwise_of_shape(u, v.type.shape)
+                and (u is home or _computed_once(u, home, readers, seen))
+            )
+            for u, i in readers[v]
+        )
+    return seen[v]
+
+
+def _large_inputs(root: Instruction, kernel: set[Instruction]) -> int:
+    """How many tensors a kernel reads from memory that have as many elements as its root
+    (smaller ones, broadcast, stay in cache)."""
+    assert isinstance(root.type, TensorType)
+    size = root.type.unit_count
+    inputs = {
+        v
+        for inst in kernel
+        for v in inst.operands
+        if not isinstance(v, LiteralValue | Function) and v not in kernel
+    }
+    return sum(isinstance(v.type, TensorType) and v.type.unit_count >= size for v in inputs)
+
+
 def _outline(root: Instruction, inlined: set[Instruction], name: str) -> Function:
     """Moves root and the instructions inlined into it to a new [compute] function, leaving
     `apply @name(inputs…)` in root's place."""
     members: list[Instruction] = []
+    seen: set[Instruction] = set()
     inputs: list[Value] = []
 
     def visit(inst: Instruction) -> None:
         for v in inst.operands:
             if isinstance(v, Instruction) and v in inlined:
-                visit(v)
+                if v not in seen:  # read twice in the kernel, computed once
+                    visit(v)
             elif not isinstance(v, LiteralValue | Function) and v not in inputs:
                 inputs.append(v)
         members.append(inst)
+        seen.add(inst)
 
     visit(root)
     block = root.block
@@ -295,7 +414,7 @@ def _outline(root: Instruction, inlined: set[Instruction], name: str) -> Functio
     for inst in fn.instructions():
         if any(v is root for v in inst.uses()):
             inst.map_values(lambda v: call if v is root else v)
-    block.remove_all(set(members))
+    block.remove_all({root})
     return kernel
 
 

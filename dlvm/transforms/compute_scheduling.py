@@ -4,7 +4,9 @@ schedule (DESIGN.md section 2).
 A `[compute]` function gets `[schedule cpu parallel P vectorize W grain G]`: P outer loops of
 its loop nest are split across the runtime's threads when the kernel does enough work to pay
 for waking them (P = 0 otherwise), the innermost loop is vectorised W lanes wide, and a thread
-takes at least G iterations of the parallel loop. A host function gets `[schedule host]`."""
+takes at least G iterations of the parallel loop. A matrix product with only a few rows adds
+`columns C`: the parallel loop runs over groups of C columns instead of rows. A host function
+gets `[schedule host]`."""
 
 from __future__ import annotations
 
@@ -19,6 +21,10 @@ from dlvm.transforms.pass_base import Pass
 # Work (elements touched) below which a kernel runs on one thread: waking a worker costs a
 # few microseconds, the time to stream ~64K floats.
 PARALLEL_WORK = 1 << 16
+# A matrix product with fewer rows than this is shared out by groups of STRIP_COLUMNS columns
+# (a multiple of every tile width of dlvm.codegen.matmul), as `columns C` in its schedule.
+FEW_ROWS = 8
+STRIP_COLUMNS = 64
 
 
 class ComputeScheduling(Pass):
@@ -49,11 +55,18 @@ class ComputeScheduling(Pass):
         lanes = max(1, self.vector_bits // max(8, out.dtype.bits))
         work = _work(root)
         outer = out.shape[0] if out.shape else 1
+        columns = 0
+        if root.opcode == "dot" and len(out.shape) == 2 and out.shape[0] < FEW_ROWS:
+            # Too few rows to share: the threads take groups of columns instead.
+            outer = math.ceil(out.shape[1] / STRIP_COLUMNS)
+            columns = STRIP_COLUMNS
         parallel = 1 if work >= PARALLEL_WORK and outer > 1 else 0
         grain = max(1, math.ceil(outer * PARALLEL_WORK / max(work, 1))) if parallel else 0
         items = [("parallel", (parallel,)), ("vectorize", (lanes,))]
         if parallel:
             items.append(("grain", (min(grain, outer),)))
+            if columns:
+                items.append(("columns", (columns,)))
         return Schedule("cpu", tuple(items))
 
 

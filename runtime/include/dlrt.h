@@ -94,6 +94,11 @@ void dlrt_parallel_for(int64_t n, int64_t grain, dlrt_task fn, void *ctx);
 int dlrt_num_threads(void);
 /* Sets the thread count (n < 1: back to the default); the pool is resized at the next loop. */
 void dlrt_set_num_threads(int n);
+/* A buffer of at least `bytes` bytes, 64-byte aligned, that belongs to the calling thread and is
+   kept for its next call (a larger request replaces it; the old contents are lost); NULL when it
+   cannot be allocated. Kernels pack matrix panels into it. Freed when the thread exits or the
+   library is unloaded. */
+void *dlrt_scratch(int64_t bytes);
 
 /* ---- Stacks of bytes for the differentiation tape (createStack/push/pop) ---- */
 

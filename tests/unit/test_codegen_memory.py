@@ -4,7 +4,7 @@ structs, enums and branchEnum, arrays and tuples, function values (called, store
 reduction's combinator), pointers on the AD tape, `trap`, and the failures the interpreter
 reports. Functions taking pointers, boxes, structs or function values cannot be entry points
 (the C ABI passes tensors): each entry below makes such values, passes them on and returns
-tensors. One library holds every function (one build)."""
+tensors. One library holds every function (one build, and one more cut into parts)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import dlvm
+from dlvm.codegen import parallel
 from dlvm.codegen.build import build_library
 from dlvm.codegen.spec import module_spec
 from dlvm.interp import Interpreter, InterpreterError, run_function
@@ -367,11 +368,16 @@ func @heap_count: (i64) -> f32 {
 """
 
 
-@pytest.fixture(scope="module")
-def library(tmp_path_factory):
+@pytest.fixture(scope="module", params=["whole", "split"])
+def library(request, tmp_path_factory):
+    """The library built from one LLVM module, and from one cut into as many parts as it can
+    be (dlvm.codegen.parallel): globals, function values and helpers then cross parts."""
     module = parse_module(SOURCE, "memory.dl")
     path = tmp_path_factory.mktemp("memory") / "memory.so"
-    build_library(module, module_spec(module, "test"), path)
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "split":
+            patch.setattr(parallel, "PART_SIZE", 1)
+        build_library(module, module_spec(module, "test"), path)
     with dlvm.load(path) as lib:
         yield lib, parse_module(SOURCE, "memory.dl")
 

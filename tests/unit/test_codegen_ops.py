@@ -90,6 +90,28 @@ case("dot-i32", ["<8 x 5 x i32>", "<5 x 19 x i32>"], "<8 x 19 x i32>",
 case("dot-column", ["<9 x 4 x f32>", "<4 x 1 x f32>"], "<9 x 1 x f32>",
      "%r = dot %a: <9 x 4 x f32>, %b: <4 x 1 x f32>")  # fmt: skip
 # Epilogues and prologues fused into the product (tests/filecheck/codegen shows the fusion).
+# Packed products (dlvm.codegen.panels): several slices of p, leftover rows and columns, panels
+# of a computed a and b, an epilogue, f64, a batch.
+case("dot-packed-slices", ["<100 x 800 x f32>", "<800 x 70 x f32>"], "<100 x 70 x f32>",
+     "%r = dot %a: <100 x 800 x f32>, %b: <800 x 70 x f32>")  # fmt: skip
+case("dot-packed-prologues", ["<397 x 120 x f32>", "<131 x 397 x f32>", "<1 x 131 x f32>"],
+     "<120 x 131 x f32>",
+     "%t = transpose %a: <397 x 120 x f32>",
+     "%u = transpose %b: <131 x 397 x f32>",
+     "%d = dot %t: <120 x 397 x f32>, %u: <397 x 131 x f32>",
+     "%s = add %d: <120 x 131 x f32>, %c: <1 x 131 x f32>",
+     "%r = max %s: <120 x 131 x f32>, 0: f32")  # fmt: skip
+case("dot-packed-f64", ["<61 x 50 x f64>", "<50 x 33 x f64>"], "<61 x 33 x f64>",
+     "%r = dot %a: <61 x 50 x f64>, %b: <50 x 33 x f64>")  # fmt: skip
+case("dot-packed-batched", ["<2 x 60 x 20 x f32>", "<2 x 20 x 40 x f32>"], "<2 x 60 x 40 x f32>",
+     "%r = dot %a: <2 x 60 x 20 x f32>, %b: <2 x 20 x 40 x f32>")  # fmt: skip
+# Few rows (compute-scheduling's `columns`): threads take groups of columns; a narrow last strip.
+case("dot-few-rows-columns", ["<2 x 700 x f32>", "<700 x 300 x f32>", "<1 x 300 x f32>"],
+     "<2 x 300 x f32>",
+     "%d = dot %a: <2 x 700 x f32>, %b: <700 x 300 x f32>",
+     "%r = add %d: <2 x 300 x f32>, %c: <1 x 300 x f32>")  # fmt: skip
+case("dot-one-row-columns", ["<1 x 400 x f64>", "<400 x 200 x f64>"], "<1 x 200 x f64>",
+     "%r = dot %a: <1 x 400 x f64>, %b: <400 x 200 x f64>")  # fmt: skip
 case("dot-epilogue-bias-tanh", ["<13 x 20 x f32>", "<20 x 17 x f32>", "<1 x 17 x f32>"],
      "<13 x 17 x f32>",
      "%d = dot %a: <13 x 20 x f32>, %b: <20 x 17 x f32>",
@@ -335,7 +357,13 @@ def test_instruction_matches_interpreter(library, index, name):
         np.testing.assert_array_equal(got, expected)
     else:
         tol = 1e-12 if expected.dtype == np.float64 else 2e-6
-        np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * 10)
+        atol = tol * 10
+        if name.startswith("dot") and expected.size:
+            # A long f32 sum rounds differently in another order (the kernel's tiles and
+            # slices): allow a few ulp of the result's magnitude.
+            tol *= 5
+            atol = tol * max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(got, expected, rtol=tol, atol=atol)
 
 
 def test_random_integers_are_uniform_in_the_range(library):

@@ -637,6 +637,48 @@ def test_get_and_set_param(model):
         model.set_param("W", W.T)
 
 
+def test_results_into_given_arrays(model):
+    x, _ = data()
+    y = model.infer(x)
+    out = np.full((4, 2), np.nan, np.float32)
+    assert model.infer(x, out=out) is out
+    np.testing.assert_array_equal(out, y)
+    # A read-only input takes the slow path and gives the same result.
+    frozen = x.copy()
+    frozen.flags.writeable = False
+    np.testing.assert_array_equal(model.infer(frozen), y)
+
+
+@pytest.mark.parametrize(
+    "out, error, message",
+    [
+        (np.zeros((4, 3), np.float32), TypeError, r"out 'y' must be a writable C-contiguous"
+         r" f32\[4, 2\] array, got float32\[4, 3\]"),
+        (np.zeros((4, 2), np.float64), TypeError, r"got float64\[4, 2\]"),
+        (np.zeros((2, 4), np.float32).T, TypeError, r"got float32\[4, 2\] not C-contiguous"),
+        ([[0.0] * 2] * 4, TypeError, "got list"),
+        ((np.zeros((4, 2), np.float32),) * 2, TypeError, r"out= needs 1 array\(s\)"),
+    ],
+)  # fmt: skip
+def test_bad_outputs_are_refused(model, out, error, message):
+    x, _ = data()
+    with pytest.raises(error, match=message):
+        model.infer(x, out=out)
+
+
+def test_an_output_may_not_overlap_an_input(model):
+    x, _ = data()
+    buf = np.zeros(4 * 3 + 8, np.float32)
+    inside = buf[:12].reshape(4, 3)
+    inside[:] = x
+    with pytest.raises(ValueError, match="out 'y' overlaps an input"):
+        model.infer(inside, out=buf[4:12].reshape(4, 2))
+    read_only = np.zeros((4, 2), np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(TypeError, match="read-only"):
+        model.infer(x, out=read_only)
+
+
 @pytest.mark.parametrize(
     "call, error, message",
     [

@@ -409,8 +409,29 @@ def test_parallel_builds_do_not_clash(tmp_path: Path) -> None:
         t.join()
     assert not errors and len(results) == 4 and all(r == results[0] for r in results)
     assert sorted(p.name for p in results[0][0].parent.iterdir()) == sorted(
-        p.name for p in results[0]
+        [rt.MANIFEST, *(p.name for p in results[0])]
     )
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda entry: (entry / "error.o").write_bytes(b"\x7fELF truncated"),
+        lambda entry: (entry / "error.o").unlink(),
+        lambda entry: (entry / rt.MANIFEST).unlink(),
+        lambda entry: (entry / rt.MANIFEST).write_text("not a manifest\n"),
+    ],
+    ids=["corrupt-object", "missing-object", "missing-manifest", "bad-manifest"],
+)
+def test_a_damaged_entry_is_compiled_again(tmp_path: Path, damage) -> None:
+    first = rt.build_runtime(shlex.join(CC), ("-DDAMAGE",), tmp_path)
+    good = [p.read_bytes() for p in first]
+    damage(first[0].parent)
+    again = rt.build_runtime(shlex.join(CC), ("-DDAMAGE",), tmp_path)
+    assert again == first and [p.read_bytes() for p in again] == good
+    stamps = [p.stat().st_mtime_ns for p in again]
+    assert rt.build_runtime(shlex.join(CC), ("-DDAMAGE",), tmp_path) == again
+    assert [p.stat().st_mtime_ns for p in again] == stamps, "then reused as it is"
 
 
 def test_build_errors_carry_the_compiler_output(tmp_path: Path) -> None:

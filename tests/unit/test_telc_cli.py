@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import dlvm
-from telc import cache
+from telc import cache, syntax
 from telc.cli import cli
 
 SAMPLE = "samples/xor.tel"  # the quickest sample to build
@@ -538,6 +538,19 @@ def test_no_cache_neither_reads_nor_writes_it(tmp_path, tiny, telc_cache):
     assert entries(telc_cache) == []
     assert telc("build", tiny, "-o", out, "-q").exit_code == 0
     assert "(cached)" not in telc("build", tiny, "-o", out, "--no-cache").stderr
+
+
+def test_no_cache_still_uses_the_compilers_own_cache(tmp_path, tiny, telc_cache, monkeypatch):
+    own = tmp_path / "dlvm-cache"
+    monkeypatch.setenv("DLVM_CACHE_DIR", str(own))
+    syntax._parser.cache_clear()  # this process has its parser already
+    assert telc("build", tiny, "-o", tmp_path / "a.so", "--no-cache", "-q").exit_code == 0
+    [runtime] = own.glob("runtime-*")
+    stamps = {p.name: p.stat().st_mtime_ns for p in runtime.iterdir()}
+    assert stamps and list(own.glob("telc-parser-*")), "the runtime's objects, the parser's tables"
+    assert telc("build", tiny, "-o", tmp_path / "b.so", "--no-cache", "-q").exit_code == 0
+    assert {p.name: p.stat().st_mtime_ns for p in runtime.iterdir()} == stamps, "reused"
+    assert entries(telc_cache) == []
 
 
 def test_a_damaged_entry_is_rebuilt(tmp_path, tiny, telc_cache):

@@ -1,0 +1,156 @@
+"""The cases of the CPU benchmark (issue 8), their inputs (seeded, so every process, the
+OpenBLAS worker included, times the same numbers) and our side of each: a library built by
+telc's pipeline and loaded with dlvm.load."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MLP = """module mlp
+type float32
+use nn
+use optim
+dim B = 256
+x: in[B x 784]
+labels: in[B x 10]
+W1: param[784 x 512] = glorot()
+b1: param[1 x 512] = 0.0
+W2: param[512 x 256] = glorot()
+b2: param[1 x 256] = 0.0
+W3: param[256 x 10] = glorot()
+b3: param[1 x 10] = 0.0
+h1: hidden = relu(x . W1 + b1)
+h2: hidden = relu(h1 . W2 + b2)
+y: out[B x 10] = softmax(h2 . W3 + b3)
+loss: out[] = cross_entropy(y, labels)
+train minimizing loss using sgd(rate: 0.01)
+"""
+
+CHAIN = """module chain
+use nn
+dim N = 16777216
+export def chain(x: [N]) -> [N] = tanh(0.5 * x + 0.25) * sigmoid(x)
+"""
+
+MATMUL = """module matmul
+dim N = 2048
+export def matmul(a: [N x N], b: [N x N]) -> [N x N] = a . b
+"""
+
+CHAIN_N = 16_777_216
+MATMUL_N = 2048
+
+
+@dataclass(frozen=True)
+class Case:
+    key: str
+    title: str
+    unit: str  # what `work / seconds` measures, printed beside the times
+    work: float  # bytes or flops per run
+
+
+CASES = [
+    Case("mlp_b1", "MLP 784-512-256-10 inference, batch 1", "", 0.0),
+    Case(
+        "mlp_b256",
+        "MLP inference, batch 256",
+        "GFLOP/s",
+        2 * 256 * (784 * 512 + 512 * 256 + 256 * 10),
+    ),  # fmt: skip
+    Case(
+        "train_b128",
+        "MLP train step (SGD), batch 128",
+        "GFLOP/s",
+        6 * 128 * (784 * 512 + 512 * 256 + 256 * 10),
+    ),  # fmt: skip
+    Case("chain", "tanh(a*x+b)*sigmoid(x), 16M f32", "GB/s", 2 * 4 * CHAIN_N),
+    Case("matmul", "matmul 2048^3 f32", "GFLOP/s", 2 * MATMUL_N**3),
+]
+
+
+def mlp_params(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    sizes = [(784, 512), (512, 256), (256, 10)]
+    params = {}
+    for i, (fan_in, fan_out) in enumerate(sizes, 1):
+        limit = np.sqrt(6.0 / (fan_in + fan_out))
+        params[f"W{i}"] = rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32)
+        params[f"b{i}"] = rng.uniform(-0.1, 0.1, (1, fan_out)).astype(np.float32)
+    return params
+
+
+def inputs(case: str) -> dict[str, Any]:
+    """The inputs of `case`, the same in every process."""
+    rng = np.random.default_rng(8)
+    if case in ("mlp_b1", "mlp_b256", "train_b128"):
+        batch = {"mlp_b1": 1, "mlp_b256": 256, "train_b128": 128}[case]
+        params = mlp_params(rng)
+        x = rng.standard_normal((batch, 784)).astype(np.float32)
+        labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, batch)]
+        return {"params": params, "x": x, "labels": labels}
+    if case == "chain":
+        return {"x": rng.standard_normal(CHAIN_N).astype(np.float32)}
+    if case == "matmul":
+        return {
+            "a": rng.standard_normal((MATMUL_N, MATMUL_N)).astype(np.float32),
+            "b": rng.standard_normal((MATMUL_N, MATMUL_N)).astype(np.float32),
+        }
+    raise KeyError(case)
+
+
+def build(text: str, name: str, directory: Path, defines: dict[str, int]) -> Any:
+    """Compiles TEL `text` as `telc build -O2` does and loads the library."""
+    import dlvm
+    from dlvm.codegen.build import build_library
+    from telc.driver import compile_text, library_spec, optimize
+
+    src = directory / f"{name}.tel"
+    src.write_text(text)
+    compiled = compile_text(str(src), text, defines)
+    optimize(compiled.module)
+    path = directory / f"{name}.so"
+    build_library(compiled.module, library_spec(compiled.interface), path)
+    return dlvm.load(path, seed=0)
+
+
+class Ours:
+    """Our libraries for every case, built once into a temporary directory."""
+
+    def __init__(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="dlvm-bench-")
+        d = Path(self._tmp.name)
+        self.models = {
+            "mlp_b1": build(MLP, "mlp_b1", d, {"B": 1}),
+            "mlp_b256": build(MLP, "mlp_b256", d, {"B": 256}),
+            "train_b128": build(MLP, "train_b128", d, {"B": 128}),
+            "chain": build(CHAIN, "chain", d, {}),
+            "matmul": build(MATMUL, "matmul", d, {}),
+        }
+
+    def make(self, case: str, inp: dict[str, Any]) -> Any:
+        model = self.models[case]
+        if case in ("mlp_b1", "mlp_b256", "train_b128"):
+            for k, v in inp["params"].items():
+                model.set_param(k, v)
+        if case in ("mlp_b1", "mlp_b256"):
+            x, out = inp["x"], np.empty((inp["x"].shape[0], 10), np.float32)
+            return lambda: model.infer(x, out=out)
+        if case == "train_b128":
+            x, labels = inp["x"], inp["labels"]
+            return lambda: model.train_step(x, labels)
+        if case == "chain":
+            x = inp["x"]
+            out = np.empty_like(x)
+            return lambda: model.chain(x, out=out)
+        a, b = inp["a"], inp["b"]
+        out = np.empty((a.shape[0], b.shape[1]), np.float32)
+        return lambda: model.matmul(a, b, out=out)
+
+    def close(self) -> None:
+        for m in self.models.values():
+            m.close()
+        self._tmp.cleanup()

@@ -1,0 +1,176 @@
+"""Packed matrix products (the BLIS approach) for `dot`s large enough to reuse a copy many times.
+
+For each slice of p (`depth` steps), b is copied panel by panel (up to PANEL_COLUMNS columns)
+into strips of `width` columns laid out step after step, and for each block of the thread's
+rows (BLOCK_TILES tiles) a is copied into tiles of `rows` rows laid out step after step. The
+micro-kernel (MatMul.micro) then reads both contiguously: a tile's a from L2, a strip's b from
+L1, with no cache-set conflicts, however far apart the rows of a and b lie in memory, and
+whatever prologue (a transpose, a scaling) computes them, since the copies go through
+`KernelGen.elem`.
+
+The copies live in the thread's scratch buffer (dlrt_scratch, kept between calls, so a warm
+entry point allocates nothing). When it cannot be had, the same loops run with one tile of a and
+one strip of b in stack buffers: slower, never wrong."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from dlvm.codegen.loops import counted_loop
+from dlvm.codegen.scalar import I64, PTR
+
+if TYPE_CHECKING:
+    from dlvm.codegen.matmul import MatMul
+
+BLOCK_TILES = 8  # row tiles per block of a: 8 × 14 rows × 384 steps × 4 bytes = 168 KiB (L2)
+PANEL_COLUMNS = 4096  # columns of b per panel: 384 × 4096 × 4 bytes = 6 MiB at most
+
+
+def _const(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+class Panels:
+    """The packed loops of one MatMul."""
+
+    def __init__(self, mm: MatMul) -> None:
+        self.mm = mm
+        self.b = mm.b
+        tile = mm.tile
+        self.rows, self.width, self.depth = tile.rows, tile.width, tile.depth
+        self.block_rows = self.rows * BLOCK_TILES
+        strips = -(-mm.n // self.width)
+        self.panel_columns = min(strips * self.width, PANEL_COLUMNS)
+        self.a_elems = self.block_rows * self.depth
+        self.scratch_bytes = (self.a_elems + self.depth * self.panel_columns) * mm.dt.size
+        kg = mm.kg
+        self.small_a = kg.alloca(ir.ArrayType(mm.elem_ty, self.rows * self.depth))
+        self.small_b = kg.alloca(ir.ArrayType(mm.elem_ty, self.depth * self.width))
+
+    def scratch_function(self) -> ir.Function:
+        module = self.mm.kg.module
+        fn = module.globals.get("dlrt_scratch")
+        if fn is None:
+            fn = ir.Function(module, ir.FunctionType(PTR, [I64]), "dlrt_scratch")
+        assert isinstance(fn, ir.Function)
+        return fn
+
+    def emit(self, batch: list[ir.Value], begin: ir.Value, end: ir.Value) -> None:
+        b, mm = self.b, self.mm
+        scratch = b.call(self.scratch_function(), [_const(self.scratch_bytes)])
+        big = b.icmp_unsigned("!=", scratch, ir.Constant(PTR, None))
+        a_pack = b.select(big, scratch, b.bitcast(self.small_a, PTR))
+        b_pack = b.select(
+            big, b.gep(scratch, [_const(self.a_elems)], source_etype=mm.elem_ty),
+            b.bitcast(self.small_b, PTR),
+        )  # fmt: skip
+        block_rows = b.select(big, _const(self.block_rows), _const(self.rows))
+        panel_columns = b.select(big, _const(self.panel_columns), _const(self.width))
+        n = _const(mm.n)
+
+        def one_slice(s: ir.Value) -> None:
+            p0, p1, first, last = mm.slice_bounds(s)
+            panels = b.udiv(b.add(n, b.sub(panel_columns, _const(1))), panel_columns)
+
+            def panel(jp: ir.Value) -> None:
+                jc = b.mul(jp, panel_columns)
+                jc_end = self.minimum(b.add(jc, panel_columns), n)
+                self.pack_b(batch, jc, jc_end, p0, p1, b_pack)
+                blocks = b.udiv(b.add(b.sub(end, begin), b.sub(block_rows, _const(1))),
+                                block_rows)  # fmt: skip
+
+                def block(ib: ir.Value) -> None:
+                    ic = b.add(begin, b.mul(ib, block_rows))
+                    ic_end = self.minimum(b.add(ic, block_rows), end)
+                    self.pack_a(batch, ic, ic_end, p0, p1, a_pack)
+                    ctx = (batch, ic, ic_end, jc, p0, p1, first, last, a_pack, b_pack)
+                    full = b.udiv(b.sub(jc_end, jc), _const(self.width))
+                    counted_loop(b, 0, full, lambda q: self.strip(ctx, q, self.width),
+                                 name="strip")  # fmt: skip
+                    if mm.n % self.width:  # the matrix's last, narrower strip ends this panel
+                        with b.if_then(b.icmp_signed("==", jc_end, n)):
+                            self.strip(ctx, full, mm.n % self.width)
+
+                counted_loop(b, 0, blocks, block, name="block")
+
+            counted_loop(b, 0, panels, panel, name="panel")
+
+        counted_loop(b, 0, _const(mm.tile.slices), one_slice, name="slice")
+
+    def minimum(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self.b.select(self.b.icmp_signed("<", x, y), x, y)
+
+    def strip(self, ctx: tuple, q: ir.Value, width: int) -> None:  # type: ignore[type-arg]
+        """Strip q of the panel (columns jc + q · width …) over the block's rows."""
+        batch, ic, ic_end, jc, p0, p1, first, last, a_pack, b_pack = ctx
+        b, mm, rows, depth = self.b, self.mm, self.rows, self.depth
+        j0 = b.add(jc, b.mul(q, _const(self.width)))
+        b_base = b.mul(q, _const(depth * self.width))
+
+        def b_at(p: ir.Value, c: int) -> ir.Value:
+            off = b.add(b_base, b.add(b.mul(b.sub(p, p0), _const(self.width)), _const(c)))
+            return b.gep(b_pack, [off], source_etype=mm.elem_ty)
+
+        def tile(i0: ir.Value, count: int) -> None:
+            # A shorter tile may start part-way into a packed tile of `rows` rows.
+            rel = b.sub(i0, ic)
+            a_base = b.add(b.mul(b.udiv(rel, _const(rows)), _const(depth * rows)),
+                           b.urem(rel, _const(rows)))  # fmt: skip
+
+            def a_at(r: int, p: ir.Value) -> ir.Value:
+                off = b.add(a_base, b.add(b.mul(b.sub(p, p0), _const(rows)), _const(r)))
+                return b.load(b.gep(a_pack, [off], source_etype=mm.elem_ty), typ=mm.elem_ty)
+
+            mm.micro(batch, i0, count, j0, width, p0, p1, first, last, a_at, b_at)
+
+        mm.tiles(ic, ic_end, tile)
+
+    def pack_a(
+        self, batch: list[ir.Value], ic: ir.Value, ic_end: ir.Value, p0: ir.Value, p1: ir.Value,
+        a_pack: ir.Value,
+    ) -> None:  # fmt: skip
+        """a_pack[(t · depth + p - p0) · rows + r] = a[…, ic + t · rows + r, p]."""
+        b, mm, rows = self.b, self.mm, self.rows
+
+        def row(i: ir.Value) -> None:
+            rel = b.sub(i, ic)
+            t, r = b.udiv(rel, _const(rows)), b.urem(rel, _const(rows))
+            base = b.add(b.mul(t, _const(self.depth * rows)), r)
+
+            def step(p: ir.Value) -> None:
+                mm.kg.memo.clear()
+                v = mm.kg.elem(mm.a, [*batch, i, p])
+                off = b.add(base, b.mul(b.sub(p, p0), _const(rows)))
+                b.store(v, b.gep(a_pack, [off], source_etype=mm.elem_ty))
+
+            counted_loop(b, p0, p1, step, name="pa")
+
+        counted_loop(b, ic, ic_end, row, name="ra")
+
+    def pack_b(
+        self, batch: list[ir.Value], jc: ir.Value, jc_end: ir.Value, p0: ir.Value, p1: ir.Value,
+        b_pack: ir.Value,
+    ) -> None:  # fmt: skip
+        """b_pack[(q · depth + p - p0) · width + c] = b[…, p, jc + q · width + c]."""
+        b, mm, width = self.b, self.mm, self.width
+        strips = b.udiv(b.add(b.sub(jc_end, jc), _const(width - 1)), _const(width))
+
+        def step(p: ir.Value) -> None:
+            def strip(q: ir.Value) -> None:
+                j0 = b.add(jc, b.mul(q, _const(width)))
+                count = self.minimum(_const(width), b.sub(jc_end, j0))
+                base = b.add(b.mul(q, _const(self.depth * width)),
+                             b.mul(b.sub(p, p0), _const(width)))  # fmt: skip
+
+                def col(c: ir.Value) -> None:
+                    mm.kg.memo.clear()
+                    v = mm.kg.elem(mm.bm, [*batch, p, b.add(j0, c)])
+                    b.store(v, b.gep(b_pack, [b.add(base, c)], source_etype=mm.elem_ty))
+
+                counted_loop(b, 0, count, col, name="cb")
+
+            counted_loop(b, 0, strips, strip, name="qb")
+
+        counted_loop(b, p0, p1, step, name="pb")

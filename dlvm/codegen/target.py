@@ -1,0 +1,45 @@
+"""What the target CPU offers the kernels: the vector width compute-scheduling plans for (512
+bits where the CPU has AVX-512, else 256: AVX2, the x86-64 baseline of our builds)."""
+
+from __future__ import annotations
+
+import functools
+
+import llvmlite.binding as llvm
+
+# LLVM CPU names with AVX-512 (AVX512F); `native` asks the host.
+AVX512_CPUS = frozenset(
+    [
+        "x86-64-v4",
+        "skylake-avx512",
+        "cascadelake",
+        "cooperlake",
+        "cannonlake",
+        "icelake-client",
+        "icelake-server",
+        "tigerlake",
+        "rocketlake",
+        "sapphirerapids",
+        "emeraldrapids",
+        "graniterapids",
+        "graniterapids-d",
+        "diamondrapids",
+        "znver4",
+        "znver5",
+        "knl",
+        "knm",
+    ]
+)
+
+
+@functools.cache
+def host_has_avx512() -> bool:
+    llvm.initialize_native_target()
+    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+
+
+def vector_bits(cpu: str = "native") -> int:
+    """The widest vector the kernels for `cpu` should use."""
+    if cpu == "native":
+        return 512 if host_has_avx512() else 256
+    return 512 if cpu in AVX512_CPUS else 256
