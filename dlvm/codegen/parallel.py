@@ -19,8 +19,10 @@ from llvmlite import ir
 
 from dlvm.codegen.scalar import CodegenError
 
-PART_SIZE = 2500  # llvmlite instructions, about 0.15 s of LLVM's time; a part adds little more
-MAX_PARTS = 8
+# Small parts balance best (each process takes the next part when it is done): a part costs
+# little more than its functions, and a kernel's LLVM time is far from proportional to its size.
+PART_SIZE = 1000  # llvmlite instructions
+MAX_PARTS = 32
 
 _REFERENCE = re.compile(r'@"[^"]*"')  # llvmlite quotes every global's name, escaping any '"'
 
