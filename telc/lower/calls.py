@@ -19,7 +19,7 @@ from dlvm.ir.values import (
     fresh_name,
 )
 from telc import ast
-from telc.lower.core import Abort, FnState, InlineFrame, Scope, ftype, show
+from telc.lower.core import Abort, FnState, InlineFrame, Scope, constant, ftype, show
 from telc.lower.exprs import Exprs, describe
 from telc.lower.values import POISON, TV, Elaborated, FnRef, GradSpec, _Poison
 from telc.program import Unit, stdlib_home, suggest
@@ -105,7 +105,8 @@ class Calls(Exprs):
                 continue
             if p.default is None:
                 return self.error(e.span, f"missing argument '{p.name}' of {ref.function.name}")
-            d = self.lower_expr(p.default, Scope(ref.unit))  # type: ignore[arg-type]
+            fixed = constant(f"the default of argument '{p.name}'")
+            d = self.lower_expr(p.default, Scope(ref.unit, paramless=fixed))  # type: ignore[arg-type]
             if not isinstance(d, TV):
                 return POISON
             given[p.name] = (d, p.default.span)
@@ -159,7 +160,7 @@ class Calls(Exprs):
             return POISON
         for name in inst.param_names:
             if name not in scope.params:
-                return self.error(span, f"internal error: parameter '{name}' is not at hand")
+                return self.missing_parameter(span, fn.name, name, scope)
             operands.append(scope.params[name].ir())
         if ref.grad is not None:
             return self.call_gradient(ref, inst, operands, span, scope)
@@ -340,7 +341,7 @@ class Calls(Exprs):
             body.values[p.name] = TV(t, v, sym=_written_sym(p.type, cs))
         missing = [n for n in params if n not in scope.params]
         if missing:
-            return self.error(span, f"internal error: parameter '{missing[0]}' is not at hand")
+            return self.missing_parameter(span, fn.name, missing[0], scope)
         body.params = {n: scope.params[n] for n in params}
         result = self.resolve_type(fn.result, cs) if fn.result is not None else None
         if isinstance(fn.body, ast.Block):

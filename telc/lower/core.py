@@ -58,6 +58,9 @@ class Scope:
     params: dict[str, TV] = field(default_factory=dict)
     training: bool = False
     dtype_var: DataType | None = None  # the element type of unannotated signature types
+    # Where the model's parameters are not at hand, why, for the message ("const c is a
+    # compile-time constant (…)").
+    paramless: str | None = None
 
     def child(self) -> Scope:
         return Scope(
@@ -69,6 +72,7 @@ class Scope:
             self.params,
             self.training,
             self.dtype_var,
+            self.paramless,
         )
 
     @property
@@ -94,6 +98,14 @@ class Core:
         self.dim_values: dict[tuple[int, str], int | None] = {}
 
     # Diagnostics ----------------------------------------------------------------------------
+
+    def missing_parameter(self, span: ast.Span, fn: str, param: str, scope: Scope) -> _Poison:
+        """A call of `fn`, which uses the model's parameter `param`, where none is at hand."""
+        if scope.paramless is None:
+            return self.error(span, f"internal error: parameter '{param}' is not at hand")
+        return self.error(
+            span, f"{fn} uses parameter '{param}', which is not at hand: {scope.paramless}"
+        )
 
     def error(self, span: ast.Span, message: str, details: list[str] | None = None) -> _Poison:
         """Records a located error (once per place and message) and returns POISON."""
@@ -228,7 +240,7 @@ class Core:
                     f"-D {decl.name}={override}: a dim must be a positive integer below 2**63",
                 )
         else:
-            tv = self.constant_of(decl.value, Scope(unit))
+            tv = self.constant_of(decl.value, Scope(unit, paramless=constant(f"dim {decl.name}")))
             if tv is not None:
                 if isinstance(tv, bool) or not isinstance(tv, int) or tv <= 0:
                     self.error(
@@ -344,6 +356,11 @@ class Core:
             facts = FunctionFacts(unit.functions, params, imported_training, imported_random)
             self.facts[id(unit)] = facts
         return facts
+
+
+def constant(what: str) -> str:
+    """The `Scope.paramless` of a compile-time constant."""
+    return f"{what} is a compile-time constant (numbers, dims and consts only)"
 
 
 def ftype(fn: Function) -> FunctionType:

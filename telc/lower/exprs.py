@@ -10,7 +10,7 @@ from dlvm.ir.compose import slice_along
 from dlvm.ir.types import BOOL, DataType, TensorType, TupleType, Type
 from dlvm.ir.values import Block, ElementKey, Successor, Value
 from telc import ast
-from telc.lower.core import Abort, Core, Scope, show, weak_misfit
+from telc.lower.core import Abort, Core, Scope, constant, show, weak_misfit
 from telc.lower.values import POISON, TV, Elaborated, FnRef, ShapeVal, _Poison, number
 from telc.program import suggest
 from telc.types import fits, numpy_broadcast, shape_str
@@ -137,7 +137,9 @@ class Exprs(Core):
         """A model declaration named where it is not available (the model lowering puts the
         available ones in scope.values)."""
         if decl.role == "param":
-            return self.error(e.span, f"internal error: parameter '{decl.name}' is not at hand")
+            if scope.paramless is None:
+                return self.error(e.span, f"internal error: parameter '{decl.name}' is not at hand")
+            return self.error(e.span, f"{scope.paramless}: it cannot use parameter '{decl.name}'")
         return self.error(
             e.span,
             f"'{decl.name}' is {_role_noun(decl.role)} of the model; functions can use "
@@ -154,7 +156,7 @@ class Exprs(Core):
         if cached is not None:
             return cached
         self.const_cache[key] = POISON  # a const defined through itself
-        tv = self.lower_expr(decl.value, Scope(unit))
+        tv = self.lower_expr(decl.value, Scope(unit, paramless=constant(f"const {decl.name}")))
         if isinstance(tv, TV) and tv.const is None and not isinstance(tv, _Poison):
             tv = self.error(decl.value.span, "a const must be a number known at compile time")
         self.const_cache[key] = tv

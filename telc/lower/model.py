@@ -11,7 +11,7 @@ from dlvm.ir.builder import Builder
 from dlvm.ir.types import DataType, FunctionType, TensorType, TupleType, Type
 from dlvm.ir.values import Argument, Block, ElementKey, Function, GradientDecl, Successor, Value
 from telc import ast
-from telc.lower.core import Abort, FnState, Scope, ftype, show
+from telc.lower.core import Abort, FnState, Scope, constant, ftype, show
 from telc.lower.exprs import BUILTIN_NAMES
 from telc.lower.statements import Statements
 from telc.lower.values import POISON, TV, Elaborated, FnRef, _Poison
@@ -660,8 +660,10 @@ class Model(Statements):
             st = [TV(ty, arguments[base + j]) for j in range(len(states))]
             call_args, spans = self.optimizer_args(fn_ast, w, TV(ty, g), st, step_tv, hypers, t)
             out = self.call_with(
-                FnRef(fn_ast, unit), call_args, spans, t.optimizer_span, Scope(root, training=True)
-            )
+                FnRef(fn_ast, unit), call_args, spans, t.optimizer_span,
+                Scope(root, training=True, paramless="an optimiser sees only the parameter it"
+                      " updates, its gradient and its state"),
+            )  # fmt: skip
             if not isinstance(out, TV):
                 raise Abort
             if states:
@@ -735,8 +737,12 @@ class Model(Statements):
                     f"'{t.optimizer}' has no hyper-parameter '{a.name}'{suggest(a.name, names)}",
                 )
                 raise Abort
-            v = self.lower_expr(a.value, Scope(self.program.root))
-            if not isinstance(v, TV) or v.const is None:
+            v = self.lower_expr(
+                a.value, Scope(self.program.root, paramless=constant(f"hyper-parameter {a.name}"))
+            )
+            if not isinstance(v, TV):
+                raise Abort  # already reported
+            if v.const is None:
                 self.error(a.value.span, "a hyper-parameter must be a number known at compile time")
                 raise Abort
             hypers[a.name] = v
@@ -767,7 +773,8 @@ class Model(Statements):
                 args.append(next(it))
             else:
                 assert p.default is not None
-                d = self.lower_expr(p.default, Scope(self.program.root))
+                fixed = constant(f"the default of hyper-parameter {p.name}")
+                d = self.lower_expr(p.default, Scope(self.program.root, paramless=fixed))
                 if not isinstance(d, TV):
                     raise Abort
                 args.append(d)

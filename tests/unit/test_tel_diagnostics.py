@@ -812,6 +812,58 @@ DECLARATIONS = [
         (2, 15, "the initialiser of 'w' uses 'x'"),
     ),
     case(
+        "const-uses-a-parameter",
+        """
+        w: param[] = 1.0
+        const c = w
+        x: in[3]
+        y: out = x * c
+        """,
+        (
+            2,
+            11,
+            "const c is a compile-time constant (numbers, dims and consts only): it cannot"
+            " use parameter 'w'",
+        ),
+    ),
+    case(
+        "argument-default-uses-a-parameter",
+        """
+        def scale(a: [3], s: [] = w) -> [3] = a * s
+        w: param[] = 1.0
+        x: in[3]
+        y: out = scale(x)
+        """,
+        (1, 27, "the default of argument 's' is a compile-time constant"),
+    ),
+    case(
+        "optimiser-uses-a-parameter",
+        """
+        w: param[3] = 1.0
+        x: in[3]
+        loss: out[] = sum(x * w)
+        def nudge(p: [S...], g: [S...], rate: [] = 0.1) -> [S...] = p - rate * g * w
+        train minimizing loss using nudge(rate: 0.01)
+        """,
+        (
+            5,
+            29,
+            "nudge uses parameter 'w', which is not at hand: an optimiser sees only the"
+            " parameter it updates, its gradient and its state",
+        ),
+    ),
+    case(
+        "hyper-parameter-uses-a-parameter",
+        """
+        use optim
+        w: param[3] = 1.0
+        x: in[3]
+        loss: out[] = sum(x * w)
+        train minimizing loss using sgd(rate: w)
+        """,
+        (5, 39, "hyper-parameter rate is a compile-time constant"),
+    ),
+    case(
         "glorot-outside-a-param",
         """
         x: in[2 x 3]
