@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 DEPTH = 256  # at most this many steps of p per slice, unpacked: a 16-column strip of b is 16 KiB
 PACKED_DEPTH = 384  # per slice when packing (dlvm.codegen.panels): C is read and written once
-REGISTERS = {16: 32}  # vector registers by lanes of f32 (AVX-512 has 32); AVX2 and others 16
 
 
 @dataclass(frozen=True)
@@ -63,8 +62,8 @@ def tiling(m: int, k: int, lanes: int, n: int = 0, elem_bytes: int = 4) -> Tilin
     and 3 more registers); with 32 (AVX-512): 14 × 2. With fewer rows, more column vectors keep
     enough independent multiply-add chains in flight to hide their latency. Products with
     enough rows and columns to reuse a packed panel many times are packed."""
-    registers = REGISTERS.get(lanes * elem_bytes // 4, 16) if lanes > 1 else 16
-    big_rows = 14 if registers == 32 else 6
+    avx512 = lanes * elem_bytes * 8 >= 512  # 32 vector registers; AVX2 has 16
+    big_rows = 14 if avx512 else 6
     if m >= big_rows:
         rows, vectors = big_rows, 2
     else:

@@ -3,10 +3,10 @@
 For each slice of p (`depth` steps), b is copied panel by panel (up to PANEL_COLUMNS columns)
 into strips of `width` columns laid out step after step, and for each block of the thread's
 rows (BLOCK_TILES tiles) a is copied into tiles of `rows` rows laid out step after step. The
-micro-kernel (MatMul.micro) then reads both contiguously: a tile's a from L2, a strip's b from
-L1, with no cache-set conflicts, however far apart the rows of a and b lie in memory, and
-whatever prologue (a transpose, a scaling) computes them, since the copies go through
-`KernelGen.elem`.
+micro-kernel (MatMul.micro) then reads both contiguously (a block of a and a strip of b stay
+in L2 while they are reused), with no cache-set conflicts, however far apart the rows of a and
+b lie in memory, and whatever prologue (a transpose, a scaling) computes them, since the copies
+go through `KernelGen.elem`.
 
 The copies live in the thread's scratch buffer (dlrt_scratch, kept between calls, so a warm
 entry point allocates nothing). When it cannot be had, the same loops run with one tile of a and
@@ -14,7 +14,7 @@ one strip of b in stack buffers: slower, never wrong."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from llvmlite import ir
 
@@ -26,6 +26,21 @@ if TYPE_CHECKING:
 
 BLOCK_TILES = 8  # row tiles per block of a: 8 × 14 rows × 384 steps × 4 bytes = 168 KiB (L2)
 PANEL_COLUMNS = 4096  # columns of b per panel: 384 × 4096 × 4 bytes = 6 MiB at most
+
+
+class _Block(NamedTuple):
+    """A block of rows [ic, ic_end) of a panel starting at column jc, over steps [p0, p1)."""
+
+    batch: list[ir.Value]
+    ic: ir.Value
+    ic_end: ir.Value
+    jc: ir.Value
+    p0: ir.Value
+    p1: ir.Value
+    first: ir.Value  # the first slice of p
+    last: ir.Value  # the last slice of p
+    a_pack: ir.Value
+    b_pack: ir.Value
 
 
 def _const(v: int) -> ir.Constant:
@@ -85,7 +100,7 @@ class Panels:
                     ic = b.add(begin, b.mul(ib, block_rows))
                     ic_end = self.minimum(b.add(ic, block_rows), end)
                     self.pack_a(batch, ic, ic_end, p0, p1, a_pack)
-                    ctx = (batch, ic, ic_end, jc, p0, p1, first, last, a_pack, b_pack)
+                    ctx = _Block(batch, ic, ic_end, jc, p0, p1, first, last, a_pack, b_pack)
                     full = b.udiv(b.sub(jc_end, jc), _const(self.width))
                     counted_loop(b, 0, full, lambda q: self.strip(ctx, q, self.width),
                                  name="strip")  # fmt: skip
@@ -102,7 +117,7 @@ class Panels:
     def minimum(self, x: ir.Value, y: ir.Value) -> ir.Value:
         return self.b.select(self.b.icmp_signed("<", x, y), x, y)
 
-    def strip(self, ctx: tuple, q: ir.Value, width: int) -> None:  # type: ignore[type-arg]
+    def strip(self, ctx: _Block, q: ir.Value, width: int) -> None:
         """Strip q of the panel (columns jc + q · width …) over the block's rows."""
         batch, ic, ic_end, jc, p0, p1, first, last, a_pack, b_pack = ctx
         b, mm, rows, depth = self.b, self.mm, self.rows, self.depth

@@ -1,8 +1,10 @@
 /* threadpool.c: dlrt_parallel_for on a lazily started pool of dlrt_num_threads() - 1 workers.
  *
  * A loop is split into chunks that depend only on (n, grain, thread count); the caller and the
- * workers claim chunks from an atomic counter until none is left, and the caller returns once
- * every worker has finished with the loop. One loop uses the pool at a time (others wait); a
+ * workers claim chunks from an atomic counter until none is left. When the caller runs out of
+ * chunks it closes the loop, so that a worker not yet awake skips it, and returns once every
+ * worker that joined has finished: a worker the OS has not scheduled (the machine is busy) costs
+ * the caller nothing but the chunks it did itself, never a wait for a time slice. One loop uses the pool at a time (others wait); a
  * loop started from inside a task runs its chunks inline, so nesting cannot deadlock. The pool
  * is stopped when the library is unloaded, and forgotten in the child after fork() (forking from
  * inside a task is not supported).
@@ -62,7 +64,7 @@ static struct {
     /* Written under `lock`; also read without it by spinning threads, hence atomic. */
     _Atomic uint64_t generation; /* counts loops published to the workers */
     uint64_t spawn_generation;   /* generation when the workers were started */
-    atomic_int running;          /* workers not yet finished with the current loop */
+    atomic_int running;          /* workers that joined the current loop and are still in it */
     atomic_bool stopping;
     loop *current;
 } pool = {.run_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -104,6 +106,10 @@ static void *worker_main(void *unused) {
         }
         seen = pool.generation;
         loop *l = pool.current;
+        if (l == NULL) {
+            continue; /* the caller closed it: every chunk is done */
+        }
+        pool.running++;
         pthread_mutex_unlock(&pool.lock);
         run_chunks(l);
         pthread_mutex_lock(&pool.lock);
@@ -208,14 +214,18 @@ static void run_on_pool(loop *l, int threads) {
     inside_loop = true;
     pthread_mutex_lock(&pool.lock);
     pool.current = l;
-    pool.running = pool.workers;
+    pool.running = 0;
     pool.generation++;
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
 
     run_chunks(l);
 
-    /* Workers may still be inside a chunk, or about to look at `l`: wait for all of them. */
+    /* Close the loop (a worker that wakes from now on skips it), then wait for the workers
+       still inside a chunk. */
+    pthread_mutex_lock(&pool.lock);
+    pool.current = NULL;
+    pthread_mutex_unlock(&pool.lock);
     for (int i = 0; i < SPIN_ROUNDS && atomic_load(&pool.running) > 0; i++) {
         pause_briefly();
     }
@@ -223,7 +233,6 @@ static void run_on_pool(loop *l, int threads) {
     while (pool.running > 0) {
         pthread_cond_wait(&pool.done, &pool.lock);
     }
-    pool.current = NULL;
     pthread_mutex_unlock(&pool.lock);
     inside_loop = false;
     pthread_mutex_unlock(&pool.run_lock);

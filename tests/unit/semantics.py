@@ -20,6 +20,15 @@ from dlvm.interp.objects import np_dtype
 from dlvm.ir import module_text, parse_module
 from dlvm.ir.types import FunctionType, TensorType, TupleType, Type, canonical
 from dlvm.ir.values import Module
+from dlvm.transforms.pass_base import Pass
+from dlvm.transforms.pass_manager import PassManager
+
+
+def run_twice(module: Module, pass_class: type[Pass]) -> tuple[bool, bool]:
+    """Runs a pass twice (the pass manager verifies after each run); whether each run changed
+    something: a pass at its fixpoint changes nothing the second time."""
+    (_, first), (_, second) = PassManager().run(module, [pass_class] * 2)
+    return first, second
 
 
 def generated(max_examples: int) -> settings:

@@ -19,7 +19,7 @@ from cfggen import (
 from hypothesis import given
 from hypothesis import strategies as st
 from irgen import random_module
-from semantics import generated
+from semantics import generated, run_twice
 from telhelp import sample_names
 
 from dlvm.analysis.loops import loop_info
@@ -27,13 +27,6 @@ from dlvm.ir import module_text, parse_module
 from dlvm.ir.values import Module
 from dlvm.transforms import lookup_pass
 from dlvm.transforms.cfg_canonicalization import CFGCanonicalization
-from dlvm.transforms.pass_manager import PassManager
-
-
-def canonicalize_twice(module: Module) -> tuple[bool, bool]:
-    """Runs CFGCan twice (verifying after each run); whether each run changed something."""
-    (_, first), (_, second) = PassManager().run(module, [CFGCanonicalization] * 2)
-    return first, second
 
 
 def assert_canonical(module: Module) -> None:
@@ -54,7 +47,7 @@ def test_registered_by_name_and_alias():
 def test_programs_compute_the_same_in_canonical_form():
     module = parse_module(PROGRAMS)
     expected = outcomes(module)
-    assert canonicalize_twice(module) == (True, False)
+    assert run_twice(module, CFGCanonicalization) == (True, False)
     assert_canonical(module)
     assert outcomes(module) == expected
 
@@ -64,7 +57,7 @@ def test_programs_compute_the_same_in_canonical_form():
 def test_random_control_flow_computes_the_same_in_canonical_form(seed):
     module = cfg_module(seed)
     expected = outcomes(module)
-    assert canonicalize_twice(module)[1] is False
+    assert run_twice(module, CFGCanonicalization)[1] is False
     assert_canonical(module)
     assert outcomes(module) == expected
     text = module_text(module)
@@ -77,7 +70,7 @@ def test_generated_tensor_modules_compute_the_same(seed):
     module = random_module(seed, 40, True)
     inputs = random_inputs(module, [f.name for f in module.functions], seed)
     expected = results(module, inputs)
-    assert canonicalize_twice(module)[1] is False
+    assert run_twice(module, CFGCanonicalization)[1] is False
     assert_canonical(module)
     assert_same_results(expected, results(module, inputs))
 
@@ -87,6 +80,6 @@ def test_differentiated_samples_compute_the_same(sample):
     module, entries = differentiated_sample(sample)
     inputs = random_inputs(module, entries, 0)
     expected = results(module, inputs)
-    assert canonicalize_twice(module)[1] is False
+    assert run_twice(module, CFGCanonicalization)[1] is False
     assert_canonical(module)
     assert_same_results(expected, results(module, inputs))

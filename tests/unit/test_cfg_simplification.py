@@ -21,7 +21,7 @@ from cfggen import (
 from hypothesis import given
 from hypothesis import strategies as st
 from irgen import random_module
-from semantics import generated
+from semantics import generated, run_twice
 from telhelp import sample_names
 
 from dlvm.analysis.cfg import CFG
@@ -31,13 +31,6 @@ from dlvm.ir.verifier import verify
 from dlvm.transforms import lookup_pass
 from dlvm.transforms.cfg_edits import edge_sources
 from dlvm.transforms.cfg_simplification import RULES, CFGSimplification
-from dlvm.transforms.pass_manager import PassManager
-
-
-def simplify_twice(module: Module) -> tuple[bool, bool]:
-    """Runs CFGSimp twice (verifying after each run); whether each run changed something."""
-    (_, first), (_, second) = PassManager().run(module, [CFGSimplification] * 2)
-    return first, second
 
 
 def assert_simple(module: Module) -> None:
@@ -80,7 +73,7 @@ def test_registered_by_name_and_alias():
 def test_programs_compute_the_same_when_simplified():
     module = parse_module(PROGRAMS)
     expected = outcomes(module)
-    assert simplify_twice(module) == (True, False)
+    assert run_twice(module, CFGSimplification) == (True, False)
     assert_simple(module)
     assert outcomes(module) == expected
 
@@ -90,7 +83,7 @@ def test_programs_compute_the_same_when_simplified():
 def test_random_control_flow_computes_the_same_when_simplified(seed):
     module = cfg_module(seed)
     expected = outcomes(module)
-    assert simplify_twice(module)[1] is False
+    assert run_twice(module, CFGSimplification)[1] is False
     assert_simple(module)
     assert outcomes(module) == expected
     text = module_text(module)
@@ -119,7 +112,7 @@ def test_generated_tensor_modules_compute_the_same(seed):
     module = random_module(seed, 40, True)
     inputs = random_inputs(module, [f.name for f in module.functions], seed)
     expected = results(module, inputs)
-    assert simplify_twice(module)[1] is False
+    assert run_twice(module, CFGSimplification)[1] is False
     assert_simple(module)
     assert_same_results(expected, results(module, inputs))
 
@@ -129,6 +122,6 @@ def test_differentiated_samples_compute_the_same(sample):
     module, entries = differentiated_sample(sample)
     inputs = random_inputs(module, entries, 0)
     expected = results(module, inputs)
-    assert simplify_twice(module)[1] is False
+    assert run_twice(module, CFGSimplification)[1] is False
     assert_simple(module)
     assert_same_results(expected, results(module, inputs))

@@ -20,7 +20,7 @@ from cfggen import (
 from hypothesis import given
 from hypothesis import strategies as st
 from irgen import random_module
-from semantics import generated
+from semantics import generated, run_twice
 from telhelp import sample_names
 
 from dlvm.analysis.loops import loop_info
@@ -29,12 +29,6 @@ from dlvm.ir.values import Module
 from dlvm.transforms import lookup_pass
 from dlvm.transforms.loop_invariant_code_motion import LoopInvariantCodeMotion
 from dlvm.transforms.pass_manager import PassManager
-
-
-def hoist_twice(module: Module) -> tuple[bool, bool]:
-    """Runs LICM twice (verifying after each run); whether each run changed something."""
-    (_, first), (_, second) = PassManager().run(module, [LoopInvariantCodeMotion] * 2)
-    return first, second
 
 
 def loop_work(module: Module) -> int:
@@ -53,7 +47,7 @@ def test_programs_compute_the_same_with_less_in_their_loops():
     module = parse_module(PROGRAMS)
     expected = outcomes(module)
     before = loop_work(module)
-    assert hoist_twice(module) == (True, False)
+    assert run_twice(module, LoopInvariantCodeMotion) == (True, False)
     assert loop_work(module) < before
     assert outcomes(module) == expected
     nested = module.function_named("nested_loops")
@@ -67,14 +61,14 @@ def test_programs_compute_the_same_with_less_in_their_loops():
 def test_random_loops_compute_and_trap_the_same(seed):
     module = cfg_module(seed)
     expected = outcomes(module)
-    assert hoist_twice(module)[1] is False
+    assert run_twice(module, LoopInvariantCodeMotion)[1] is False
     assert outcomes(module) == expected
     text = module_text(module)
     assert module_text(parse_module(text)) == text
 
 
 def test_random_loops_often_have_invariant_code_to_hoist():
-    changed = [hoist_twice(cfg_module(seed))[0] for seed in range(40)]
+    changed = [run_twice(cfg_module(seed), LoopInvariantCodeMotion)[0] for seed in range(40)]
     assert sum(changed) >= 0.6 * len(changed)
 
 
@@ -84,12 +78,13 @@ def test_generated_tensor_modules_compute_the_same(seed):
     module = random_module(seed, 40, True)
     inputs = random_inputs(module, [f.name for f in module.functions], seed)
     expected = results(module, inputs)
-    assert hoist_twice(module)[1] is False
+    assert run_twice(module, LoopInvariantCodeMotion)[1] is False
     assert_same_results(expected, results(module, inputs))
 
 
 def test_generated_tensor_modules_often_have_invariant_code_to_hoist():
-    changed = [hoist_twice(random_module(seed, 40, True))[0] for seed in range(40)]
+    modules = [random_module(seed, 40, True) for seed in range(40)]
+    changed = [run_twice(m, LoopInvariantCodeMotion)[0] for m in modules]
     assert sum(changed) >= 0.3 * len(changed)
 
 
@@ -98,7 +93,7 @@ def test_differentiated_samples_compute_the_same(sample):
     module, entries = differentiated_sample(sample)
     inputs = random_inputs(module, entries, 0)
     expected = results(module, inputs)
-    assert hoist_twice(module)[1] is False
+    assert run_twice(module, LoopInvariantCodeMotion)[1] is False
     assert_same_results(expected, results(module, inputs))
 
 
@@ -107,5 +102,5 @@ def test_recurrent_adjoint_loops_lose_their_invariant_work(sample):
     module, _ = differentiated_sample(sample)
     PassManager().run(module, PassManager.resolve(["CFGSimp"]))
     before = loop_work(module)
-    assert hoist_twice(module) == (True, False)
+    assert run_twice(module, LoopInvariantCodeMotion) == (True, False)
     assert loop_work(module) < before
