@@ -46,6 +46,7 @@ class Runtime:
     arena_reset: ir.Function
     arena_push: ir.Function
     parallel_for: ir.Function
+    parallel_split: ir.Function
     stack_create: ir.Function
     stack_destroy: ir.Function
     stack_push: ir.Function
@@ -71,6 +72,7 @@ class Runtime:
             arena_reset=fn("dlrt_arena_reset", void, [PTR, I64]),
             arena_push=fn("dlrt_arena_push", PTR, [PTR, I64]),
             parallel_for=fn("dlrt_parallel_for", void, [I64, I64, PTR, PTR]),
+            parallel_split=fn("dlrt_parallel_split", void, [I64, I64, I64, PTR, PTR]),
             stack_create=fn("dlrt_stack_create", PTR, []),
             stack_destroy=fn("dlrt_stack_destroy", void, [PTR]),
             stack_push=fn("dlrt_stack_push", I32, [PTR, PTR, I64]),

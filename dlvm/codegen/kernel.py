@@ -3,8 +3,9 @@ result, computing the pointwise instructions fused into it on the fly at each in
 
 Each kernel becomes two functions: `body(ptr args, i64 begin, i64 end)`, the runtime's task
 signature, which runs the outermost loop from begin to end, and `kernel(ptr args)`, which runs
-the body on the calling thread or hands it to `dlrt_parallel_for` as the schedule says. `args`
-points to the kernel's input pointers followed by the output pointer."""
+the body on the calling thread or hands it to `dlrt_parallel_for` as the schedule says (a packed
+matrix product to `dlrt_parallel_split`, one chunk per thread, since each chunk packs the right
+operand anew). `args` points to the kernel's input pointers followed by the output pointer."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from llvmlite import ir
 
 from dlvm.codegen import scalar as S
 from dlvm.codegen.combinators import not_inlinable
+from dlvm.codegen.host_values import Runtime
 from dlvm.codegen.inplace import aligned_inputs
 from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, unravel
 from dlvm.codegen.matmul import MatMul
@@ -53,7 +55,7 @@ def constant_array(lit: LiteralValue) -> np.ndarray:
 class KernelGen:
     """Lowers one [compute] function into `module`; `entry` is the kernel(args) function."""
 
-    def __init__(self, module: ir.Module, fn: Function, symbol: str, parallel_for: ir.Function):
+    def __init__(self, module: ir.Module, fn: Function, symbol: str, rt: Runtime):
         self.module = module
         self.fn = fn
         ret = fn.blocks[-1].instructions[-1]
@@ -70,7 +72,8 @@ class KernelGen:
         self.body.linkage = "internal"
         self.entry = ir.Function(module, KERNEL, symbol)
         self.entry.linkage = "internal"
-        self.parallel_for = parallel_for
+        self.rt = rt
+        self.per_thread = 0  # chunks per thread: 0 for dlrt_parallel_for's default
         self.memo: dict[tuple[int, tuple[int, ...]], tuple[ir.Value, list[ir.Value]]] = {}
         self.ptrs: dict[Value, ir.Value] = {}
         self.bound: dict[Value, ir.Value] = {}
@@ -91,8 +94,12 @@ class KernelGen:
         extent = self.outer_extent()
         sched = self.fn.schedule
         if sched is not None and sched.get("parallel") and extent > 1:
-            grain = ir.Constant(I64, max(1, sched.get("grain", 1)))
-            b.call(self.parallel_for, [ir.Constant(I64, extent), grain, self.body, args])
+            n, grain = ir.Constant(I64, extent), ir.Constant(I64, max(1, sched.get("grain", 1)))
+            if self.per_thread:
+                per_thread = ir.Constant(I64, self.per_thread)
+                b.call(self.rt.parallel_split, [n, grain, per_thread, self.body, args])
+            else:
+                b.call(self.rt.parallel_for, [n, grain, self.body, args])
         else:
             b.call(self.body, [args, ir.Constant(I64, 0), ir.Constant(I64, extent)])
         b.ret_void()
@@ -181,6 +188,10 @@ class KernelGen:
         self.check_combinator(comb)
         dims = sorted(root.attrs["dims"])
         kept = [d for d in range(len(st.shape)) if d not in dims]
+        if dims and kept and kept[-1] == len(st.shape) - 1 and S.value_type(
+                t.dtype) == S.memory_type(t.dtype):  # fmt: skip
+            self.reduce_rows(out, begin, end, dims, kept)
+            return
         acc_slot = self.alloca(S.value_type(t.dtype))
 
         def at(out_idx: list[ir.Value]) -> None:
@@ -207,6 +218,50 @@ class KernelGen:
         else:
             loop_nest(b, list(t.shape), at, first=(begin, end))
 
+    def reduce_rows(
+        self, out: ir.Value, begin: ir.Value, end: ir.Value, dims: list[int], kept: list[int]
+    ) -> None:
+        """A reduction that keeps the source's last dimension (a sum over a batch's rows):
+        accumulated in out, a whole row of it per step of the reduced indices, so that the
+        innermost loop runs along rows of the source and vectorises. Each element still
+        combines the same values in the same order as one accumulator would."""
+        b, root = self.b, self.root
+        src = root.operands[0]
+        st, t = tensor_type(src), tensor_type(root)
+        comb = root.attrs["comb"]
+        width = t.shape[-1]
+
+        def rows(outer: list[ir.Value], j0: ir.Value, j1: ir.Value) -> None:
+            def init(j: ir.Value) -> None:
+                self.memo.clear()
+                self.store(out, [*outer, j], t, self.elem(root.operands[1], []))
+
+            counted_loop(b, j0, j1, init, name="ri")
+
+            def step(red_idx: list[ir.Value]) -> None:
+                def col(j: ir.Value) -> None:
+                    self.memo.clear()
+                    full: list[ir.Value] = [ir.Constant(I64, 0)] * len(st.shape)
+                    for d, i in zip(kept, [*outer, j]):
+                        full[d] = i
+                    for d, i in zip(dims, red_idx):
+                        full[d] = i
+                    address = self.address(out, [*outer, j], t)
+                    acc = S.load_element(b, address, t.dtype)
+                    x = self.elem(src, full)
+                    S.store_element(b, self.combine(comb, acc, x, t.dtype), address, t.dtype)
+
+                counted_loop(b, j0, j1, col, name="rj")
+
+            loop_nest(b, [st.shape[d] for d in dims], step)
+
+        if len(t.shape) == 1:  # the threads share out's only dimension
+            rows([], begin, end)
+        else:
+            zero, n = ir.Constant(I64, 0), ir.Constant(I64, width)
+            loop_nest(b, list(t.shape[:-1]), lambda outer: rows(outer, zero, n),
+                      first=(begin, end))  # fmt: skip
+
     def matmul(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
         """A matrix product (dlvm.codegen.matmul) over the thread's rows, or over its share of
         the first batch dimension when there is one."""
@@ -225,6 +280,8 @@ class KernelGen:
             product.emit([], ir.Constant(I64, 0), rows, (self.b.mul(begin, c), last))
             return
         if len(t.shape) == 2:
+            if product.tile.packed:
+                self.per_thread = 1
             product.emit([], begin, end)
             return
         rows = ir.Constant(I64, t.shape[-2])

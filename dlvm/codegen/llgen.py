@@ -42,7 +42,7 @@ def _generate(module: Module) -> tuple[ir.Module, list[list[ir.Function]]]:
         if not fn.blocks or fn.is_declaration:
             continue
         if fn.compute:
-            kg = kernels[fn] = KernelGen(m, fn, "k." + host_symbol(fn.name)[3:], rt.parallel_for)
+            kg = kernels[fn] = KernelGen(m, fn, "k." + host_symbol(fn.name)[3:], rt)
             kg.emit()
             if kg.core.opcode == "dot":
                 disable_unrolling(kg.body)

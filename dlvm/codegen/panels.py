@@ -8,6 +8,9 @@ in L2 while they are reused), with no cache-set conflicts, however far apart the
 b lie in memory, and whatever prologue (a transpose, a scaling) computes them, since the copies
 go through `KernelGen.elem`.
 
+A copy walks its operand in the operand's memory order: along rows, or down columns when the
+operand is a transposed matrix (each element then lies next to the one read before).
+
 The copies live in the thread's scratch buffer (dlrt_scratch, kept between calls, so a warm
 entry point allocates nothing). When it cannot be had, the same loops run with one tile of a and
 one strip of b in stack buffers: slower, never wrong."""
@@ -20,6 +23,8 @@ from llvmlite import ir
 
 from dlvm.codegen.loops import counted_loop
 from dlvm.codegen.scalar import I64, PTR
+from dlvm.ir.types import TensorType
+from dlvm.ir.values import Instruction, Value
 
 if TYPE_CHECKING:
     from dlvm.codegen.matmul import MatMul
@@ -45,6 +50,24 @@ class _Block(NamedTuple):
 
 def _const(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
+
+
+def transposed(v: Value) -> bool:
+    """Whether consecutive elements of a row of matrix v lie a row apart in memory: v is a
+    `transpose` (an odd number of them), perhaps under pointwise instructions of one matrix."""
+    flips = False
+    while isinstance(v, Instruction):
+        if v.opcode == "transpose":
+            flips = not flips
+            v = v.operands[0]
+            continue
+        same = [o for o in v.operands if o.type == v.type]
+        others = [o for o in v.operands if o.type != v.type]
+        scalar = all(isinstance(o.type, TensorType) and not o.type.shape for o in others)
+        if v.op.family not in ("unary", "binary") or len(same) != 1 or not scalar:
+            break
+        v = same[0]
+    return flips
 
 
 class Panels:
@@ -149,20 +172,20 @@ class Panels:
         """a_pack[(t · depth + p - p0) · rows + r] = a[…, ic + t · rows + r, p]."""
         b, mm, rows = self.b, self.mm, self.rows
 
-        def row(i: ir.Value) -> None:
+        def element(i: ir.Value, p: ir.Value) -> None:
+            mm.kg.memo.clear()
+            v = mm.kg.elem(mm.a, [*batch, i, p])
             rel = b.sub(i, ic)
             t, r = b.udiv(rel, _const(rows)), b.urem(rel, _const(rows))
-            base = b.add(b.mul(t, _const(self.depth * rows)), r)
+            off = b.add(b.mul(b.add(b.mul(t, _const(self.depth)), b.sub(p, p0)), _const(rows)), r)
+            b.store(v, b.gep(a_pack, [off], source_etype=mm.elem_ty))
 
-            def step(p: ir.Value) -> None:
-                mm.kg.memo.clear()
-                v = mm.kg.elem(mm.a, [*batch, i, p])
-                off = b.add(base, b.mul(b.sub(p, p0), _const(rows)))
-                b.store(v, b.gep(a_pack, [off], source_etype=mm.elem_ty))
-
-            counted_loop(b, p0, p1, step, name="pa")
-
-        counted_loop(b, ic, ic_end, row, name="ra")
+        if transposed(mm.a):  # down a's columns: along rows of the matrix in memory
+            counted_loop(b, p0, p1, lambda p: counted_loop(
+                b, ic, ic_end, lambda i: element(i, p), name="ra"), name="pa")  # fmt: skip
+        else:
+            counted_loop(b, ic, ic_end, lambda i: counted_loop(
+                b, p0, p1, lambda p: element(i, p), name="pa"), name="ra")  # fmt: skip
 
     def pack_b(
         self, batch: list[ir.Value], jc: ir.Value, jc_end: ir.Value, p0: ir.Value, p1: ir.Value,
@@ -172,20 +195,26 @@ class Panels:
         b, mm, width = self.b, self.mm, self.width
         strips = b.udiv(b.add(b.sub(jc_end, jc), _const(width - 1)), _const(width))
 
-        def step(p: ir.Value) -> None:
-            def strip(q: ir.Value) -> None:
-                j0 = b.add(jc, b.mul(q, _const(width)))
-                count = self.minimum(_const(width), b.sub(jc_end, j0))
-                base = b.add(b.mul(q, _const(self.depth * width)),
-                             b.mul(b.sub(p, p0), _const(width)))  # fmt: skip
+        def strip(q: ir.Value, p: ir.Value | None) -> None:
+            """Strip q's columns: at step p, or at every step (p None)."""
+            j0 = b.add(jc, b.mul(q, _const(width)))
+            count = self.minimum(_const(width), b.sub(jc_end, j0))
 
-                def col(c: ir.Value) -> None:
-                    mm.kg.memo.clear()
-                    v = mm.kg.elem(mm.bm, [*batch, p, b.add(j0, c)])
-                    b.store(v, b.gep(b_pack, [b.add(base, c)], source_etype=mm.elem_ty))
+            def element(c: ir.Value, p: ir.Value) -> None:
+                mm.kg.memo.clear()
+                v = mm.kg.elem(mm.bm, [*batch, p, b.add(j0, c)])
+                off = b.add(b.mul(q, _const(self.depth * width)),
+                            b.add(b.mul(b.sub(p, p0), _const(width)), c))  # fmt: skip
+                b.store(v, b.gep(b_pack, [off], source_etype=mm.elem_ty))
 
-                counted_loop(b, 0, count, col, name="cb")
+            if p is not None:
+                counted_loop(b, 0, count, lambda c: element(c, p), name="cb")
+            else:
+                counted_loop(b, 0, count, lambda c: counted_loop(
+                    b, p0, p1, lambda p: element(c, p), name="pb"), name="cb")  # fmt: skip
 
-            counted_loop(b, 0, strips, strip, name="qb")
-
-        counted_loop(b, p0, p1, step, name="pb")
+        if transposed(mm.bm):  # down b's columns: along rows of the matrix in memory
+            counted_loop(b, 0, strips, lambda q: strip(q, None), name="qb")
+        else:
+            counted_loop(b, p0, p1, lambda p: counted_loop(
+                b, 0, strips, lambda q: strip(q, p), name="qb"), name="pb")  # fmt: skip

@@ -89,6 +89,10 @@ typedef void (*dlrt_task)(void *ctx, int64_t begin, int64_t end);
    from inside a task. The chunks depend only on (n, grain, dlrt_num_threads()). n <= 0 or a
    NULL fn does nothing. */
 void dlrt_parallel_for(int64_t n, int64_t grain, dlrt_task fn, void *ctx);
+/* dlrt_parallel_for with at most `per_thread` chunks per thread (dlrt_parallel_for: 4; < 1 counts
+   as 1): 1 for a loop whose every chunk pays a fixed cost, such as a matrix product that packs
+   its right operand. */
+void dlrt_parallel_split(int64_t n, int64_t grain, int64_t per_thread, dlrt_task fn, void *ctx);
 /* Threads used by dlrt_parallel_for: the last dlrt_set_num_threads, else $DLRT_NUM_THREADS (a
    positive integer), else the number of online CPUs; at most 1024. */
 int dlrt_num_threads(void);

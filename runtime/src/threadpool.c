@@ -1,4 +1,4 @@
-/* threadpool.c: dlrt_parallel_for on a lazily started pool of dlrt_num_threads() - 1 workers.
+/* threadpool.c: dlrt_parallel_for and dlrt_parallel_split on a lazily started pool of dlrt_num_threads() - 1 workers.
  *
  * A loop is split into chunks that depend only on (n, grain, thread count); the caller and the
  * workers claim chunks from an atomic counter until none is left. When the caller runs out of
@@ -239,11 +239,18 @@ static void run_on_pool(loop *l, int threads) {
 }
 
 void dlrt_parallel_for(int64_t n, int64_t grain, dlrt_task fn, void *ctx) {
+    dlrt_parallel_split(n, grain, CHUNKS_PER_THREAD, fn, ctx);
+}
+
+void dlrt_parallel_split(int64_t n, int64_t grain, int64_t per_thread, dlrt_task fn, void *ctx) {
     if (n <= 0 || fn == NULL) {
         return;
     }
     if (grain < 1) {
         grain = 1;
+    }
+    if (per_thread < 1) {
+        per_thread = 1;
     }
     int threads = dlrt_num_threads();
     /* n / grain chunks have at least `grain` indices each; more than a few per thread only
@@ -251,8 +258,8 @@ void dlrt_parallel_for(int64_t n, int64_t grain, dlrt_task fn, void *ctx) {
     int64_t chunks = 1;
     if (threads > 1 && n > grain) {
         chunks = n / grain;
-        if (chunks > (int64_t)CHUNKS_PER_THREAD * threads) {
-            chunks = (int64_t)CHUNKS_PER_THREAD * threads;
+        if (chunks > per_thread * threads) {
+            chunks = per_thread * threads;
         }
     }
     loop l = {.fn = fn, .ctx = ctx, .chunks = chunks, .base = n / chunks, .rem = n % chunks};

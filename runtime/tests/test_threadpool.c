@@ -1,4 +1,4 @@
-/* test_threadpool.c: dlrt_parallel_for covers every index exactly once in chunks of at least
+/* test_threadpool.c: dlrt_parallel_for (and dlrt_parallel_split) covers every index exactly once in chunks of at least
  * `grain`, split the same way every time, for many n, grain and thread counts; nested loops,
  * concurrent callers, resizing and fork() do not deadlock; DLRT_NUM_THREADS is honoured. */
 #define _POSIX_C_SOURCE 200809L
@@ -40,11 +40,15 @@ static void record_chunk(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-static record *run_recorded(int64_t n, int64_t grain) {
+static record *run_recorded(int64_t n, int64_t grain, int64_t per_thread) {
     record *r = calloc(1, sizeof *r);
     r->n = n;
     r->hits = calloc((size_t)(n > 0 ? n : 1), sizeof *r->hits);
-    dlrt_parallel_for(n, grain, record_chunk, r);
+    if (per_thread == 4) {
+        dlrt_parallel_for(n, grain, record_chunk, r); /* the same as dlrt_parallel_split(…, 4, …) */
+    } else {
+        dlrt_parallel_split(n, grain, per_thread, record_chunk, r);
+    }
     /* Chunks are disjoint, so sorting by start gives the split. */
     int count = atomic_load(&r->chunk_count);
     for (int i = 1; i < count && i < MAX_CHUNKS; i++) {
@@ -62,10 +66,11 @@ static void free_record(record *r) {
     free(r);
 }
 
-static void check_loop(int threads, int64_t n, int64_t grain) {
-    record *r = run_recorded(n, grain);
-    record *again = run_recorded(n, grain);
+static void check_loop(int threads, int64_t n, int64_t grain, int64_t per_thread) {
+    record *r = run_recorded(n, grain, per_thread);
+    record *again = run_recorded(n, grain, per_thread);
     int64_t effective = grain < 1 ? 1 : grain;
+    int64_t cap = (per_thread < 1 ? 1 : per_thread) * threads;
     int count = atomic_load(&r->chunk_count);
     CHECK(atomic_load(&r->bad_chunks) == 0, "threads=%d n=%lld grain=%lld: chunks in range",
           threads, (long long)n, (long long)grain);
@@ -76,10 +81,10 @@ static void check_loop(int threads, int64_t n, int64_t grain) {
             break;
         }
     }
-    /* n / grain chunks have at least `grain` indices each, capped at 4 per thread. */
+    /* n / grain chunks have at least `grain` indices each, capped at per_thread per thread. */
     int64_t expected = n <= 0 ? 0 : (n <= effective || threads == 1 ? 1 : n / effective);
-    if (expected > 4 * threads) {
-        expected = 4 * threads;
+    if (expected > cap) {
+        expected = cap;
     }
     CHECK(count == expected, "threads=%d n=%lld grain=%lld: %d chunks, expected %lld", threads,
           (long long)n, (long long)grain, count, (long long)expected);
@@ -109,7 +114,9 @@ static void test_coverage(void) {
         CHECK(dlrt_num_threads() == threads[t], "set to %d", threads[t]);
         for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
             for (size_t g = 0; g < sizeof grains / sizeof *grains; g++) {
-                check_loop(threads[t], sizes[s], grains[g]);
+                check_loop(threads[t], sizes[s], grains[g], 4);
+                check_loop(threads[t], sizes[s], grains[g], 1);
+                check_loop(threads[t], sizes[s], grains[g], 0);
             }
         }
     }
@@ -150,7 +157,7 @@ static void test_nested(void) {
 static void *caller_main(void *arg) {
     int *ok = arg;
     for (int round = 0; round < 30; round++) {
-        record *r = run_recorded(1000, 8);
+        record *r = run_recorded(1000, 8, 4);
         for (int i = 0; i < 1000; i++) {
             *ok = *ok && atomic_load(&r->hits[i]) == 1;
         }
@@ -180,12 +187,12 @@ static void resizing_task(void *ctx, int64_t begin, int64_t end) {
 static void test_resizing(void) {
     for (int t = 8; t >= 1; t--) {
         dlrt_set_num_threads(t);
-        check_loop(t, 5000, 16);
+        check_loop(t, 5000, 16, 4);
     }
     dlrt_set_num_threads(6);
     dlrt_parallel_for(100, 1, resizing_task, NULL);
     CHECK(dlrt_num_threads() == 2, "set from a task");
-    check_loop(2, 5000, 16);
+    check_loop(2, 5000, 16, 4);
     dlrt_set_num_threads(100000);
     CHECK(dlrt_num_threads() == 1024, "capped at 1024, got %d", dlrt_num_threads());
 }
@@ -223,13 +230,13 @@ static void test_fork(void) {
         return;
     }
     dlrt_set_num_threads(4);
-    check_loop(4, 1000, 10); /* the pool is running */
+    check_loop(4, 1000, 10, 4); /* the pool is running */
     pid_t child = fork();
     if (child == 0) {
         alarm(30); /* a deadlock fails the test instead of hanging it */
-        check_loop(4, 1000, 10);
+        check_loop(4, 1000, 10, 4);
         dlrt_set_num_threads(3);
-        check_loop(3, 1000, 10);
+        check_loop(3, 1000, 10, 4);
         _exit(check_failures == 0 ? 0 : 1);
     }
     int status = 0;

@@ -178,6 +178,19 @@ for _comb, _init in [("add", "0"), ("max", "-inf"), ("min", "inf"), ("multiply",
     )
 case("reduce-subtract", ["<3 x 7 x 5 x f32>"], "<7 x f32>",
      "%r = reduce %a: <3 x 7 x 5 x f32> by subtract init 1: f32 along 0, 2")  # fmt: skip
+# Reductions that keep the last dimension accumulate whole rows (kernel.py, reduce_rows).
+for _comb, _init in [("add", "0"), ("max", "-inf"), ("multiply", "1")]:
+    case(f"reduce-rows-{_comb}", ["<6 x 5 x 19 x f32>"], "<19 x f32>",
+         f"%r = reduce %a: <6 x 5 x 19 x f32> by {_comb} init {_init}: f32 along 0, 1")  # fmt: skip
+case("reduce-rows-middle-subtract", ["<3 x 7 x 5 x f32>"], "<3 x 5 x f32>",
+     "%r = reduce %a: <3 x 7 x 5 x f32> by subtract init 1: f32 along 1")  # fmt: skip
+case("reduce-rows-int-max", ["<9 x 13 x i32>"], "<13 x i32>",
+     "%r = reduce %a: <9 x 13 x i32> by max init -2147483648: i32 along 0")  # fmt: skip
+case("reduce-rows-fused", ["<9 x 11 x f64>"], "<11 x f64>",
+     "%e = exp %a: <9 x 11 x f64>",
+     "%r = reduce %e: <9 x 11 x f64> by add init 0: f64 along 0")  # fmt: skip
+case("reduce-rows-parallel", ["<300 x 260 x f32>"], "<260 x f32>",
+     "%r = reduce %a: <300 x 260 x f32> by add init 0: f32 along 0")  # fmt: skip
 case("scan-subtract-int", ["<5 x 4 x i32>"], "<5 x 4 x i32>",
      "%r = scan %a: <5 x 4 x i32> by subtract along 0")  # fmt: skip
 case("reduce-all-fused", ["<9 x 11 x f64>"], "f64",
