@@ -94,7 +94,9 @@ void dlrt_parallel_for(int64_t n, int64_t grain, dlrt_task fn, void *ctx);
    its right operand. */
 void dlrt_parallel_split(int64_t n, int64_t grain, int64_t per_thread, dlrt_task fn, void *ctx);
 /* Threads used by dlrt_parallel_for: the last dlrt_set_num_threads, else $DLRT_NUM_THREADS (a
-   positive integer), else the number of online CPUs; at most 1024. */
+   positive integer), else the number of online CPUs; at most 1024. On Linux each worker thread
+   is pinned to one of the process's CPUs other than the caller's when the pool starts
+   ($DLRT_PIN_THREADS=0: not pinned). */
 int dlrt_num_threads(void);
 /* Sets the thread count (n < 1: back to the default); the pool is resized at the next loop. */
 void dlrt_set_num_threads(int n);

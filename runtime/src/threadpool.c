@@ -12,14 +12,17 @@
  * A worker that finishes a loop, and a caller waiting for its workers, spin for a short while
  * (SPIN_ROUNDS pauses, a few hundred microseconds) before sleeping on a condition variable: an
  * entry point runs its kernels back to back, and a worker that sleeps between them is woken late
- * (on a busy or virtualised machine, late enough that the caller has done every chunk alone). */
-#define _POSIX_C_SOURCE 200809L
+ * (on a busy or virtualised machine, late enough that the caller has done every chunk alone).
+ * Workers are pinned to CPUs other than the one the pool was started from (pin_workers). */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "dlrt.h"
@@ -170,6 +173,36 @@ static void register_fork_handlers(void) {
     pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
 }
 
+/* Pins worker k to the k-th CPU this process may use other than the caller's, unless
+   $DLRT_PIN_THREADS is 0. Unpinned, the OS sometimes wakes a worker on its caller's CPU and
+   leaves it there (seen on a 2-vCPU VM after the pool slept): the two then share one core and
+   a loop takes longer than on one thread. */
+static void pin_workers(void) {
+#ifdef __linux__
+    const char *pin = getenv("DLRT_PIN_THREADS");
+    if (pin != NULL && strcmp(pin, "0") == 0) {
+        return;
+    }
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+        return;
+    }
+    int here = sched_getcpu();
+    size_t cpus[CPU_SETSIZE], count = 0;
+    for (size_t c = 0; c < CPU_SETSIZE; c++) {
+        if (CPU_ISSET(c, &allowed) && (here < 0 || c != (size_t)here)) {
+            cpus[count++] = c;
+        }
+    }
+    for (size_t k = 0; k < (size_t)pool.workers && count > 0; k++) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[k % count], &one);
+        pthread_setaffinity_np(pool.threads[k], sizeof one, &one);
+    }
+#endif
+}
+
 /* Makes the pool have `wanted` workers (fewer if the system refuses threads: loops still run,
    on fewer threads). Called with run_lock held. */
 static void resize_pool(int wanted) {
@@ -195,6 +228,7 @@ static void resize_pool(int wanted) {
         pool.workers++;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pin_workers();
 }
 
 /* Stops the workers when the library is unloaded (or the process exits). Skipped if a loop is

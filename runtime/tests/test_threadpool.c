@@ -1,8 +1,11 @@
 /* test_threadpool.c: dlrt_parallel_for (and dlrt_parallel_split) covers every index exactly once in chunks of at least
  * `grain`, split the same way every time, for many n, grain and thread counts; nested loops,
- * concurrent callers, resizing and fork() do not deadlock; DLRT_NUM_THREADS is honoured. */
-#define _POSIX_C_SOURCE 200809L
+ * concurrent callers, resizing and fork() do not deadlock; DLRT_NUM_THREADS is honoured; workers
+ * are pinned to one CPU each unless DLRT_PIN_THREADS=0. */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include <pthread.h>
+#include <sched.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -289,6 +292,60 @@ static void test_environment(const char *self) {
     }
 }
 
+/* Two chunks that wait for each other (up to 2 s), so that a worker runs one: the number of CPUs
+   the worker may run on, or 0 when no worker joined in time. */
+static atomic_int started;
+static atomic_int worker_cpus;
+static pthread_t caller;
+
+static void meet(void *ctx, int64_t begin, int64_t end) {
+    (void)ctx, (void)begin, (void)end;
+    atomic_fetch_add(&started, 1);
+    if (!pthread_equal(pthread_self(), caller)) {
+        cpu_set_t mine;
+        if (sched_getaffinity(0, sizeof mine, &mine) == 0) {
+            atomic_store(&worker_cpus, CPU_COUNT(&mine));
+        }
+    }
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (atomic_load(&started) < 2 && t.tv_sec - t0.tv_sec < 2);
+}
+
+static int cpus_of_a_worker(void) {
+    dlrt_set_num_threads(3); /* a new pool: pinning is decided when workers start */
+    dlrt_parallel_for(4, 1, meet, NULL);
+    dlrt_set_num_threads(2);
+    for (int attempt = 0; attempt < 5; attempt++) {
+        atomic_store(&started, 0);
+        atomic_store(&worker_cpus, 0);
+        dlrt_parallel_split(2, 1, 1, meet, NULL);
+        if (atomic_load(&worker_cpus) > 0) {
+            return atomic_load(&worker_cpus);
+        }
+    }
+    return 0;
+}
+
+static void test_pinning(void) {
+    cpu_set_t process;
+    if (sched_getaffinity(0, sizeof process, &process) != 0 || CPU_COUNT(&process) < 2) {
+        return; /* one CPU: nothing to pin to */
+    }
+    caller = pthread_self();
+    int pinned = cpus_of_a_worker();
+    CHECK(pinned == 1 || pinned == 0, "a pinned worker may run on %d CPUs, expected 1", pinned);
+    setenv("DLRT_PIN_THREADS", "0", 1);
+    int free_to_move = cpus_of_a_worker();
+    CHECK(free_to_move == CPU_COUNT(&process) || free_to_move == 0,
+          "DLRT_PIN_THREADS=0: a worker may run on %d CPUs, expected %d", free_to_move,
+          CPU_COUNT(&process));
+    unsetenv("DLRT_PIN_THREADS");
+    CHECK(pinned > 0 || free_to_move > 0, "no worker joined a loop in 2 s (5 attempts)");
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--print-threads") == 0) {
         printf("%d\n", dlrt_num_threads());
@@ -301,6 +358,7 @@ int main(int argc, char **argv) {
     test_concurrent_callers();
     test_resizing();
     test_fork();
+    test_pinning();
     dlrt_set_num_threads(0);
     return check_summary("test_threadpool");
 }
