@@ -25,7 +25,6 @@ from telhelp import sample_names
 from dlvm.analysis.loops import loop_info
 from dlvm.ir import module_text, parse_module
 from dlvm.ir.values import Module
-from dlvm.transforms import lookup_pass
 from dlvm.transforms.cfg_canonicalization import CFGCanonicalization
 
 
@@ -37,11 +36,6 @@ def assert_canonical(module: Module) -> None:
             assert loop.preheader is not None, f"@{fn.name}: {loop} has no preheader"
             assert len(loop.latches) == 1, f"@{fn.name}: {loop} has {len(loop.latches)} latches"
             assert loop.has_dedicated_exits, f"@{fn.name}: {loop} shares an exit"
-
-
-def test_registered_by_name_and_alias():
-    assert lookup_pass("cfg-canonicalization") is CFGCanonicalization
-    assert lookup_pass("CFGCan") is CFGCanonicalization
 
 
 def test_programs_compute_the_same_in_canonical_form():

@@ -28,7 +28,6 @@ from dlvm.analysis.cfg import CFG
 from dlvm.ir import module_text, parse_module
 from dlvm.ir.values import Block, Function, Module
 from dlvm.ir.verifier import verify
-from dlvm.transforms import lookup_pass
 from dlvm.transforms.cfg_edits import edge_sources
 from dlvm.transforms.cfg_simplification import RULES, CFGSimplification
 
@@ -63,11 +62,6 @@ def _is_removable_trampoline(fn: Function, block: Block) -> bool:
         return False
     readers = [i for i in fn.instructions() if any(v in block.arguments for v in i.uses())]
     return readers == block.instructions
-
-
-def test_registered_by_name_and_alias():
-    assert lookup_pass("cfg-simplification") is CFGSimplification
-    assert lookup_pass("CFGSimp") is CFGSimplification
 
 
 def test_programs_compute_the_same_when_simplified():

@@ -22,7 +22,6 @@ from dlvm.ir.builder import Builder, new_function
 from dlvm.ir.literals import AggregateLiteral
 from dlvm.ir.types import DataType, FunctionType, TensorType, TupleType
 from dlvm.ir.values import Argument, Block, LiteralValue, Module, Value
-from dlvm.transforms import lookup_pass
 from dlvm.transforms.linear_algebra_fusion import LinearAlgebraFusion, find_groups
 from dlvm.transforms.pass_manager import PassManager
 from telc.driver import compile_text
@@ -31,11 +30,6 @@ from telc.driver import compile_text
 def fuse(module: Module) -> bool:
     [(_, changed)] = PassManager().run(module, [LinearAlgebraFusion])  # verifies after the pass
     return changed
-
-
-def test_registered_by_name_and_alias():
-    assert lookup_pass("linear-algebra-fusion") is LinearAlgebraFusion
-    assert lookup_pass("LAF") is LinearAlgebraFusion
 
 
 def lstm_module() -> tuple[Module, list[str]]:

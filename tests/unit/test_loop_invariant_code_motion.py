@@ -26,7 +26,6 @@ from telhelp import sample_names
 from dlvm.analysis.loops import loop_info
 from dlvm.ir import module_text, parse_module
 from dlvm.ir.values import Module
-from dlvm.transforms import lookup_pass
 from dlvm.transforms.loop_invariant_code_motion import LoopInvariantCodeMotion
 from dlvm.transforms.pass_manager import PassManager
 
@@ -36,11 +35,6 @@ def loop_work(module: Module) -> int:
     return sum(
         len(b.instructions) * loop_info(fn).depth(b) for fn in module.functions for b in fn.blocks
     )
-
-
-def test_registered_by_name_and_alias():
-    assert lookup_pass("loop-invariant-code-motion") is LoopInvariantCodeMotion
-    assert lookup_pass("LICM") is LoopInvariantCodeMotion
 
 
 def test_programs_compute_the_same_with_less_in_their_loops():

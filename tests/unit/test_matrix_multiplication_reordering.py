@@ -25,7 +25,6 @@ from dlvm.ir import module_text, parse_module
 from dlvm.ir.builder import Builder, constant, new_function
 from dlvm.ir.types import DataType, FunctionType, TensorType
 from dlvm.ir.values import Module, Value
-from dlvm.transforms import lookup_pass
 from dlvm.transforms.matrix_multiplication_reordering import (
     MAX_DOTS,
     MatrixMultiplicationReordering,
@@ -66,11 +65,6 @@ def trees(lo: int, hi: int) -> list[Tree]:
     if lo == hi:
         return [lo]
     return [(a, b) for k in range(lo, hi) for a in trees(lo, k) for b in trees(k + 1, hi)]
-
-
-def test_registered_by_name_and_alias():
-    assert lookup_pass("matrix-multiplication-reordering") is MatrixMultiplicationReordering
-    assert lookup_pass("MMR") is MatrixMultiplicationReordering
 
 
 def test_the_six_matrix_chain_drops_to_the_optimal_15125_multiply_adds():

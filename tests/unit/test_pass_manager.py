@@ -35,6 +35,23 @@ def test_passes_are_found_by_name_and_alias():
         assert cls.name == name and ALIASES[cls.alias] == name
 
 
+@pytest.mark.parametrize(
+    "name, alias, class_name",
+    [
+        ("cfg-canonicalization", "CFGCan", "CFGCanonicalization"),
+        ("cfg-simplification", "CFGSimp", "CFGSimplification"),
+        ("linear-algebra-fusion", "LAF", "LinearAlgebraFusion"),
+        ("loop-invariant-code-motion", "LICM", "LoopInvariantCodeMotion"),
+        ("matrix-multiplication-reordering", "MMR", "MatrixMultiplicationReordering"),
+    ],
+)
+def test_documented_names_and_aliases(name: str, alias: str, class_name: str) -> None:
+    """The names and aliases docs/ir.md gives, each bound to its pass class."""
+    cls = lookup_pass(name)
+    assert cls is not None and cls.__name__ == class_name
+    assert lookup_pass(alias) is cls
+
+
 def test_unknown_pass_is_a_diagnostic_with_a_suggestion():
     with pytest.raises(DiagnosticError) as e:
         PassManager.resolve(["CSE", "dead-code-elimnation"])
