@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
+from dlvm.codegen.gpus import DEFAULT_GPU, GPUS
 from dlvm.diagnostics import BuildFailure, DiagnosticError
 from dlvm.tools.driver import EXIT_INPUT, EXIT_USAGE, read_text, report
 from telc import __version__
@@ -164,7 +165,15 @@ _codegen = _options(
         type=click.Choice(TARGETS),
         default="cpu",
         show_default=True,
-        help="What to generate code for (cuda: not available yet).",
+        help="What to generate code for: cpu, or cuda (the CPU code and CUDA kernels beside it; "
+        "for now up to --emit ptx, not yet a library).",
+    ),
+    click.option(
+        "--gpu",
+        type=click.Choice(GPUS),
+        default=DEFAULT_GPU,
+        show_default=True,
+        help="The CUDA architecture of --target cuda and --emit ptx.",
     ),
     click.option(
         "--cpu", default="native", show_default=True, help="Target CPU: native, x86-64-v3, znver4…"
@@ -179,8 +188,8 @@ _codegen = _options(
 )
 
 
-def _build_options(defines: Any, level: str, target: str, cpu: str) -> BuildOptions:
-    return BuildOptions(tuple(defines), int(level), target, cpu)
+def _build_options(defines: Any, level: str, target: str, cpu: str, gpu: str) -> BuildOptions:
+    return BuildOptions(tuple(defines), int(level), target, cpu, gpu)
 
 
 def _chatter(quiet: bool, verbose: bool) -> None:
@@ -228,6 +237,7 @@ Examples:
   telc build model.tel --emit ir             # raw DLVM IR on stdout
   telc build model.tel --emit optimized -O0  # only differentiated
   telc build model.tel --emit llvm -o m.ll
+  telc build model.tel --emit ptx --gpu sm_80 # the CUDA kernels for an A100
   telc build model.tel -v --no-cache         # every pass and kernel, built afresh
 
 """
@@ -241,8 +251,9 @@ Examples:
     show_default=True,
     help="ast: the syntax tree; ir: raw DLVM IR; optimized: IR after differentiation and "
     "the -O level's passes; compute: with kernels outlined; schedule: with schedules; llvm: "
-    "optimised LLVM IR; asm: the machine code as assembly; obj: the object file (needs -o or "
-    "a pipe); so: a shared library NAME.so with NAME.h and dlrt.h beside it.",
+    "optimised LLVM IR; asm: the machine code as assembly; ptx: the CUDA kernels as PTX for "
+    "--gpu; obj: the object file (needs -o or a pipe); so: a shared library NAME.so with NAME.h "
+    "and dlrt.h beside it.",
 )
 @click.option(
     "-o", "output", metavar="OUT", help="Write to OUT (for so: default FILE's stem + .so)."
@@ -258,6 +269,7 @@ def build(
     level: str,
     target: str,
     cpu: str,
+    gpu: str,
     no_cache: bool,
     defines: Any,
     quiet: bool,
@@ -266,7 +278,7 @@ def build(
     _chatter(quiet, verbose)
     if emit == "obj" and not output and sys.stdout.isatty():
         raise click.UsageError("--emit obj writes binary: give -o FILE.o (or a pipe)")
-    options = _build_options(defines, level, target, cpu)
+    options = _build_options(defines, level, target, cpu, gpu)
     progress = Progress(quiet, verbose)  # stderr only: stdout carries the emitted text
     library = Path(output or Path(file).stem + ".so") if emit == "so" else None
     warnings: list[str] = []
@@ -364,6 +376,7 @@ def run(
     level: str,
     target: str,
     cpu: str,
+    gpu: str,
     no_cache: bool,
     defines: Any,
     quiet: bool,
@@ -372,7 +385,7 @@ def run(
     from telc import run as running
 
     _chatter(quiet, verbose)
-    options = _build_options(defines, level, target, cpu)
+    options = _build_options(defines, level, target, cpu, gpu)
     progress = Progress(quiet, verbose)
     warnings: list[str] = []
     err = console()

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from dlvm.codegen.gpus import DEFAULT_GPU
 from dlvm.codegen.spec import EntrySpec, LibrarySpec, StateSpec, TensorSpec
 from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.types import TensorType, Type
@@ -20,7 +21,7 @@ from telc import __version__
 from telc.lower import Interface, lower
 from telc.program import Program, load
 
-STAGES = ("ast", "ir", "optimized", "compute", "schedule", "llvm", "asm", "obj", "so")
+STAGES = ("ast", "ir", "optimized", "compute", "schedule", "llvm", "asm", "ptx", "obj", "so")
 TARGETS = ("cpu", "cuda")
 
 
@@ -84,6 +85,7 @@ class BuildOptions:
     level: int = DEFAULT_OPT_LEVEL
     target: str = "cpu"
     cpu: str = "native"
+    gpu: str = DEFAULT_GPU  # the CUDA architecture of --target cuda and --emit ptx
 
     @property
     def values(self) -> dict[str, int | float]:
@@ -92,6 +94,8 @@ class BuildOptions:
     def flags(self) -> list[str]:
         """The options as canonical command-line flags (`-D B=4` and `-D B=4.0` differ)."""
         fixed = [f"-O{self.level}", f"--target={self.target}", f"--cpu={self.cpu}"]
+        if self.target == "cuda":
+            fixed.append(f"--gpu={self.gpu}")
         return fixed + [f"-D {n}={v!r}" for n, v in sorted(self.defines)]
 
 

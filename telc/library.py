@@ -1,5 +1,6 @@
-"""`telc build --emit compute|schedule|llvm|asm|obj|so`: the code-generation half of the driver, and
-what `--verbose` reports about the generated code (kernels, frame sizes, entry points)."""
+"""`telc build --emit compute|schedule|llvm|asm|ptx|obj|so`: the code-generation half of the
+driver, and what `--verbose` reports about the generated code (kernels, frame sizes, entry
+points)."""
 
 from __future__ import annotations
 
@@ -7,29 +8,34 @@ from pathlib import Path
 from typing import Any
 
 from dlvm.codegen.build import BuildResult, build_library, schedule
+from dlvm.codegen.cuda import ptx
 from dlvm.codegen.frame import FramePlan
 from dlvm.codegen.llgen import compile_assembly, compile_object
 from dlvm.codegen.spec import LibrarySpec, TensorSpec
 from dlvm.ir.printer import module_text
 from dlvm.ir.values import Module
 from dlvm.transforms.compute_generation import ComputeGeneration
-from telc.driver import OPT_LEVELS, Compiled, Timings, library_spec
+from telc.driver import OPT_LEVELS, BuildOptions, Compiled, Timings, library_spec
 
 
 def emit_stage(
-    module: Module, stage: str, cpu: str, timings: Timings | None = None, level: int = 2
+    module: Module, stage: str, options: BuildOptions, timings: Timings | None = None
 ) -> str | bytes:
-    """The text of the compute, schedule, llvm or asm stage of an optimised module, or its
-    object code (obj)."""
+    """The text of the compute, schedule, llvm, asm or ptx stage of an optimised module, or
+    its object code (obj). The CUDA kernels are scheduled for --target cuda and for ptx."""
     timings = timings if timings is not None else Timings()
+    cpu, level = options.cpu, options.level
     if stage == "compute":
         with timings.stage("compute generation"):
             ComputeGeneration().run(module)
         return module_text(module)
     with timings.stage("compute stages"):
-        schedule(module, cpu)
+        schedule(module, cpu, cuda=options.target == "cuda" or stage == "ptx")
     if stage == "schedule":
         return module_text(module)
+    if stage == "ptx":
+        with timings.stage("ptx"):
+            return ptx(module, options.gpu, OPT_LEVELS[level].llvm)[0]
     with timings.stage("llvm"):
         if stage == "asm":
             return compile_assembly(module, cpu=cpu, opt=OPT_LEVELS[level].llvm)

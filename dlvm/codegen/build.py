@@ -59,11 +59,11 @@ def keep_reachable(module: Module, roots: set[str]) -> None:
         module.remove_function(f)
 
 
-def schedule(module: Module, cpu: str = "native") -> Module:
-    """compute-generation then compute-scheduling for `cpu`'s vector width: the module ends at
-    stage schedule."""
+def schedule(module: Module, cpu: str = "native", cuda: bool = False) -> Module:
+    """compute-generation then compute-scheduling for `cpu`'s vector width (and for CUDA as
+    well with `cuda`): the module ends at stage schedule."""
     ComputeGeneration().run(module)
-    ComputeScheduling(vector_bits(cpu)).run(module)
+    ComputeScheduling(vector_bits(cpu), cuda).run(module)
     return module
 
 

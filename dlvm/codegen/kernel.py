@@ -10,6 +10,7 @@ operand anew). `args` points to the kernel's input pointers followed by the outp
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from llvmlite import ir
@@ -55,7 +56,7 @@ def constant_array(lit: LiteralValue) -> np.ndarray:
 class KernelGen:
     """Lowers one [compute] function into `module`; `entry` is the kernel(args) function."""
 
-    def __init__(self, module: ir.Module, fn: Function, symbol: str, rt: Runtime):
+    def __init__(self, module: ir.Module, fn: Function, symbol: str, rt: Runtime | None):
         self.module = module
         self.fn = fn
         ret = fn.blocks[-1].instructions[-1]
@@ -70,14 +71,17 @@ class KernelGen:
             raise CodegenError(f"@{fn.name}: a [compute] function holds at most one dot")
         self.body = ir.Function(module, TASK, symbol + ".body")
         self.body.linkage = "internal"
-        self.entry = ir.Function(module, KERNEL, symbol)
-        self.entry.linkage = "internal"
+        self.entry = self.declare_entry(symbol)
         self.rt = rt
         self.per_thread = 0  # chunks per thread: 0 for dlrt_parallel_for's default
         self.memo: dict[tuple[int, tuple[int, ...]], tuple[ir.Value, list[ir.Value]]] = {}
         self.ptrs: dict[Value, ir.Value] = {}
         self.bound: dict[Value, ir.Value] = {}
         self.literal_count = 0
+        # The body's range counts output elements rather than rows of the output's first
+        # dimension (every root but scan; a product one element at a time): set for GPU
+        # kernels, whose threads take a few elements each (dlvm.codegen.cuda_kernel).
+        self.flat = False
         sched = fn.schedule
         columns = sched.get("columns", 0) if sched is not None else 0
         # Groups of columns split among threads (compute-scheduling's `columns`): only for a
@@ -87,12 +91,18 @@ class KernelGen:
 
     # The two functions ---------------------------------------------------------------------
 
+    def declare_entry(self, symbol: str) -> ir.Function:
+        entry = ir.Function(self.module, KERNEL, symbol)
+        entry.linkage = "internal"
+        return entry
+
     def emit(self) -> ir.Function:
         self.emit_body()
         b = ir.IRBuilder(self.entry.append_basic_block("entry"))
         (args,) = self.entry.args
         extent = self.outer_extent()
         sched = self.fn.schedule
+        assert self.rt is not None, "a CPU kernel calls the runtime's thread pool"
         if sched is not None and sched.get("parallel") and extent > 1:
             n, grain = ir.Constant(I64, extent), ir.Constant(I64, max(1, sched.get("grain", 1)))
             if self.per_thread:
@@ -109,23 +119,32 @@ class KernelGen:
         """The trip count of the loop the body splits: the output's first dimension (groups of
         columns for a product scheduled by `columns`)."""
         out = tensor_type(self.core)
+        if self.flat and self.core.opcode != "scan":
+            return math.prod(out.shape)  # each_output's elements
         if self.columns:
             return -(-out.shape[-1] // self.columns)
         if self.core.opcode == "scan":  # one pass per axis over the whole tensor
             return 1
         return out.shape[0] if out.shape else 1
 
-    def emit_body(self) -> None:
-        b = ir.IRBuilder(self.body.append_basic_block("entry"))
-        self.b = b
-        args, begin, end = self.body.args
+    def bind_arguments(self) -> ir.Value:
+        """Starts the body: reads the input pointers and returns the output pointer."""
+        b = self.b = ir.IRBuilder(self.body.append_basic_block("entry"))
+        args = self.body.args[0]
         inputs = self.fn.arguments
         for i, a in enumerate(inputs):
             self.ptrs[a] = b.load(b.gep(args, [ir.Constant(I64, i)], source_etype=PTR), typ=PTR)
-        out = b.load(b.gep(args, [ir.Constant(I64, len(inputs))], source_etype=PTR), typ=PTR)
-        self.out = out
+        self.out = b.load(b.gep(args, [ir.Constant(I64, len(inputs))], source_etype=PTR), typ=PTR)
+        return self.out
+
+    def emit_body(self) -> None:
+        out = self.bind_arguments()
+        b = self.b
+        _, begin, end = self.body.args
         op = self.core.opcode
-        if op == "dot" and tensor_type(self.core).shape:
+        if op == "dot" and tensor_type(self.core).shape and self.flat:
+            self.product_elements(out, begin, end)
+        elif op == "dot" and tensor_type(self.core).shape:
             self.matmul(out, begin, end)
         elif op == "dot":
             self.dot(out)
@@ -174,10 +193,7 @@ class KernelGen:
             v = self.elem(self.root, idx)
             self.store(out, idx, t, v)
 
-        if not t.shape:
-            at([])
-        else:
-            loop_nest(self.b, list(t.shape), at, first=(begin, end))
+        self.each_output(t, at, begin, end)
 
     def reduce(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
         b = self.b
@@ -188,7 +204,7 @@ class KernelGen:
         self.check_combinator(comb)
         dims = sorted(root.attrs["dims"])
         kept = [d for d in range(len(st.shape)) if d not in dims]
-        if dims and kept and kept[-1] == len(st.shape) - 1 and S.value_type(
+        if not self.flat and dims and kept and kept[-1] == len(st.shape) - 1 and S.value_type(
                 t.dtype) == S.memory_type(t.dtype):  # fmt: skip
             self.reduce_rows(out, begin, end, dims, kept)
             return
@@ -213,10 +229,7 @@ class KernelGen:
             loop_nest(b, [st.shape[d] for d in dims], inner)
             self.store(out, out_idx, t, b.load(acc_slot))
 
-        if not t.shape:
-            at([])
-        else:
-            loop_nest(b, list(t.shape), at, first=(begin, end))
+        self.each_output(t, at, begin, end)
 
     def reduce_rows(
         self, out: ir.Value, begin: ir.Value, end: ir.Value, dims: list[int], kept: list[int]
@@ -289,6 +302,32 @@ class KernelGen:
             self.b, list(t.shape[:-2]),
             lambda batch: product.emit(batch, ir.Constant(I64, 0), rows), first=(begin, end),
         )  # fmt: skip
+
+    def product_elements(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
+        """A matrix product one output element at a time (each a sum over p in order), then
+        the epilogue at that element: the untiled product of a GPU thread."""
+        b, core = self.b, self.core
+        x, y = core.operands
+        t = tensor_type(core)
+        slot = self.alloca(S.value_type(t.dtype))
+
+        def at(idx: list[ir.Value]) -> None:
+            batch, i, j = idx[:-2], idx[-2], idx[-1]
+            b.store(S.constant(t.dtype, 0), slot)
+
+            def step(p: ir.Value) -> None:
+                self.memo.clear()
+                xy = S.binary(b, "multiply", self.elem(x, [*batch, i, p]),
+                              self.elem(y, [*batch, p, j]), t.dtype)  # fmt: skip
+                b.store(S.binary(b, "add", b.load(slot), xy, t.dtype), slot)
+
+            counted_loop(b, 0, tensor_type(x).shape[-1], step, name="p")
+            self.store(out, idx, t, b.load(slot))
+            if self.root is not core:
+                self.memo.clear()
+                self.store(out, idx, t, self.elem(self.root, idx))
+
+        self.each_output(t, at, begin, end)
 
     def dot(self, out: ir.Value) -> None:
         """The scalar product of two vectors."""
@@ -376,7 +415,7 @@ class KernelGen:
             loop_nest(b, list(dims), tap)
             self.store(out, o, t, b.load(slot))
 
-        loop_nest(b, list(t.shape), at, first=(begin, end))
+        self.each_output(t, at, begin, end)
 
     def convolve(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
         """XLA's convolution (dlvm/interp/convolution.py), one output element at a time: the
@@ -427,7 +466,19 @@ class KernelGen:
             loop_nest(b, [cin_g, *kt.shape[2:]], tap)
             self.store(out, o, t, b.load(slot))
 
-        loop_nest(b, list(t.shape), at, first=(begin, end))
+        self.each_output(t, at, begin, end)
+
+    def each_output(
+        self, t: TensorType, at: Callable[[list[ir.Value]], None], begin: ir.Value, end: ir.Value
+    ) -> None:
+        """at(idx) for the body's share of the output's elements: rows begin..end of its first
+        dimension, or with `flat` (a GPU thread's share) its row-major elements begin..end."""
+        if not t.shape:
+            at([])
+        elif self.flat:
+            counted_loop(self.b, begin, end, lambda i: at(unravel(self.b, i, t.shape)), name="e")
+        else:
+            loop_nest(self.b, list(t.shape), at, first=(begin, end))
 
     def clamp(self, pos: list[ir.Value], shape: tuple[int, ...]) -> tuple[ir.Value, list[ir.Value]]:
         """Whether every position is inside the shape, and the positions clamped into it (so

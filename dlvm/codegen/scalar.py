@@ -83,6 +83,13 @@ _INTRINSIC = {
     "pow": "llvm.pow",
 }
 _LIBM = {"erf": "erf", "erfc": "erfc", "lgamma": "lgamma"}
+# In a GPU module (nvptx64), the operations the NVPTX back end cannot lower itself call
+# libdevice, NVIDIA's math library as LLVM bitcode, linked in by dlvm.codegen.cuda:
+# `__nv_expf` for f32, `__nv_exp` for f64 (f16 is computed in f32).
+_LIBDEVICE = frozenset(
+    ["exp", "log", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "pow",
+     "erf", "erfc", "lgamma", "round"]
+)  # fmt: skip
 _APPROX = {"exp": approx.exp_f32, "tanh": approx.tanh_f32, "log": approx.log_f32}
 
 
@@ -91,10 +98,16 @@ def _suffix(t: ir.Type) -> str:
 
 
 def call_math(b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
-    """An intrinsic (`llvm.exp.f32`) or, without one, the libm function for the type."""
+    """An intrinsic (`llvm.exp.f32`) or, without one, the libm function for the type; in a
+    GPU module, libdevice's where NVPTX has no instruction."""
     module = b.module
     t = args[0].type
-    if name in _INTRINSIC:
+    if name in _LIBDEVICE and module.triple.startswith("nvptx"):
+        if str(t) == "half":
+            wide = [b.fpext(a, ir.FloatType()) for a in args]
+            return b.fptrunc(call_math(b, name, wide), t)
+        fname = f"__nv_{name}" + ("f" if str(t) == "float" else "")
+    elif name in _INTRINSIC:
         fname = f"{_INTRINSIC[name]}.{_suffix(t)}"
     elif name in _LIBM:
         if str(t) == "half":  # libm has no half functions: compute in float

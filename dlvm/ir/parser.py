@@ -279,14 +279,20 @@ class Parser(BodyParser):
             self.expect_newline()
             self.skip_newlines()
         compute = False
-        schedule: Schedule | None = None
+        schedules: dict[str, Schedule] = {}
         while self.at("["):
+            pos = self.pos
             line = self.declaration_line()
             self.skip_newlines()
             if line == "compute":
                 compute = True
             elif isinstance(line, Schedule):
-                schedule = line
+                # One CPU or host schedule, and one CUDA schedule beside it.
+                slot = "cuda" if line.target == "cuda" else "cpu"
+                if slot in schedules:
+                    what = "cuda schedule" if slot == "cuda" else "cpu or host schedule"
+                    self.error(f"a function has at most one {what}", pos + 1)
+                schedules[slot] = line
             else:
                 declaration = line
         self.expect("func", "'func'")
@@ -303,7 +309,8 @@ class Parser(BodyParser):
         fn.type = ty
         fn.attributes = attributes
         fn.compute = compute
-        fn.schedule = schedule
+        fn.schedule = schedules.get("cpu")
+        fn.cuda_schedule = schedules.get("cuda")
         if isinstance(declaration, tuple):
             of_name, of_pos, decl = declaration
             of = self.globals.get(of_name)

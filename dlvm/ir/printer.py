@@ -165,6 +165,8 @@ def function_text(fn: Function) -> str:
         lines.append("[compute]")
     if fn.schedule is not None:
         lines.append(str(fn.schedule))
+    if fn.cuda_schedule is not None:
+        lines.append(str(fn.cuda_schedule))
     if fn.declaration is not None:
         decl = fn.declaration
         lines.append(f"[{decl}]" if isinstance(decl, str) else str(decl))

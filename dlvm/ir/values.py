@@ -390,6 +390,7 @@ class Function(Value):
         "declaration",
         "compute",
         "schedule",
+        "cuda_schedule",
         "module",
         "revision",
         "loc",
@@ -404,6 +405,9 @@ class Function(Value):
         self.declaration: GradientDecl | str | None = None  # EXTERN, a GradientDecl, or None
         self.compute = False  # `[compute]`: a kernel outlined by compute generation
         self.schedule: Schedule | None = None  # `[schedule …]`, from compute scheduling
+        # `[schedule cuda …]`: how a [compute] function also runs as a GPU kernel, beside its
+        # CPU schedule (a library built for CUDA runs on either device).
+        self.cuda_schedule: Schedule | None = None
         self.module: Module | None = None
         self.revision = 0
         self.loc = loc

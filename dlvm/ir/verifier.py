@@ -138,9 +138,12 @@ class _Verifier:
         if fn.compute and stage not in _COMPUTE_STAGES:
             message = f"compute function @{fn.name} is not allowed at stage {stage}"
             self.error(f"{message} (compute-generation makes them)", fn.loc, ctx)
-        if fn.schedule is not None and stage != "schedule":
+        if (fn.schedule or fn.cuda_schedule) is not None and stage != "schedule":
             message = f"@{fn.name} has a schedule, which is not allowed at stage {stage}"
             self.error(f"{message} (compute-scheduling gives them)", fn.loc, ctx)
+        if fn.cuda_schedule is not None and not fn.compute:
+            message = f"@{fn.name} has a cuda schedule but is not a [compute] function"
+            self.error(f"{message} (only kernels run on the GPU)", fn.loc, ctx)
 
     def gradient_declaration(self, fn: Function) -> None:
         decl = fn.gradient

@@ -1,5 +1,6 @@
 """dlc: compiles a DLVM IR module: `--emit ir` (verified and printed), `--emit llvm` (optimised
-LLVM IR), `--emit so` (a shared library with every function an entry point, docs/c-abi.md).
+LLVM IR), `--emit ptx` (its kernels for CUDA, for `--gpu`), `--emit so` (a shared library with
+every function an entry point, docs/c-abi.md).
 The kind defaults from the output's suffix (`-o m.so`), else ir."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 from dlvm import __version__
+from dlvm.codegen.gpus import DEFAULT_GPU, GPUS
 from dlvm.diagnostics import BuildFailure, Diagnostic, DiagnosticError
 from dlvm.ir.printer import module_text
 from dlvm.tools.driver import (
@@ -20,7 +22,7 @@ from dlvm.tools.driver import (
     report,
 )
 
-EMIT_KINDS = ("ir", "llvm", "so")
+EMIT_KINDS = ("ir", "llvm", "ptx", "so")
 
 
 @quiet_broken_pipe
@@ -30,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--emit", help="what to produce: " + ", ".join(EMIT_KINDS))
     ap.add_argument("-o", "--output", metavar="OUT")
     ap.add_argument("--cpu", default="native", help="target CPU (native, x86-64-v3, …)")
+    ap.add_argument("--gpu", default=DEFAULT_GPU, choices=GPUS, help="CUDA architecture (ptx)")
     args = ap.parse_args(argv)
     emit = args.emit or ("so" if args.output and args.output.endswith(".so") else "ir")
     if emit not in EMIT_KINDS:
@@ -60,6 +63,10 @@ def _compile(module, emit: str, args: argparse.Namespace) -> int:
             Differentiation().run(module)
         if emit == "llvm":
             return _write(compile_object(schedule(module, args.cpu), cpu=args.cpu)[1], args.output)
+        if emit == "ptx":
+            from dlvm.codegen.cuda import ptx
+
+            return _write(ptx(schedule(module, args.cpu, cuda=True), args.gpu)[0], args.output)
         build_library(module, module_spec(module, f"dlc {__version__}"), Path(args.output),
                       cpu=args.cpu)  # fmt: skip
     except DiagnosticError as e:

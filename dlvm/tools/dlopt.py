@@ -27,6 +27,7 @@ from dlvm.tools.driver import (
 )
 from dlvm.transforms import PASSES
 from dlvm.transforms.checkpointing import Checkpointing
+from dlvm.transforms.compute_scheduling import ComputeScheduling
 from dlvm.transforms.differentiation import Differentiation
 from dlvm.transforms.pass_manager import PassManager
 from dlvm.transforms.pipelines import PIPELINES
@@ -110,6 +111,13 @@ def parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="memory the checkpointing pass (CP) may keep live per block (default 0)",
     )
+    ap.add_argument(
+        "--target",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="what compute-scheduling (CS) schedules kernels for: cpu, or cuda (a CUDA launch "
+        "beside each CPU schedule)",
+    )
     return ap
 
 
@@ -139,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.verify_diagnostics:
         return _verify_diagnostics(args.inputs, args.split_input_file)
     Checkpointing.default_budget = args.checkpoint_budget
+    ComputeScheduling.default_cuda = args.target == "cuda"
     status = EXIT_OK
     for i, path in enumerate(args.inputs):
         print(f"Source file: {path}", flush=True)

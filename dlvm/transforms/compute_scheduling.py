@@ -6,7 +6,19 @@ its loop nest are split across the runtime's threads when the kernel does enough
 for waking them (P = 0 otherwise), the innermost loop is vectorised W lanes wide, and a thread
 takes at least G iterations of the parallel loop. A matrix product with only a few rows adds
 `columns C`: the parallel loop runs over groups of C columns instead of rows. A host function
-gets `[schedule host]`."""
+gets `[schedule host]`.
+
+Scheduling for CUDA as well (`cuda=True`, a library that runs on either device) gives every
+`[compute]` function a second line, its GPU launch:
+- a matrix product of floats with at least a tile's worth of outputs (64 × 64),
+  `[schedule cuda block 16 x 16 tile 64 x 64 x 16 grid X x Y x Z]`:
+  each block of 16 × 16 threads computes a 64 × 64 tile of the output (4 × 4 elements a thread)
+  from 16-deep slices of the operands staged in shared memory; X tiles across the columns, Y
+  down the rows, Z one per batch element (dlvm.codegen.cuda_matmul);
+- any other kernel, `[schedule cuda block B grid G]`: B threads a block, G blocks, and a
+  grid-stride loop over the output's elements (a smaller product computes each as one
+  thread's sum; a scan is one thread's pass over the whole tensor), consecutive threads on
+  consecutive elements so that accesses coalesce."""
 
 from __future__ import annotations
 
@@ -25,6 +37,12 @@ PARALLEL_WORK = 1 << 16
 # (a multiple of every tile width of dlvm.codegen.matmul), as `columns C` in its schedule.
 FEW_ROWS = 8
 STRIP_COLUMNS = 64
+# CUDA: threads a block, the most blocks a grid-stride kernel launches (an H200's 132
+# multiprocessors hold 8 such blocks each; more only queue), and the product's tiles.
+CUDA_BLOCK = 256
+CUDA_MAX_GRID = 4096
+CUDA_TILE = (64, 64, 16)
+CUDA_THREADS = (16, 16)
 
 
 class ComputeScheduling(Pass):
@@ -33,8 +51,12 @@ class ComputeScheduling(Pass):
     summary = "decides loop schedules (threads, vector width) for every kernel; sets stage schedule"
     stages = ("compute", "schedule")
 
-    def __init__(self, vector_bits: int = 256) -> None:
+    # Whether a pass made without saying schedules for CUDA too (dlopt --target cuda).
+    default_cuda = False
+
+    def __init__(self, vector_bits: int = 256, cuda: bool | None = None) -> None:
         self.vector_bits = vector_bits
+        self.cuda = self.default_cuda if cuda is None else cuda
 
     def run(self, module: Module) -> bool:
         changed = module.stage != "schedule"
@@ -45,6 +67,10 @@ class ComputeScheduling(Pass):
             schedule = self.kernel_schedule(fn) if fn.compute else Schedule("host")
             if fn.schedule != schedule:
                 fn.schedule = schedule
+                changed = True
+            cuda = cuda_schedule(fn) if self.cuda and fn.compute else None
+            if fn.cuda_schedule != cuda:
+                fn.cuda_schedule = cuda
                 changed = True
         return changed
 
@@ -68,6 +94,27 @@ class ComputeScheduling(Pass):
             if columns:
                 items.append(("columns", (columns,)))
         return Schedule("cpu", tuple(items))
+
+
+def cuda_schedule(fn: Function) -> Schedule:
+    """The GPU launch of a [compute] function (the module docstring)."""
+    root = kernel_core(fn)
+    out = root.type
+    assert isinstance(out, TensorType)
+    rows, cols, _ = CUDA_TILE
+    if root.opcode == "dot" and out.rank >= 2 and out.dtype.is_float and (
+            out.shape[-2] * out.shape[-1] >= rows * cols):  # fmt: skip
+        tiles = (
+            math.ceil(out.shape[-1] / cols),
+            math.ceil(out.shape[-2] / rows),
+            math.prod(out.shape[:-2]),
+        )
+        return Schedule("cuda", (("block", CUDA_THREADS), ("tile", CUDA_TILE), ("grid", tiles)))
+    # One pass over the whole tensor for a scan (dlvm.codegen.kernel).
+    extent = 1 if root.opcode == "scan" else math.prod(out.shape)
+    block = min(CUDA_BLOCK, 32 * math.ceil(extent / 32))
+    grid = min(CUDA_MAX_GRID, math.ceil(extent / block))
+    return Schedule("cuda", (("block", (block,)), ("grid", (grid,))))
 
 
 def _work(root: Instruction) -> int:

@@ -135,6 +135,15 @@ case("dot-prologue-transposes", ["<11 x 7 x f32>", "<19 x 11 x f32>"], "<7 x 19 
 case("dot-prologue-scaled", ["<300 x 7 x f32>", "<7 x 23 x f32>"], "<300 x 23 x f32>",
      "%s = multiply %b: <7 x 23 x f32>, 0.5: f32",
      "%r = dot %a: <300 x 7 x f32>, %s: <7 x 23 x f32>")  # fmt: skip
+# Products big enough for CUDA's shared-memory tiles (64 x 64 outputs; test_cuda_kernels):
+# no size a multiple of the tile, a batch, an epilogue, f64.
+case("dot-tiled-batched-epilogue", ["<2 x 70 x 65 x f32>", "<2 x 65 x 67 x f32>",
+     "<2 x 1 x 67 x f32>"], "<2 x 70 x 67 x f32>",
+     "%d = dot %a: <2 x 70 x 65 x f32>, %b: <2 x 65 x 67 x f32>",
+     "%s = add %d: <2 x 70 x 67 x f32>, %c: <2 x 1 x 67 x f32>",
+     "%r = tanh %s: <2 x 70 x 67 x f32>")  # fmt: skip
+case("dot-tiled-f64", ["<65 x 33 x f64>", "<33 x 129 x f64>"], "<65 x 129 x f64>",
+     "%r = dot %a: <65 x 33 x f64>, %b: <33 x 129 x f64>")  # fmt: skip
 case("transpose-3d", ["<2 x 3 x 5 x f32>"], "<5 x 3 x 2 x f32>",
      "%r = transpose %a: <2 x 3 x 5 x f32>")  # fmt: skip
 case("reverse", ["<4 x 3 x 5 x f32>"], "<4 x 3 x 5 x f32>",

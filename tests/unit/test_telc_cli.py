@@ -123,11 +123,12 @@ def test_a_real_process_exits_with_the_documented_statuses(tmp_path, tiny):
         (["-O3"], "Error: Invalid value for '-O': '3' is not one of '0', '1', '2'."),
         (["-Ofast"], "Error: Invalid value for '-O': 'fast' is not one of '0', '1', '2'."),
         (["--target", "gpu"], "Error: Invalid value for '--target': 'gpu' is not one of"),
-        (["--emit", "ptx"], "Error: Invalid value for '--emit': 'ptx' is not one of"),
+        (["--emit", "cubin"], "Error: Invalid value for '--emit': 'cubin' is not one of"),
+        (["--gpu", "sm_70"], "Error: Invalid value for '--gpu': 'sm_70' is not one of"),
         (["-q", "-v"], "Error: -q and -v cannot be used together"),
     ],
     ids=["unknown-flag", "D-no-value", "D-not-number", "D-no-name", "O3", "Ofast", "target",
-         "emit", "quiet-verbose"],
+         "emit", "gpu", "quiet-verbose"],
 )  # fmt: skip
 def test_a_bad_option_is_status_2_with_usage(tiny, args, message):
     result = telc("build", tiny, *args)
@@ -223,9 +224,23 @@ def test_check_reports_located_errors_with_status_1(tmp_path):
 def test_the_cuda_target_is_refused_clearly(tiny, command):
     result = telc(*command, tiny, "--target", "cuda")
     assert result.exit_code == 1
-    assert result.stderr == "telc: cannot build: the cuda target is not available yet\n"
+    assert result.stderr == (
+        "telc: cannot build: --target cuda builds the CUDA kernels (--emit ptx) but not yet a "
+        "library that launches them (llvm, asm, obj, so)\n"
+    )
     assert not Path(tiny.stem + ".so").exists()  # nothing written where telc ran
     no_traceback(result)
+
+
+def test_emit_ptx_writes_the_kernels_for_the_gpu_asked_for(tmp_path, tiny):
+    out = tmp_path / "k.ptx"
+    result = telc("build", tiny, "--emit", "ptx", "--gpu", "sm_86", "-o", str(out), "-q")
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert ".target sm_86" in text and ".visible .entry dlk_" in text
+    shown = telc("build", tiny, "--emit", "schedule", "--target", "cuda")
+    assert "[schedule cuda block" in shown.stdout
+    assert "[schedule cuda" not in telc("build", tiny, "--emit", "schedule").stdout
 
 
 def test_the_cuda_target_does_not_matter_before_code_generation(tiny):

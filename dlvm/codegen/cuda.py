@@ -1,0 +1,202 @@
+"""CUDA code generation (DESIGN.md section 4): the `[compute]` functions of a module scheduled
+for CUDA as one NVPTX module (`nvptx64-nvidia-cuda`), linked with libdevice where a kernel calls
+NVIDIA's math functions, optimised and emitted as PTX text for one GPU architecture.
+
+Each kernel is a PTX entry `dlk_<name>(ptr in…, ptr out)` taking device pointers to its inputs
+and its output, launched with its `[schedule cuda …]` line's grid and block
+(dlvm.codegen.cuda_kernel). No part of the CUDA toolkit is needed to generate PTX: libdevice
+comes from the `nvidia-cuda-nvcc-cu12` wheel (the `cuda` extra), and only kernels that call a
+libdevice function need it."""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from dlvm.codegen.gpus import DEFAULT_GPU, GPUS
+from dlvm.codegen.scalar import I32, CodegenError
+from dlvm.ir.schedule import Schedule
+from dlvm.ir.values import Function, Module
+
+TRIPLE = "nvptx64-nvidia-cuda"
+
+_SREG = "llvm.nvvm.read.ptx.sreg."
+
+
+def kernel_symbol(fn: Function) -> str:
+    """The PTX entry of a [compute] function: a C identifier (PTX allows no '.')."""
+    return "dlk_" + re.sub(r"[^A-Za-z0-9_]", "_", fn.name)
+
+
+def special_register(b: ir.IRBuilder, name: str) -> ir.Value:
+    """A PTX special register as i32: `tid.x`, `ntid.y`, `ctaid.z`, `nctaid.x`…"""
+    fname = _SREG + name
+    fn = b.module.globals.get(fname) or ir.Function(b.module, ir.FunctionType(I32, []), fname)
+    return b.call(fn, [])
+
+
+def barrier(b: ir.IRBuilder) -> None:
+    """`bar.sync 0`: every thread of the block waits until all have arrived."""
+    fname = "llvm.nvvm.barrier0"
+    fn = b.module.globals.get(fname) or ir.Function(
+        b.module, ir.FunctionType(ir.VoidType(), []), fname
+    )
+    b.call(fn, [])
+
+
+def mark_kernel(fn: ir.Function) -> None:
+    """Makes fn a PTX entry (`.entry`), callable by cuLaunchKernel."""
+    fn.calling_convention = "ptx_kernel"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the runtime launches one kernel: its PTX entry, grid and block (x, y, z), and the
+    number of pointers it takes (inputs, then the output)."""
+
+    symbol: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    pointers: int
+
+
+def launch(fn: Function) -> Launch:
+    """The launch of a [compute] function from its cuda schedule."""
+    sched = fn.cuda_schedule
+    if sched is None:
+        raise CodegenError(f"@{fn.name} has no cuda schedule (schedule with cuda=True)")
+    return Launch(
+        kernel_symbol(fn),
+        _xyz(sched, "grid"),
+        _xyz(sched, "block"),
+        len(fn.arguments) + 1,
+    )
+
+
+def _xyz(sched: Schedule, key: str) -> tuple[int, int, int]:
+    value = sched.get_all(key) or (1,)
+    if len(value) > 3 or min(value) < 1:
+        raise CodegenError(f"bad '{key}' in {sched}: 1 to 3 positive numbers")
+    x, y, z = (*value, 1, 1)[:3]
+    return (x, y, z)
+
+
+def device_module(module: Module) -> tuple[ir.Module, list[Launch]]:
+    """The LLVM module of every [compute] function of a module scheduled for CUDA, and their
+    launches in module order."""
+    from dlvm.codegen.cuda_kernel import CudaKernelGen  # it imports this module
+
+    if module.stage != "schedule":
+        raise CodegenError(f"code generation needs stage schedule, found stage {module.stage}")
+    m = ir.Module(name=module.name + ".cuda")
+    m.triple = TRIPLE
+    launches = []
+    for fn in module.functions:
+        if fn.compute and fn.blocks:
+            CudaKernelGen(m, fn).emit()
+            launches.append(launch(fn))
+    return m, launches
+
+
+@functools.cache
+def _initialise() -> None:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+
+def target_machine(gpu: str = DEFAULT_GPU, opt: int = 3) -> llvm.TargetMachine:
+    if gpu not in GPUS:
+        raise CodegenError(f"unknown GPU architecture '{gpu}' (known: {', '.join(GPUS)})")
+    _initialise()
+    return llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=gpu, opt=opt)
+
+
+def libdevice_path() -> Path:
+    """libdevice.10.bc from the nvidia-cuda-nvcc-cu12 wheel; CodegenError when not installed."""
+    try:
+        import nvidia.cuda_nvcc  # type: ignore[import-not-found,import-untyped]
+
+        roots = [Path(p) for p in nvidia.cuda_nvcc.__path__]
+    except ImportError:
+        roots = []
+    for root in roots:
+        path = root / "nvvm" / "libdevice" / "libdevice.10.bc"
+        if path.is_file():
+            return path
+    raise CodegenError(
+        "a kernel calls a math function from libdevice, which is not installed: "
+        "pip install nvidia-cuda-nvcc-cu12 (or this project's `cuda` extra)"
+    )
+
+
+@functools.cache
+def _libdevice_bitcode() -> bytes:
+    return libdevice_path().read_bytes()
+
+
+def ptx(module: Module, gpu: str = DEFAULT_GPU, opt: int = 3) -> tuple[str, list[Launch]]:
+    """The PTX text of a module scheduled for CUDA, and its kernels' launches."""
+    m, launches = device_module(module)
+    tm = target_machine(gpu, opt)
+    mod = llvm.parse_assembly(str(m))
+    mod.verify()
+    mod.data_layout = str(tm.target_data)
+    if any(f.is_declaration and f.name.startswith("__nv_") for f in mod.functions):
+        lib = llvm.parse_bitcode(_libdevice_bitcode())
+        lib.triple = TRIPLE
+        lib.data_layout = mod.data_layout
+        mod.link_in(lib)
+    # Only the kernels are entry points: everything else may be inlined and dropped (libdevice
+    # alone is 700 KB of PTX when kept whole).
+    entries = {launch.symbol for launch in launches}
+    for f in mod.functions:
+        if not f.is_declaration and f.name not in entries:
+            f.linkage = llvm.Linkage.internal
+    for g in mod.global_variables:
+        if not g.is_declaration:
+            g.linkage = llvm.Linkage.internal
+    if opt > 0:
+        pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+    return str(tm.emit_assembly(mod)), launches
+
+
+def ptxas_path() -> Path | None:
+    """ptxas from the nvidia-cuda-nvcc-cu12 wheel, or None when it is not installed."""
+    try:
+        import nvidia.cuda_nvcc  # type: ignore[import-not-found,import-untyped]
+    except ImportError:
+        return None
+    for root in nvidia.cuda_nvcc.__path__:
+        path = Path(root) / "bin" / "ptxas"
+        if path.is_file():
+            return path
+    return None
+
+
+def check_ptx(text: str, gpu: str = DEFAULT_GPU) -> str:
+    """Assembles PTX with ptxas for `gpu` (nothing is kept) and returns what ptxas reports of
+    each kernel (registers, shared memory, spills); CodegenError with ptxas's messages when it
+    rejects the PTX or is not installed."""
+    exe = ptxas_path()
+    if exe is None:
+        raise CodegenError("ptxas is not installed: pip install nvidia-cuda-nvcc-cu12")
+    with tempfile.TemporaryDirectory(prefix="dlvm-ptxas-") as tmp:
+        source = Path(tmp) / "kernels.ptx"
+        source.write_text(text, encoding="utf-8")
+        done = subprocess.run(
+            [str(exe), f"-arch={gpu}", "-v", str(source), "-o", str(Path(tmp) / "kernels.cubin")],
+            capture_output=True,
+            text=True,
+        )
+    if done.returncode != 0:
+        raise CodegenError(f"ptxas rejected the PTX:\n{done.stderr.strip()}")
+    return done.stderr

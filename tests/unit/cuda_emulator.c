@@ -1,0 +1,90 @@
+/* The CUDA execution model on the CPU, for testing generated kernels where no GPU is: each
+ * block of a launch runs as one POSIX thread per CUDA thread (blocks one after another), the
+ * special registers are thread-local variables and `bar.sync 0` is a pthread barrier. The
+ * kernels' LLVM IR is compiled for the host with its NVVM intrinsics renamed to the functions
+ * below (tests/unit/cuda_emulator.py). */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    unsigned x, y, z;
+} dim3;
+
+static __thread dim3 tid, ctaid;
+static dim3 ntid, nctaid;
+static pthread_barrier_t barrier;
+
+unsigned dlemu_tid_x(void) { return tid.x; }
+unsigned dlemu_tid_y(void) { return tid.y; }
+unsigned dlemu_tid_z(void) { return tid.z; }
+unsigned dlemu_ctaid_x(void) { return ctaid.x; }
+unsigned dlemu_ctaid_y(void) { return ctaid.y; }
+unsigned dlemu_ctaid_z(void) { return ctaid.z; }
+unsigned dlemu_ntid_x(void) { return ntid.x; }
+unsigned dlemu_ntid_y(void) { return ntid.y; }
+unsigned dlemu_ntid_z(void) { return ntid.z; }
+unsigned dlemu_nctaid_x(void) { return nctaid.x; }
+unsigned dlemu_nctaid_y(void) { return nctaid.y; }
+unsigned dlemu_nctaid_z(void) { return nctaid.z; }
+void dlemu_barrier0(void) { pthread_barrier_wait(&barrier); }
+
+enum { MAX_POINTERS = 16 };
+
+typedef struct {
+    void *kernel;
+    int count;
+    void **pointers;
+    dim3 tid, ctaid;
+} thread_args;
+
+/* Every kernel takes only pointers: it is called with MAX_POINTERS of them, the ones it does
+ * not take being ignored (the x86-64 calling convention: the caller pops its arguments). */
+typedef void (*kernel_fn)(void *, void *, void *, void *, void *, void *, void *, void *,
+                          void *, void *, void *, void *, void *, void *, void *, void *);
+
+static void *run_thread(void *arg) {
+    thread_args *a = arg;
+    void **p = a->pointers;
+    tid = a->tid;
+    ctaid = a->ctaid;
+    void *q[MAX_POINTERS] = {0};
+    memcpy(q, p, sizeof(void *) * (size_t)a->count);
+    ((kernel_fn)a->kernel)(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10],
+                           q[11], q[12], q[13], q[14], q[15]);
+    return NULL;
+}
+
+/* Runs kernel(pointers[0], …) on a grid of blocks; 0 on success, -1 if a thread could not
+ * be started or the kernel takes too many pointers. */
+int dlemu_launch(void *kernel, const unsigned grid[3], const unsigned block[3], int count,
+                 void **pointers) {
+    if (count < 1 || count > MAX_POINTERS) return -1;
+    unsigned threads = block[0] * block[1] * block[2];
+    pthread_t handles[1024];
+    thread_args args[1024];
+    if (threads == 0 || threads > 1024) return -1;
+    ntid = (dim3){block[0], block[1], block[2]};
+    nctaid = (dim3){grid[0], grid[1], grid[2]};
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1 << 18);
+    for (unsigned bz = 0; bz < grid[2]; bz++)
+        for (unsigned by = 0; by < grid[1]; by++)
+            for (unsigned bx = 0; bx < grid[0]; bx++) {
+                pthread_barrier_init(&barrier, NULL, threads);
+                unsigned n = 0;
+                for (unsigned z = 0; z < block[2]; z++)
+                    for (unsigned y = 0; y < block[1]; y++)
+                        for (unsigned x = 0; x < block[0]; x++, n++) {
+                            args[n] = (thread_args){kernel, count, pointers,
+                                                    {x, y, z}, {bx, by, bz}};
+                            if (pthread_create(&handles[n], &attr, run_thread, &args[n]))
+                                return -1; /* the started threads wait at the barrier */
+                        }
+                for (unsigned i = 0; i < n; i++) pthread_join(handles[i], NULL);
+                pthread_barrier_destroy(&barrier);
+            }
+    pthread_attr_destroy(&attr);
+    return 0;
+}
