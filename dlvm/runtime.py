@@ -250,6 +250,23 @@ class DlrtTensor(ctypes.Structure):
     ]
 
 
+class DlrtKernel(ctypes.Structure):
+    """dlrt_kernel: one kernel of a library's PTX and its launch (dlrt_cuda_open)."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("grid", ctypes.c_uint32 * 3),
+        ("block", ctypes.c_uint32 * 3),
+        ("pointers", ctypes.c_int32),
+    ]
+
+
+class DlrtLaunch(ctypes.Structure):
+    """dlrt_launch: a step of a device plan (dlrt_cuda_run)."""
+
+    _fields_ = [("kernel", ctypes.c_int32), ("slots", ctypes.POINTER(ctypes.c_int32))]
+
+
 class DLDeviceType(enum.IntEnum):
     """DLPack v0.8 DLDeviceType (kDLCPU…)."""
 

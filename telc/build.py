@@ -33,13 +33,7 @@ from telc.driver import (
 from telc.program import load
 
 CACHED = ("llvm", "obj", "so")
-# What --target cuda does not build yet: the host code that would launch its kernels.
-LIBRARY_STAGES = ("llvm", "asm", "obj", "so")
 SUFFIX = {"llvm": ".ll", "obj": ".o"}
-
-
-class UnavailableTarget(BuildFailure):
-    """A target telc knows but cannot generate code for yet."""
 
 
 @dataclass
@@ -68,11 +62,6 @@ def produce(
     without it."""
     assert emit != "so" or output is not None, "a library needs an output path"
     timings = timings if timings is not None else Timings()
-    if emit in LIBRARY_STAGES and options.target == "cuda":
-        raise UnavailableTarget(
-            "--target cuda builds the CUDA kernels (--emit ptx) but not yet a library that "
-            "launches them (llvm, asm, obj, so)"
-        )
     text = read_text(path)
     if emit == "ast":
         with timings.stage("parse"):
@@ -140,7 +129,8 @@ def _build_library(
             workspace = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="telc-")))
         else:  # a failed build leaves nothing; a stored one has moved away
             cleanup.callback(shutil.rmtree, workspace, True)
-        library.build_so(compiled, workspace / name, options.cpu, timings, options.level)
+        gpu = options.gpu if options.target == "cuda" else None
+        library.build_so(compiled, workspace / name, options.cpu, timings, options.level, gpu)
         report.update(library.describe(compiled.module, library_spec(compiled.interface)))
         source = workspace
         if cache is not None and key is not None:

@@ -360,6 +360,13 @@ Examples:
 )  # fmt: skip
 @click.option("--load", "checkpoint", metavar="FILE", help="Load parameters saved by --save.")
 @click.option("--save", metavar="FILE", help="Save the parameters after the run (safetensors).")
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    metavar="DEVICE",
+    help="Where the model runs: cpu, or cuda:N (which builds with --target cuda).",
+)
 @_codegen
 @_define
 @_quiet
@@ -373,6 +380,7 @@ def run(
     steps: int,
     checkpoint: str | None,
     save: str | None,
+    device: str,
     level: str,
     target: str,
     cpu: str,
@@ -385,6 +393,8 @@ def run(
     from telc import run as running
 
     _chatter(quiet, verbose)
+    if device.startswith("cuda"):
+        target = "cuda"  # the library must hold the kernels
     options = _build_options(defines, level, target, cpu, gpu)
     progress = Progress(quiet, verbose)
     warnings: list[str] = []
@@ -405,7 +415,15 @@ def run(
             if not product.cached and not quiet:
                 err.print(f"telc: built {file} in {progress.total:.2f} s", soft_wrap=True)
             chosen, outputs = running.execute(
-                library, entry, inputs, seed, steps, checkpoint, save, _steps(steps, quiet, err)
+                library,
+                entry,
+                inputs,
+                seed,
+                steps,
+                checkpoint,
+                save,
+                _steps(steps, quiet, err),
+                device,
             )
         if output is None:
             running.show(console(stderr=False), chosen, outputs)

@@ -10,6 +10,7 @@ from typing import Any
 from dlvm.codegen.build import BuildResult, build_library, schedule
 from dlvm.codegen.cuda import ptx
 from dlvm.codegen.frame import FramePlan
+from dlvm.codegen.gpus import DEFAULT_GPU
 from dlvm.codegen.llgen import compile_assembly, compile_object
 from dlvm.codegen.spec import LibrarySpec, TensorSpec
 from dlvm.ir.printer import module_text
@@ -44,10 +45,16 @@ def emit_stage(
 
 
 def build_so(
-    compiled: Compiled, output: Path, cpu: str, timings: Timings | None = None, level: int = 2
+    compiled: Compiled,
+    output: Path,
+    cpu: str,
+    timings: Timings | None = None,
+    level: int = 2,
+    gpu: str | None = None,
 ) -> BuildResult:
-    """Builds the shipped library; each code-generation step is named to timings as it begins
-    and its time added after the frontend's."""
+    """Builds the shipped library (with CUDA kernels for `gpu` when given); each
+    code-generation step is named to timings as it begins and its time added after the
+    frontend's."""
     timings = timings if timings is not None else Timings()
     spec = library_spec(compiled.interface)
     result = build_library(
@@ -57,6 +64,8 @@ def build_so(
         cpu=cpu,
         opt=OPT_LEVELS[level].llvm,
         progress=timings.started,
+        cuda=gpu is not None,
+        gpu=gpu or DEFAULT_GPU,
     )
     timings.stages.extend(result.timings)
     return result

@@ -122,16 +122,19 @@ def execute(
     checkpoint: str | None,
     save: str | None,
     step_done: Callable[[int, float], None],
+    device: str = "cpu",
 ) -> tuple[Any, Outputs]:
-    """Creates the model of `library` with parameters from `seed` (or the `checkpoint`), runs
-    the entry on the inputs read from their files, saves the parameters to `save` if given;
-    the entry and its outputs."""
+    """Creates the model of `library` on `device` with parameters from `seed` (or the
+    `checkpoint`), runs the entry on the inputs read from their files, saves the parameters to
+    `save` if given; the entry and its outputs."""
     import dlvm
 
     try:
-        model = dlvm.load(library, seed=seed)
+        model = dlvm.load(library, device=device, seed=seed)
     except (OSError, ValueError) as e:
         raise RunError(f"cannot load {library}: {e}") from None
+    except dlvm.LibraryError as e:
+        raise RunError(f"cannot create the model on {device}: {e.message}") from None
     entry = choose_entry(model, entry_name)
     arrays = read_inputs(entry, inputs)
     if checkpoint:

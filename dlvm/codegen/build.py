@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from dlvm.analysis.call_graph import CallGraph
+from dlvm.codegen.cuda import ptx, ptx_object
 from dlvm.codegen.glue import glue_source, header_source
+from dlvm.codegen.glue_cuda import cuda_glue
+from dlvm.codegen.gpus import DEFAULT_GPU
 from dlvm.codegen.llgen import object_files
 from dlvm.codegen.spec import LibrarySpec
 from dlvm.codegen.target import vector_bits
@@ -75,8 +78,11 @@ def build_library(
     opt: int = 3,
     cc: str | None = None,
     progress: Callable[[str], None] | None = None,
+    cuda: bool = False,
+    gpu: str = DEFAULT_GPU,
 ) -> BuildResult:
-    """Writes output (the .so), output with suffix .h, and dlrt.h beside them."""
+    """Writes output (the .so), output with suffix .h, and dlrt.h beside them. With `cuda`, the
+    library also holds the kernels as PTX for `gpu` and runs models created on "cuda:N"."""
     output = Path(output)
     compiler = cc or os.environ.get("CC", "cc")
     timings: list[tuple[str, float]] = []
@@ -93,7 +99,13 @@ def build_library(
     roots = {e.host for e in spec.entries} | ({spec.init} if spec.init else set())
     keep_reachable(module, roots)
     if module.stage != "schedule":
-        step("compute stages", lambda: schedule(module, cpu))
+        step("compute stages", lambda: schedule(module, cpu, cuda))
+    extra: list[bytes] = []
+    if cuda:
+        text, launches = step("ptx", lambda: ptx(module, gpu, opt))
+        kernels = cuda_glue(module, spec, launches, gpu)
+        glue, header_text = glue_source(spec, kernels), header_source(spec, kernels)
+        extra.append(ptx_object(text, cpu))
     include = runtime_dir() / "include"
     header = output.with_suffix(".h")
     with tempfile.TemporaryDirectory(prefix="dlvm-build-") as tmp:
@@ -107,6 +119,7 @@ def build_library(
             objects = step("llvm", lambda: object_files(module, cpu=cpu, opt=opt))
             runtime_objects = step("runtime", lambda: build_runtime(compiler))
             step("glue", glue_job.wait)
+        objects += extra
         models = [f"model{i}.o" for i in range(len(objects))]
         for name, obj in zip(models, objects):
             (work / name).write_bytes(obj)

@@ -200,3 +200,23 @@ def check_ptx(text: str, gpu: str = DEFAULT_GPU) -> str:
     if done.returncode != 0:
         raise CodegenError(f"ptxas rejected the PTX:\n{done.stderr.strip()}")
     return done.stderr
+
+
+def ptx_object(text: str, cpu: str = "native") -> bytes:
+    """An object file for the host holding the PTX as `dl_cuda_ptx`, a NUL-terminated string
+    (hidden: only the library's glue reads it)."""
+    from dlvm.codegen.llgen import TRIPLE as HOST_TRIPLE
+    from dlvm.codegen.llgen import target_machine as host_machine
+
+    data = text.encode("utf-8") + b"\0"
+    m = ir.Module(name="ptx")
+    m.triple = HOST_TRIPLE
+    ty = ir.ArrayType(ir.IntType(8), len(data))
+    g = ir.GlobalVariable(m, ty, "dl_cuda_ptx")
+    g.initializer = ir.Constant(ty, bytearray(data))
+    g.global_constant = True
+    g.visibility = "hidden"
+    tm = host_machine(cpu, 0)
+    mod = llvm.parse_assembly(str(m))
+    mod.data_layout = str(tm.target_data)
+    return tm.emit_object(mod)

@@ -10,6 +10,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from dlvm.codegen import glue_cuda
+from dlvm.codegen.glue_cuda import CudaGlue
 from dlvm.codegen.spec import (
     EntrySpec,
     LibrarySpec,
@@ -113,14 +115,25 @@ def dims(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-def manifest_json(spec: LibrarySpec) -> str:
-    """The manifest (docs/c-abi.md section 2): one line of JSON, keys in the documented order."""
-    layout = _Layout(spec)
+def manifest_json(spec: LibrarySpec, cuda: CudaGlue | None = None) -> str:
+    """The manifest (docs/c-abi.md section 2): one line of JSON, keys in the documented order;
+    a library built for CUDA also says its GPU architecture and which entries run there."""
+    layout = _Layout(spec, cuda)
 
     def tensor(t: TensorSpec) -> dict[str, object]:
         return {"name": t.name, "dtype": t.dtype, "shape": list(t.shape)}
 
-    doc = {
+    entries: list[dict[str, object]] = [
+        {
+            "name": e.name,
+            "kind": e.kind,
+            "symbol": layout.symbol(e),
+            "inputs": [tensor(t) for t in e.inputs],
+            "outputs": [tensor(t) for t in e.outputs],
+        }
+        for e in spec.entries
+    ]
+    doc: dict[str, object] = {
         "abi": ABI_VERSION,
         "name": spec.name,
         "compiler": spec.compiler,
@@ -130,17 +143,15 @@ def manifest_json(spec: LibrarySpec) -> str:
             {"name": s.name, "param": s.param, "dtype": s.dtype, "shape": list(s.shape)}
             for s in spec.states
         ],
-        "entries": [
-            {
-                "name": e.name,
-                "kind": e.kind,
-                "symbol": layout.symbol(e),
-                "inputs": [tensor(t) for t in e.inputs],
-                "outputs": [tensor(t) for t in e.outputs],
-            }
-            for e in spec.entries
-        ],
+        "entries": entries,
     }
+    if cuda is not None:
+        # After "devices": the GPU architecture; each entry says where it runs on "cuda:N".
+        head = list(doc.items())
+        doc = {**dict(head[:3]), "devices": ["cpu", "cuda"], "gpu": cuda.gpu, **dict(head[4:])}
+        for entry, e in zip(entries, spec.entries):
+            plan = cuda.plans[e.name]
+            entry["cuda"] = "gpu" if isinstance(plan, glue_cuda.DevicePlan) else f"cpu: {plan}"
     return json.dumps(doc)
 
 
@@ -161,8 +172,9 @@ class _Tensor:
 class _Layout:
     """The checked shape of the generated code: buffer indices, symbols and host signatures."""
 
-    def __init__(self, spec: LibrarySpec) -> None:
+    def __init__(self, spec: LibrarySpec, cuda: CudaGlue | None = None) -> None:
         self.spec = spec
+        self.cuda = cuda
         self.name = spec.c_name
         buffers: list[TensorSpec | StateSpec] = [*spec.params, *spec.states]
         self.tensors = [_Tensor(i, t.name, t.dtype, t.shape) for i, t in enumerate(buffers)]
@@ -311,10 +323,10 @@ def _api_prototypes(name: str) -> dict[str, str]:
     return out
 
 
-def header_source(spec: LibrarySpec) -> str:
+def header_source(spec: LibrarySpec, cuda: CudaGlue | None = None) -> str:
     """The public header `NAME.h`: the API of docs/c-abi.md section 1 with every argument's name,
     dtype and shape in a comment."""
-    layout = _Layout(spec)
+    layout = _Layout(spec, cuda)
     name = layout.name
     api = _api_prototypes(name)
     guard = f"DLVM_MODEL_{name.upper()}_H"
@@ -338,9 +350,19 @@ def header_source(spec: LibrarySpec) -> str:
         "",
     ]
     out += _tensor_table_comment(spec)
-    out += [
+    device = [
         '/* device: "cpu" (or NULL); "cuda:N" gives DLRT_ERR_DEVICE (this library has no CUDA',
         "   kernels). Runs init with a random stream seeded by `seed` and zeroes the optimiser",
+    ]
+    if cuda is not None:
+        device = [
+            '/* device: "cpu" (or NULL) or "cuda:N" (a GPU of '
+            f"{cuda.gpu} or newer, through the NVIDIA",
+            "   driver). Runs init (on the CPU) with a random stream seeded by `seed` and "
+            "zeroes the optimiser",
+        ]
+    out += [
+        *device,
         "   state and the step count. *out is set to the new model, or to NULL on failure. */",
         api["create"] + ";",
         "/* Frees everything the model holds; NULL is allowed and does nothing. */",
@@ -430,9 +452,10 @@ def _entry_comment(e: EntrySpec) -> str:
     return f"/* {c_comment(e.name)} ({e.kind}): {what}. */"
 
 
-def glue_source(spec: LibrarySpec) -> str:
-    """The C11 glue implementing docs/c-abi.md section 1 over the model's host functions."""
-    layout = _Layout(spec)
+def glue_source(spec: LibrarySpec, cuda: CudaGlue | None = None) -> str:
+    """The C11 glue implementing docs/c-abi.md section 1 over the model's host functions; with
+    `cuda`, models can also be created on "cuda:N" (dlvm.codegen.glue_cuda)."""
+    layout = _Layout(spec, cuda)
     name = layout.name
     out = [
         f"/* {c_comment(spec.compiler)}: C glue of model {c_comment(repr(spec.name))}"
@@ -457,13 +480,16 @@ def glue_source(spec: LibrarySpec) -> str:
         params += [f"const void *arg{i}" for i in range(n_args)]
         params += [f"void *res{i}" for i in range(n_results)]
         out += _call(f"{HIDDEN} extern int32_t {sym}(", params, ");")
-    out += ["", *_model_struct(layout), "", *_helpers(layout)]
+    out += ["", *_model_struct(layout), ""]
+    if cuda is not None:
+        out += [*glue_cuda.declarations(cuda, spec), ""]
+    out += _helpers(layout)
     out += _create_destroy(layout)
     for e in spec.entries:
         out += ["", *_entry_function(layout, e)]
     out += ["", *_save_load(layout), "", *_get_set_param(layout), ""]
     out += [EXPORT, f"{_api_prototypes(name)['manifest']} {{"]
-    literal = c_string_lines(manifest_json(spec))
+    literal = c_string_lines(manifest_json(spec, cuda))
     out.append("    return " + literal[0])
     out += ["           " + line for line in literal[1:]]
     out[-1] += ";"
@@ -505,7 +531,10 @@ def _model_struct(layout: _Layout) -> list[str]:
     if n:
         out.append(f"    void *buf[{n}];   /* the current value of each tensor of glue_tensors */")
         out.append(f"    void *spare[{n}]; /* the second set for train entries, NULL if unused */")
-    out += ["    int64_t step;   /* successful train steps */", "};"]
+    out += ["    int64_t step;   /* successful train steps */"]
+    if layout.cuda is not None:
+        out += glue_cuda.struct_fields(n)
+    out.append("};")
     return out
 
 
@@ -559,6 +588,8 @@ def _helpers(layout: _Layout) -> list[str]:
             "}",
             "",
         ]
+    if layout.cuda is not None:
+        out += glue_cuda.helpers(name, len(layout.tensors), layout.spare, layout.cuda)
     return out
 
 
@@ -570,6 +601,8 @@ def _create_destroy(layout: _Layout) -> list[str]:
     if n:
         out.append("    size_t i;")
     out += ["    if (m == NULL)", "        return;"]
+    if layout.cuda is not None:
+        out += ["    if (m->cuda != NULL)", "        glue_cuda_close(m);"]
     if n:
         out += [
             f"    for (i = 0; i < {n}; ++i) {{",
@@ -590,23 +623,40 @@ def _create_destroy(layout: _Layout) -> list[str]:
         f"    static const char fn[] = {fn};",
         f"    {name}_model *m;",
     ]
+    if layout.cuda is not None:
+        out.append("    int ordinal = -1;")
     if n:
         out.append("    size_t i;")
     if spec.init is not None:
         out += ["    size_t mark;", "    int32_t rc;"]
-    out += [
-        "    if (out == NULL)",
-        '        return glue_null(fn, "out");',
-        "    *out = NULL;",
-        '    if (device != NULL && strcmp(device, "cpu") != 0) {',
-        "        if (glue_is_cuda(device))",
-        "            return dlrt_error(DLRT_ERR_DEVICE,",
-        "                              \"%s: device '%s': this library has no CUDA kernels\","
-        " fn, device);",
+    unknown = [
         "        return dlrt_error(DLRT_ERR_INVALID_ARGUMENT,",
         '                          "%s: unknown device \'%s\' (expected \\"cpu\\" or'
         ' \\"cuda:N\\")", fn, device);',
-        "    }",
+    ]
+    out += ["    if (out == NULL)", '        return glue_null(fn, "out");', "    *out = NULL;"]
+    if layout.cuda is None:
+        out += [
+            '    if (device != NULL && strcmp(device, "cpu") != 0) {',
+            "        if (glue_is_cuda(device))",
+            "            return dlrt_error(DLRT_ERR_DEVICE,",
+            "                              \"%s: device '%s': this library has no CUDA kernels\","
+            " fn, device);",
+            *unknown,
+            "    }",
+        ]
+    else:
+        out += [
+            '    if (device != NULL && strcmp(device, "cpu") != 0) {',
+            "        if (!glue_is_cuda(device))",
+            *["    " + line for line in unknown],
+            "        ordinal = glue_cuda_ordinal(device);",
+            "        if (ordinal < 0)",
+            "            return dlrt_error(DLRT_ERR_DEVICE, \"%s: device '%s': no such device\","
+            " fn, device);",
+            "    }",
+        ]
+    out += [
         "    m = dlrt_alloc(sizeof *m);",
         "    if (m == NULL)",
         '        return dlrt_error(DLRT_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);',
@@ -653,6 +703,19 @@ def _create_destroy(layout: _Layout) -> list[str]:
             "        return (dlrt_status)rc;",
             "    }",
         ]
+    if layout.cuda is not None:
+        out += [
+            "    if (ordinal >= 0) {",
+            "        dlrt_status s = glue_cuda_open(m, ordinal);",
+            "        if (s != DLRT_OK) {",
+            "            char why[DLRT_ERROR_CAPACITY];",
+            "            strncpy(why, dlrt_last_error(), sizeof why - 1);",
+            "            why[sizeof why - 1] = '\\0';",
+            f"            {name}_destroy(m);",
+            '            return dlrt_error(s, "%s: %s", fn, why);',
+            "        }",
+            "    }",
+        ]
     out += [
         "    *out = m;",
         "    return DLRT_OK;",
@@ -670,7 +733,27 @@ def _entry_function(layout: _Layout, e: EntrySpec) -> list[str]:
     names = [f"a{i}" for i in range(len(_args(e)))]
     sym = host_symbol(e.host)
     train = e.kind == "train"
-    out = [
+    cuda = layout.cuda
+    plan = cuda.plans[e.name] if cuda is not None else None
+    out: list[str] = []
+    if isinstance(plan, glue_cuda.DevicePlan):
+        prototype = _entry_prototype(layout, e, names, comments=False)
+        prototype = prototype.replace(
+            f"dlrt_status {layout.symbol(e)}(", f"dlrt_status glue_{c_identifier(e.name)}_cuda(", 1
+        )
+        buffers = [layout.index[n] for n in (*e.params, *e.states)]
+        out += glue_cuda.device_entry(e, plan, glue_cuda.EntryParts(
+            symbol=layout.symbol(e),
+            model=f"{layout.name}_model",
+            names=names,
+            prototype=prototype,
+            buffers=buffers,
+            input_bytes=[_bytes(t) for t in e.inputs],
+            output_bytes=[_bytes(t) for t in e.outputs],
+            buffer_bytes=[layout.tensors[i].bytes for i in buffers],
+            step_type=DTYPES[e.step_dtype][0] if e.step else None,
+        ))  # fmt: skip
+    out += [
         EXPORT,
         f"{_entry_prototype(layout, e, names, comments=False)} {{",
         f"    static const char fn[] = {c_string(layout.symbol(e))};",
@@ -683,6 +766,11 @@ def _entry_function(layout: _Layout, e: EntrySpec) -> list[str]:
     out += ["    if (m == NULL)", '        return glue_null(fn, "m");']
     for t, a in zip(_args(e), names, strict=True):
         out += [f"    if ({a} == NULL)", f"        return glue_null(fn, {c_string(t.name)});"]
+    if isinstance(plan, glue_cuda.DevicePlan):
+        out += ["    if (m->cuda != NULL)"]
+        out += _call(f"        return glue_{c_identifier(e.name)}_cuda(", ["m", *names], ");")
+    elif cuda is not None:  # on the CPU, with the device's parameters
+        out += _pull("    ", "fn")
     args = ["&m->ctx", *names[: len(e.inputs)]]
     args += [f"m->buf[{layout.index[n]}]" for n in (*e.params, *e.states)]
     if e.step:
@@ -706,8 +794,30 @@ def _entry_function(layout: _Layout, e: EntrySpec) -> list[str]:
     out += [f"    glue_swap(m, {i});" for i in updated]
     if e.step:
         out.append("    m->step += 1;")
+    if cuda is not None and updated:
+        out += _push("    ", "fn")
     out += ["    return DLRT_OK;", "}"]
     return out
+
+
+def _bytes(t: TensorSpec) -> int:
+    return math.prod(t.shape) * DTYPES[t.dtype][2]
+
+
+def _pull(indent: str, fn: str, model: str = "m") -> list[str]:
+    """Brings the host's parameters up to date from the device (a CUDA model)."""
+    return [
+        f"{indent}if ({model}->cuda != NULL && glue_pull({model}) != DLRT_OK)",
+        f'{indent}    return dlrt_error(DLRT_ERR_DEVICE, "%s: %s", {fn}, dlrt_last_error());',
+    ]
+
+
+def _push(indent: str, fn: str) -> list[str]:
+    """Sends the host's parameters to the device after the host changed them."""
+    return [
+        f"{indent}if (m->cuda != NULL && glue_push(m) != DLRT_OK)",
+        f'{indent}    return dlrt_error(DLRT_ERR_DEVICE, "%s: %s", {fn}, dlrt_last_error());',
+    ]
 
 
 def _call(head: str, args: list[str], tail: str, width: int = 100) -> list[str]:
@@ -774,6 +884,8 @@ def _save_load(layout: _Layout) -> list[str]:
         ]
         if not total:
             out.append("    memset(ts, 0, sizeof ts);")
+        if layout.cuda is not None:  # the host's copy must be current (load keeps states)
+            out += _pull("    ", f'"{name}_{what}"', f"(({name}_model *)m)")
         out += _tensor_array(layout, const)
         if what == "save":
             out.append(f"    s = dlrt_save(path, {c_string(layout.spec.name)}, ts, {total});")
@@ -782,10 +894,10 @@ def _save_load(layout: _Layout) -> list[str]:
         out += [
             "    if (s != DLRT_OK)",
             f'        dlrt_error(s, "{name}_{what}: %s", dlrt_last_error());',
-            "    return s;",
-            "}",
-            "",
         ]
+        if layout.cuda is not None and what == "load":
+            out += ["    else", *_push("        ", f'"{name}_{what}"')]
+        out += ["    return s;", "}", ""]
     return out[:-1]
 
 
@@ -831,7 +943,11 @@ def _get_set_param(layout: _Layout) -> list[str]:
             "    if (i < 0)",
             "        return DLRT_ERR_INVALID_ARGUMENT;",
         ]
+        if layout.cuda is not None:
+            out += _pull("    ", "fn", f"(({name}_model *)m)")
         if n:
             out.append(f"    memcpy({dst}, {src}, glue_tensors[i].bytes);")
+        if layout.cuda is not None and what == "set_param":
+            out += _push("    ", "fn")
         out += ["    return DLRT_OK;", "}"]
     return out

@@ -164,6 +164,54 @@ dlrt_status dlrt_load(const char *path, const dlrt_tensor *ts, size_t n, size_t 
 /* Bytes per element of `t`; 0 for a value that is not a dlrt_dtype. */
 size_t dlrt_dtype_size(dlrt_dtype t);
 
+/* ---- CUDA (docs/c-abi.md section 7): the NVIDIA driver opened with dlopen at run time ----
+   Nothing of CUDA is needed to build or load a library: libcuda.so.1 ($DLRT_CUDA_DRIVER, when set,
+   names another file) is opened by the first dlrt_cuda_open. Device pointers are plain pointers
+   here; only the device may dereference them. */
+
+/* One kernel of a library's PTX: its .entry name, launch grid and block, and the number of
+   pointers it takes (its inputs', then its output's). */
+typedef struct {
+    const char *name;
+    uint32_t grid[3];
+    uint32_t block[3];
+    int32_t pointers;
+} dlrt_kernel;
+
+/* A step of a device plan: `kernel` (an index into the dlrt_kernel table) launched with the
+   pointers slots[0 .. pointers) of the binding table passed to dlrt_cuda_run. */
+typedef struct {
+    int32_t kernel;
+    const int32_t *slots;
+} dlrt_launch;
+
+/* A CUDA device opened for one model: the device's primary context, the library's PTX module
+   with its kernels, and a stream every call of the model runs on. */
+typedef struct dlrt_cuda dlrt_cuda;
+
+/* Opens device `ordinal` with the PTX text and its `count` kernels. DLRT_ERR_DEVICE with a
+   message saying what is missing when there is no driver, no such device, a device older than
+   the PTX's target, or a driver too old for the PTX ISA version. */
+dlrt_status dlrt_cuda_open(int ordinal, const char *ptx, const dlrt_kernel *kernels,
+                           int32_t count, dlrt_cuda **out);
+/* Waits for the stream's work and frees what dlrt_cuda_open made; NULL does nothing. */
+void dlrt_cuda_close(dlrt_cuda *c);
+/* `bytes` (at least 1) of zeroed device memory. */
+dlrt_status dlrt_cuda_alloc(dlrt_cuda *c, size_t bytes, void **out);
+/* Frees device memory of dlrt_cuda_alloc after the stream's work; NULL does nothing. */
+void dlrt_cuda_free(dlrt_cuda *c, void *device);
+/* Host to device, ordered on the stream (the host buffer may be reused on return). */
+dlrt_status dlrt_cuda_upload(dlrt_cuda *c, void *device, const void *host, size_t bytes);
+/* Device to host, after the stream's earlier work; waits until the bytes are there. */
+dlrt_status dlrt_cuda_download(dlrt_cuda *c, void *host, const void *device, size_t bytes);
+/* Device to device, ordered on the stream. */
+dlrt_status dlrt_cuda_copy(dlrt_cuda *c, void *device_dst, const void *device_src, size_t bytes);
+/* Launches the plan's steps in order on the stream; slots[k] is the device pointer of slot k. */
+dlrt_status dlrt_cuda_run(dlrt_cuda *c, const dlrt_launch *steps, int32_t count,
+                          void *const *slots);
+/* Waits for the stream's work; reports an error a kernel raised. */
+dlrt_status dlrt_cuda_sync(dlrt_cuda *c);
+
 /* ---- DLPack v0.8 (https://github.com/dmlc/dlpack), the layout every framework exchanges ----
    Skipped when dlpack.h was included first; include a newer dlpack.h before this header if its
    additions are needed. */

@@ -284,9 +284,9 @@ def restated(code: str) -> str:
             return " ".join(out)
         previous = None
         for decl in filter(None, (s.strip() for s in body.split(";"))):
-            member = re.search(r"(\w+)$", decl)
+            member = re.search(r"(\w+)\s*(\[\d+\])?$", decl)  # `x` or an array `x[3]`
             assert member, f"cannot read the member declaration {decl!r}"
-            ctype = decl[: member.start()].strip()
+            ctype = decl[: member.start()].strip() + (member[2] or "")
             out.append(
                 f"_Static_assert(__builtin_types_compatible_p(__typeof__((({name} *)0)->"
                 f'{member[1]}), {ctype}), "{name}.{member[1]} is {ctype}");'

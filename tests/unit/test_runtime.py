@@ -138,7 +138,7 @@ def header_structs() -> dict[str, list[str]]:
         for decl in (d.strip() for d in body.split(";") if d.strip()):
             pointer_to_function = re.search(r"\(\*\s*(\w+)\)", decl)
             fields.append(pointer_to_function[1] if pointer_to_function else decl.split()[-1])
-        structs[name] = [f.lstrip("*") for f in fields]
+        structs[name] = [re.sub(r"\[\d+\]$", "", f.lstrip("*")) for f in fields]  # x[3]: x
     return structs
 
 
@@ -150,6 +150,8 @@ MIRRORED_ENUMS = {
 }
 MIRRORED_STRUCTS = {
     "dlrt_tensor": rt.DlrtTensor,
+    "dlrt_kernel": rt.DlrtKernel,
+    "dlrt_launch": rt.DlrtLaunch,
     "DLDevice": rt.DLDevice,
     "DLDataType": rt.DLDataType,
     "DLTensor": rt.DLTensor,

@@ -220,15 +220,23 @@ def test_check_reports_located_errors_with_status_1(tmp_path):
 # --- targets, levels, verbose --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", [["build"], ["build", "--emit", "llvm"], ["run"]])
-def test_the_cuda_target_is_refused_clearly(tiny, command):
-    result = telc(*command, tiny, "--target", "cuda")
+def test_the_cuda_target_builds_a_library_for_both_devices(tmp_path, tiny):
+    out = tmp_path / "tiny.so"
+    result = telc("build", tiny, "--target", "cuda", "--gpu", "sm_80", "-o", str(out), "-q")
+    assert result.exit_code == 0, result.output
+    assert 'or "cuda:N" (a GPU of sm_80 or newer' in out.with_suffix(".h").read_text()
+    with dlvm.load(out) as model:
+        assert model.manifest["devices"] == ["cpu", "cuda"]
+        assert model.manifest["gpu"] == "sm_80"
+
+
+def test_run_on_a_gpu_that_is_not_there_says_why(tiny, tmp_path, monkeypatch):
+    np.save(tmp_path / "x.npy", np.zeros((2, 3), np.float32))
+    monkeypatch.setenv("DLRT_CUDA_DRIVER", str(tmp_path / "no" / "libcuda.so.1"))
+    result = telc("run", tiny, "--device", "cuda:0", "--input", f"x={tmp_path / 'x.npy'}")
     assert result.exit_code == 1
-    assert result.stderr == (
-        "telc: cannot build: --target cuda builds the CUDA kernels (--emit ptx) but not yet a "
-        "library that launches them (llvm, asm, obj, so)\n"
-    )
-    assert not Path(tiny.stem + ".so").exists()  # nothing written where telc ran
+    assert "\ntelc: cannot run: cannot create the model on cuda:0: " in result.stderr
+    assert "cannot load the CUDA driver" in result.stderr
     no_traceback(result)
 
 

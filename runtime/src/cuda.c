@@ -1,0 +1,388 @@
+/* cuda.c: the CUDA driver API opened with dlopen at run time (dlrt.h, "CUDA"). No CUDA header or
+ * library is needed to build this: the few driver types and entry points used are declared here,
+ * as the driver's ABI defines them. Every call makes the device's primary context current on
+ * the calling thread for its duration, so any thread may call a model. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef int CUresult; /* 0 is CUDA_SUCCESS */
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+
+enum {
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    CU_JIT_ERROR_LOG_BUFFER = 5,
+    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+    CU_STREAM_NON_BLOCKING = 1,
+    CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222,
+};
+
+/* The driver's entry points, looked up once (`struct driver` lists them with their symbols). */
+static struct driver {
+    CUresult (*Init)(unsigned);
+    CUresult (*DriverGetVersion)(int *);
+    CUresult (*DeviceGetCount)(int *);
+    CUresult (*DeviceGet)(CUdevice *, int);
+    CUresult (*DeviceGetAttribute)(int *, int, CUdevice);
+    CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*DevicePrimaryCtxRelease)(CUdevice);
+    CUresult (*CtxPushCurrent)(CUcontext);
+    CUresult (*CtxPopCurrent)(CUcontext *);
+    CUresult (*ModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *, void **);
+    CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*ModuleUnload)(CUmodule);
+    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*MemFree)(CUdeviceptr);
+    CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+    CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+    CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*StreamCreate)(CUstream *, unsigned);
+    CUresult (*StreamSynchronize)(CUstream);
+    CUresult (*StreamDestroy)(CUstream);
+    CUresult (*GetErrorString)(CUresult, const char **);
+} cu;
+
+static const char *const symbols[] = {
+    "cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetAttribute",
+    "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuCtxPushCurrent_v2",
+    "cuCtxPopCurrent_v2", "cuModuleLoadDataEx", "cuModuleGetFunction", "cuModuleUnload",
+    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemsetD8Async", "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2", "cuLaunchKernel", "cuStreamCreate",
+    "cuStreamSynchronize", "cuStreamDestroy_v2", "cuGetErrorString",
+};
+
+static pthread_once_t loaded = PTHREAD_ONCE_INIT;
+static char load_error[512]; /* why the driver could not be used; "" when it can */
+
+static void load_driver(void) {
+    const char *path = getenv("DLRT_CUDA_DRIVER");
+    if (path == NULL || path[0] == '\0')
+        path = "libcuda.so.1";
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        snprintf(load_error, sizeof load_error,
+                 "cannot load the CUDA driver %s (%s): is an NVIDIA driver installed?", path,
+                 dlerror());
+        return;
+    }
+    _Static_assert(sizeof cu == sizeof symbols / sizeof symbols[0] * sizeof(void *),
+                   "one symbol per entry point of struct driver");
+    for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; ++i) {
+        void *entry = dlsym(lib, symbols[i]);
+        /* POSIX lets dlsym's pointer be used as a function pointer of the symbol's type. */
+        memcpy((char *)&cu + i * sizeof entry, &entry, sizeof entry);
+        if (entry == NULL) {
+            snprintf(load_error, sizeof load_error,
+                     "the CUDA driver %s has no %s: it is too old (CUDA 11.0 or newer is needed)",
+                     path, symbols[i]);
+            return;
+        }
+    }
+    CUresult rc = cu.Init(0);
+    if (rc == CUDA_ERROR_NO_DEVICE) {
+        snprintf(load_error, sizeof load_error, "the CUDA driver found no GPU");
+    } else if (rc != 0) {
+        const char *text = NULL;
+        cu.GetErrorString(rc, &text);
+        snprintf(load_error, sizeof load_error, "the CUDA driver could not start: %s (error %d)",
+                 text ? text : "unknown error", rc);
+    }
+}
+
+/* The driver's name for a status. */
+static const char *describe(CUresult rc) {
+    const char *text = NULL;
+    if (cu.GetErrorString == NULL || cu.GetErrorString(rc, &text) != 0 || text == NULL)
+        return "unknown error";
+    return text;
+}
+
+struct dlrt_cuda {
+    int ordinal;
+    CUdevice device;
+    CUcontext context;
+    CUmodule module;
+    CUstream stream;
+    int32_t count;
+    CUfunction *functions;
+    dlrt_kernel *kernels;
+};
+
+/* DLRT_ERR_DEVICE "cuda:N: what: the driver's message" for a failed driver call. */
+static dlrt_status failed(const dlrt_cuda *c, const char *what, CUresult rc) {
+    return dlrt_error(DLRT_ERR_DEVICE, "cuda:%d: %s failed: %s (CUDA error %d)", c->ordinal, what,
+                      describe(rc), rc);
+}
+
+static dlrt_status enter(const dlrt_cuda *c) {
+    CUresult rc = cu.CtxPushCurrent(c->context);
+    return rc == 0 ? DLRT_OK : failed(c, "making the context current", rc);
+}
+
+static void leave(void) {
+    CUcontext ignored;
+    cu.CtxPopCurrent(&ignored);
+}
+
+/* "X.Y" of the PTX's `.version X.Y` line into version (empty when there is none). */
+static void ptx_version(const char *ptx, char *version, size_t size) {
+    const char *v = strstr(ptx, ".version ");
+    version[0] = '\0';
+    if (v != NULL)
+        sscanf(v + 9, "%15[0-9.]", version);
+    (void)size;
+}
+
+/* The N of the PTX's `.target sm_N` line; 0 when there is none. */
+static int ptx_target(const char *ptx) {
+    const char *t = strstr(ptx, ".target sm_");
+    int sm = 0;
+    if (t != NULL)
+        sscanf(t + 11, "%d", &sm);
+    return sm;
+}
+
+static dlrt_status open_module(dlrt_cuda *c, const char *ptx) {
+    char log[2048] = "";
+    int options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *values[] = {log, (void *)(uintptr_t)sizeof log};
+    CUresult rc = cu.ModuleLoadDataEx(&c->module, ptx, 2, options, values);
+    if (rc == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
+        char version[16];
+        int driver = 0;
+        ptx_version(ptx, version, sizeof version);
+        cu.DriverGetVersion(&driver);
+        return dlrt_error(DLRT_ERR_DEVICE,
+                          "cuda:%d: the NVIDIA driver (CUDA %d.%d) is too old for this library's "
+                          "kernels (PTX ISA %s): update the driver (PTX ISA 7.0, 7.4 and 7.8 "
+                          "need CUDA 11.0, 11.4 and 11.8 or newer)",
+                          c->ordinal, driver / 1000, driver % 1000 / 10, version);
+    }
+    if (rc != 0) {
+        c->module = NULL;
+        return dlrt_error(DLRT_ERR_DEVICE, "cuda:%d: the driver rejected the kernels: %s (CUDA "
+                          "error %d)%s%s", c->ordinal, describe(rc), rc, log[0] ? ": " : "", log);
+    }
+    return DLRT_OK;
+}
+
+dlrt_status dlrt_cuda_open(int ordinal, const char *ptx, const dlrt_kernel *kernels,
+                           int32_t count, dlrt_cuda **out) {
+    if (out == NULL || ptx == NULL || (kernels == NULL && count > 0) || count < 0)
+        return dlrt_error(DLRT_ERR_INVALID_ARGUMENT, "dlrt_cuda_open: invalid arguments");
+    *out = NULL;
+    pthread_once(&loaded, load_driver);
+    if (load_error[0] != '\0')
+        return dlrt_error(DLRT_ERR_DEVICE, "cuda:%d: %s", ordinal, load_error);
+    int devices = 0;
+    CUresult rc = cu.DeviceGetCount(&devices);
+    if (rc != 0 || ordinal < 0 || ordinal >= devices)
+        return dlrt_error(DLRT_ERR_DEVICE, "cuda:%d: no such device (this machine has %d CUDA "
+                          "device%s)", ordinal, devices, devices == 1 ? "" : "s");
+    dlrt_cuda *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return dlrt_error(DLRT_ERR_OUT_OF_MEMORY, "dlrt_cuda_open: out of memory");
+    c->ordinal = ordinal;
+    c->count = count;
+    c->functions = calloc((size_t)count + 1, sizeof *c->functions);
+    c->kernels = calloc((size_t)count + 1, sizeof *c->kernels);
+    if (c->functions == NULL || c->kernels == NULL) {
+        dlrt_cuda_close(c);
+        return dlrt_error(DLRT_ERR_OUT_OF_MEMORY, "dlrt_cuda_open: out of memory");
+    }
+    if (count > 0)
+        memcpy(c->kernels, kernels, sizeof *kernels * (size_t)count);
+    dlrt_status status = DLRT_OK;
+    if ((rc = cu.DeviceGet(&c->device, ordinal)) != 0) {
+        status = failed(c, "finding the device", rc);
+        goto fail;
+    }
+    int major = 0, minor = 0, target = ptx_target(ptx);
+    cu.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->device);
+    cu.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->device);
+    if (major * 10 + minor < target) {
+        status = dlrt_error(DLRT_ERR_DEVICE, "cuda:%d is an sm_%d%d GPU, older than sm_%d, the "
+                            "architecture this library's kernels were built for (build with "
+                            "--gpu sm_%d%d)", ordinal, major, minor, target, major, minor);
+        goto fail;
+    }
+    if ((rc = cu.DevicePrimaryCtxRetain(&c->context, c->device)) != 0) {
+        c->context = NULL;
+        status = failed(c, "creating a context", rc);
+        goto fail;
+    }
+    if ((status = enter(c)) != DLRT_OK)
+        goto fail;
+    if ((status = open_module(c, ptx)) == DLRT_OK) {
+        for (int32_t i = 0; i < count; ++i) {
+            if ((rc = cu.ModuleGetFunction(&c->functions[i], c->module, kernels[i].name)) != 0) {
+                status = dlrt_error(DLRT_ERR_DEVICE, "cuda:%d: the kernels have no %s: %s",
+                                    ordinal, kernels[i].name, describe(rc));
+                break;
+            }
+        }
+    }
+    if (status == DLRT_OK && (rc = cu.StreamCreate(&c->stream, CU_STREAM_NON_BLOCKING)) != 0) {
+        c->stream = NULL;
+        status = failed(c, "creating a stream", rc);
+    }
+    leave();
+    if (status != DLRT_OK)
+        goto fail;
+    *out = c;
+    return DLRT_OK;
+fail:
+    dlrt_cuda_close(c);
+    return status;
+}
+
+void dlrt_cuda_close(dlrt_cuda *c) {
+    if (c == NULL)
+        return;
+    if (c->context != NULL && enter(c) == DLRT_OK) {
+        if (c->stream != NULL) {
+            cu.StreamSynchronize(c->stream);
+            cu.StreamDestroy(c->stream);
+        }
+        if (c->module != NULL)
+            cu.ModuleUnload(c->module);
+        leave();
+        cu.DevicePrimaryCtxRelease(c->device);
+    }
+    free(c->functions);
+    free(c->kernels);
+    free(c);
+}
+
+dlrt_status dlrt_cuda_alloc(dlrt_cuda *c, size_t bytes, void **out) {
+    if (c == NULL || out == NULL)
+        return dlrt_error(DLRT_ERR_INVALID_ARGUMENT, "dlrt_cuda_alloc: invalid arguments");
+    *out = NULL;
+    dlrt_status status = enter(c);
+    if (status != DLRT_OK)
+        return status;
+    CUdeviceptr p = 0;
+    CUresult rc = cu.MemAlloc(&p, bytes ? bytes : 1);
+    if (rc == 0 && (rc = cu.MemsetD8Async(p, 0, bytes ? bytes : 1, c->stream)) != 0)
+        cu.MemFree(p);
+    leave();
+    if (rc != 0)
+        return dlrt_error(rc == 2 ? DLRT_ERR_OUT_OF_MEMORY : DLRT_ERR_DEVICE,
+                          "cuda:%d: cannot allocate %zu bytes of device memory: %s", c->ordinal,
+                          bytes, describe(rc));
+    *out = (void *)(uintptr_t)p;
+    return DLRT_OK;
+}
+
+void dlrt_cuda_free(dlrt_cuda *c, void *device) {
+    if (c == NULL || device == NULL || enter(c) != DLRT_OK)
+        return;
+    cu.StreamSynchronize(c->stream);
+    cu.MemFree((CUdeviceptr)(uintptr_t)device);
+    leave();
+}
+
+dlrt_status dlrt_cuda_upload(dlrt_cuda *c, void *device, const void *host, size_t bytes) {
+    if (c == NULL || (bytes > 0 && (device == NULL || host == NULL)))
+        return dlrt_error(DLRT_ERR_INVALID_ARGUMENT, "dlrt_cuda_upload: invalid arguments");
+    if (bytes == 0)
+        return DLRT_OK;
+    dlrt_status status = enter(c);
+    if (status != DLRT_OK)
+        return status;
+    CUresult rc = cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)device, host, bytes, c->stream);
+    leave();
+    return rc == 0 ? DLRT_OK : failed(c, "copying to the device", rc);
+}
+
+dlrt_status dlrt_cuda_download(dlrt_cuda *c, void *host, const void *device, size_t bytes) {
+    if (c == NULL || (bytes > 0 && (device == NULL || host == NULL)))
+        return dlrt_error(DLRT_ERR_INVALID_ARGUMENT, "dlrt_cuda_download: invalid arguments");
+    dlrt_status status = enter(c);
+    if (status != DLRT_OK)
+        return status;
+    CUresult rc = 0;
+    if (bytes > 0)
+        rc = cu.MemcpyDtoHAsync(host, (CUdeviceptr)(uintptr_t)device, bytes, c->stream);
+    if (rc == 0)
+        rc = cu.StreamSynchronize(c->stream);
+    leave();
+    return rc == 0 ? DLRT_OK : failed(c, "copying from the device", rc);
+}
+
+dlrt_status dlrt_cuda_copy(dlrt_cuda *c, void *device_dst, const void *device_src, size_t bytes) {
+    if (c == NULL || (bytes > 0 && (device_dst == NULL || device_src == NULL)))
+        return dlrt_error(DLRT_ERR_INVALID_ARGUMENT, "dlrt_cuda_copy: invalid arguments");
+    if (bytes == 0 || device_dst == device_src)
+        return DLRT_OK;
+    dlrt_status status = enter(c);
+    if (status != DLRT_OK)
+        return status;
+    CUresult rc = cu.MemcpyDtoDAsync((CUdeviceptr)(uintptr_t)device_dst,
+                                     (CUdeviceptr)(uintptr_t)device_src, bytes, c->stream);
+    leave();
+    return rc == 0 ? DLRT_OK : failed(c, "copying on the device", rc);
+}
+
+enum { MAX_POINTERS = 64 };
+
+dlrt_status dlrt_cuda_run(dlrt_cuda *c, const dlrt_launch *steps, int32_t count,
+                          void *const *slots) {
+    if (c == NULL || (count > 0 && (steps == NULL || slots == NULL)) || count < 0)
+        return dlrt_error(DLRT_ERR_INVALID_ARGUMENT, "dlrt_cuda_run: invalid arguments");
+    dlrt_status status = enter(c);
+    if (status != DLRT_OK)
+        return status;
+    for (int32_t s = 0; s < count && status == DLRT_OK; ++s) {
+        int32_t k = steps[s].kernel;
+        if (k < 0 || k >= c->count || c->kernels[k].pointers > MAX_POINTERS) {
+            status = dlrt_error(DLRT_ERR_INVALID_ARGUMENT, "dlrt_cuda_run: step %d: bad kernel %d",
+                                (int)s, (int)k);
+            break;
+        }
+        const dlrt_kernel *kernel = &c->kernels[k];
+        /* The values of the kernel's parameters, and cuLaunchKernel's pointers to them; the
+           list ends with NULL, which the driver does not read. */
+        void *values[MAX_POINTERS];
+        void *params[MAX_POINTERS + 1];
+        for (int32_t i = 0; i < kernel->pointers; ++i) {
+            values[i] = slots[steps[s].slots[i]];
+            params[i] = &values[i];
+        }
+        params[kernel->pointers] = NULL;
+        CUresult rc = cu.LaunchKernel(c->functions[k], kernel->grid[0], kernel->grid[1],
+                                      kernel->grid[2], kernel->block[0], kernel->block[1],
+                                      kernel->block[2], 0, c->stream, params, NULL);
+        if (rc != 0)
+            status = dlrt_error(DLRT_ERR_DEVICE, "cuda:%d: launching %s failed: %s (CUDA error "
+                                "%d)", c->ordinal, kernel->name, describe(rc), rc);
+    }
+    leave();
+    return status;
+}
+
+dlrt_status dlrt_cuda_sync(dlrt_cuda *c) {
+    if (c == NULL)
+        return dlrt_error(DLRT_ERR_INVALID_ARGUMENT, "dlrt_cuda_sync: invalid arguments");
+    dlrt_status status = enter(c);
+    if (status != DLRT_OK)
+        return status;
+    CUresult rc = cu.StreamSynchronize(c->stream);
+    leave();
+    return rc == 0 ? DLRT_OK : failed(c, "running the kernels", rc);
+}

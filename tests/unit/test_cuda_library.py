@@ -1,0 +1,188 @@
+"""Libraries built for CUDA, run where no GPU is: the runtime loads a stand-in for the NVIDIA
+driver (fake_cuda.c, through $DLRT_CUDA_DRIVER) whose device memory is host memory and whose
+launches run the kernels' CPU emulation (cuda_emulator.py). So everything but the real driver
+and the PTX is exercised: the glue's device paths, the plans, uploads and downloads, the
+parameters kept on the device, the CPU fallback of entries without a plan, and every error
+a driver or device can cause. Each sample's library gives the same results on "cuda:0" as on
+"cpu"."""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cuda_emulator import Emulator
+from telhelp import compiled_sample, inputs_for, sample_names
+
+import dlvm
+from dlvm.codegen.build import build_library, schedule
+from dlvm.loader import LibraryError
+from telc.driver import library_spec
+
+FAKE_DRIVER = Path(__file__).with_name("fake_cuda.c")
+
+
+@pytest.fixture(scope="session")
+def fake_driver(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("fake-cuda") / "libcuda.so.1"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(FAKE_DRIVER), "-o", str(path), "-ldl"],
+                   check=True)  # fmt: skip
+    return path
+
+
+def transfers(driver: Path) -> list[int]:
+    """Launches, uploads, downloads and device copies the fake driver has made so far."""
+    counts = (ctypes.c_long * 4)()
+    ctypes.CDLL(str(driver)).fake_cuda_counts(counts)
+    return list(counts)
+
+
+@functools.cache
+def build(name: str, root: Path) -> tuple[Path, Path]:
+    """The sample's library built for CUDA, and its kernels emulated (once per process)."""
+    compiled = compiled_sample(name)
+    directory = root / f"cuda-lib-{name}"
+    library = directory / f"{name}.so"
+    build_library(copy.deepcopy(compiled.module), library_spec(compiled.interface), library,
+                  cuda=True)  # fmt: skip
+    Emulator(schedule(copy.deepcopy(compiled.module), cuda=True), directory / "emu")
+    return library, directory / "emu" / "kernels.so"
+
+
+@pytest.fixture(scope="module", params=sample_names())
+def built(request, tmp_path_factory):
+    """(name, the sample's library built for CUDA, its emulated kernels)."""
+    return request.param, *build(request.param, tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="module")
+def xor_library(tmp_path_factory):
+    return build("xor", tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture
+def on_fake_gpu(monkeypatch, fake_driver):
+    def use(kernels: Path) -> None:
+        monkeypatch.setenv("DLRT_CUDA_DRIVER", str(fake_driver))
+        monkeypatch.setenv("DLVM_FAKE_CUDA_KERNELS", str(kernels))
+
+    return use
+
+
+def close(got, expected) -> None:
+    """Equal up to the rounding of sums taken in another order (an output or a tuple)."""
+    if isinstance(expected, tuple):
+        assert isinstance(got, tuple) and len(got) == len(expected)
+        for g, w in zip(got, expected):
+            close(g, w)
+        return
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-4, atol=1e-5)
+
+
+def test_a_sample_computes_the_same_on_cuda_as_on_the_cpu(built, on_fake_gpu, tmp_path):
+    name, library, kernels = built
+    on_fake_gpu(kernels)
+    compiled = compiled_sample(name)
+    with dlvm.load(library, seed=7) as cpu, dlvm.load(library, device="cuda:0", seed=7) as gpu:
+        manifest = gpu.manifest
+        assert manifest["devices"] == ["cpu", "cuda"] and manifest["gpu"] == "sm_90"
+        for p in cpu.params:
+            close(gpu.params[p], cpu.params[p])  # init ran on the CPU, then was uploaded
+        entries = [e for e in compiled.interface.entries if e.kind != "init"]
+        for e in entries:
+            inputs = inputs_for(e.inputs, 3)
+            for _ in range(3 if e.kind == "train" else 1):
+                want, got = getattr(cpu, e.name)(**inputs), getattr(gpu, e.name)(**inputs)
+                close(got, want)
+        for p in cpu.params:
+            close(gpu.params[p], cpu.params[p])  # the train steps updated both alike
+        gpu.save(tmp_path / "gpu.safetensors")
+        cpu.load(tmp_path / "gpu.safetensors")
+        gpu.load(tmp_path / "gpu.safetensors")
+        for e in entries:
+            if e.kind == "infer":
+                inputs = inputs_for(e.inputs, 4)
+                close(gpu.infer(**inputs), cpu.infer(**inputs))
+    plans = [entry["cuda"] for entry in manifest["entries"]]
+    assert all(p == "gpu" or p.startswith("cpu: ") for p in plans)
+    if name in ("digits", "xor", "mnist", "cnn", "ffnn"):
+        assert set(plans) == {"gpu"}, plans  # every entry of these runs its kernels on the GPU
+
+
+def test_only_inputs_and_outputs_cross_between_host_and_device(xor_library, on_fake_gpu,
+                                                              fake_driver):  # fmt: skip
+    library, kernels = xor_library
+    on_fake_gpu(kernels)
+    x = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], np.float32)
+    labels = np.array([[0], [1], [1], [0]], np.float32)
+    with dlvm.load(library, device="cuda:0") as gpu:
+        before = transfers(fake_driver)
+        gpu.infer(x)
+        launches, uploads, downloads, copies = np.subtract(transfers(fake_driver), before)
+        assert (uploads, downloads, copies) == (1, 1, 0) and launches >= 1
+        before = transfers(fake_driver)
+        gpu.train_step(x, labels)
+        launches, uploads, downloads, copies = np.subtract(transfers(fake_driver), before)
+        # x, labels and the step go up, the loss comes down; the parameters stay.
+        assert (uploads, downloads, copies) == (3, 1, 0) and launches >= 10
+        gpu.set_param("b2", np.ones((1, 1), np.float32))  # the host copy is brought down first
+        assert gpu.params["b2"][0, 0] == 1.0
+
+
+def fresh_copy(library: Path, tmp_path: Path) -> Path:
+    """A copy of the library: its runtime loads the driver anew (once per loaded library)."""
+    target = tmp_path / library.name
+    shutil.copyfile(library, target)
+    return target
+
+
+@pytest.mark.parametrize(
+    ("env", "device", "message"),
+    [
+        ({"DLVM_FAKE_CUDA_DEVICES": "0"}, "cuda:0",
+         "cuda:0: no such device (this machine has 0 CUDA devices)"),
+        ({}, "cuda:1", "cuda:1: no such device (this machine has 1 CUDA device)"),
+        ({}, "cuda:99999999", "device 'cuda:99999999': no such device"),
+        ({"DLVM_FAKE_CUDA_CC": "80"}, "cuda:0",
+         "cuda:0 is an sm_80 GPU, older than sm_90, the architecture this library's kernels were "
+         "built for (build with --gpu sm_80)"),
+        ({"DLVM_FAKE_CUDA_OLD_PTX": "1"}, "cuda:0",
+         "cuda:0: the NVIDIA driver (CUDA 11.2) is too old for this library's kernels (PTX ISA "
+         "7.8): update the driver"),
+    ],
+    ids=["no-devices", "no-such-ordinal", "huge-ordinal", "older-gpu", "old-driver"],
+)  # fmt: skip
+def test_device_problems_are_reported_clearly(xor_library, on_fake_gpu, monkeypatch, env, device,
+                                              message):  # fmt: skip
+    library, kernels = xor_library
+    on_fake_gpu(kernels)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(LibraryError) as e:
+        dlvm.load(library, device=device)
+    assert e.value.status == 3
+    assert f"xor_create: {message}" in str(e.value)
+
+
+def test_no_driver_is_a_device_error_and_the_cpu_still_works(xor_library, monkeypatch, tmp_path):
+    library, _ = xor_library
+    copy_ = fresh_copy(library, tmp_path)
+    monkeypatch.setenv("DLRT_CUDA_DRIVER", str(tmp_path / "missing" / "libcuda.so.1"))
+    with pytest.raises(LibraryError, match="cannot load the CUDA driver .*missing/libcuda.so.1"):
+        dlvm.load(copy_, device="cuda:0")
+    with dlvm.load(copy_) as cpu:  # a library with CUDA kernels runs on the CPU without a GPU
+        assert cpu.infer(np.zeros((4, 2), np.float32)).shape == (4, 1)
+
+
+def test_a_bad_device_name_is_an_invalid_argument(xor_library):
+    library, _ = xor_library
+    for device in ("cuda:", "cuda:x", "gpu:0", "cuda:-1"):
+        with pytest.raises(LibraryError, match="unknown device") as e:
+            dlvm.load(library, device=device)
+        assert e.value.status == 1
