@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(BIN)/mypy dlvm telc
 
 unit: $(STAMP)
-	$(BIN)/pytest -n auto tests/unit
+	$(BIN)/pytest -n auto tests/unit tests/gpu
 
 lit: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -sv tests/filecheck

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dlvm.runtime import DType, Status
+from dlvm.runtime import DLDataType, DLDevice, DLDeviceType, DLTensor, DType, Status
 
 ABI_VERSION = 1
 
@@ -121,6 +121,52 @@ def _pointer(arr: np.ndarray) -> int:
     return arr.ctypes.data or _EMPTY.ctypes.data
 
 
+def _as_list(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def _cuda_ordinal(value: Any) -> int | None:
+    """N when value is a DLPack array in the memory of GPU N (kDLCUDA), else None."""
+    device = getattr(value, "__dlpack_device__", None)
+    if device is None or isinstance(value, np.ndarray):
+        return None
+    kind, ordinal = device()
+    return int(ordinal) if kind == DLDeviceType.CUDA else None
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _capsule_tensor(value: Any, keep: list[Any]) -> int:
+    """The address of value's DLTensor (the head of the DLManagedTensor of its capsule). The
+    capsule is kept, not consumed: when it is dropped after the call, its producer's deleter
+    runs as for any capsule nobody took."""
+    capsule = value.__dlpack__()
+    keep.append(capsule)
+    pointer = _capsule_pointer(capsule, b"dltensor")
+    if not pointer:
+        raise TypeError(f"{type(value).__name__}.__dlpack__() did not give a DLPack capsule")
+    return int(pointer)
+
+
+def _host_tensor(spec: Tensor, arr: np.ndarray, keep: list[Any]) -> int:
+    """A DLTensor (kDLCPU) describing a C-contiguous host array of spec's dtype and shape."""
+    shape = (ctypes.c_int64 * max(1, len(spec.shape)))(*spec.shape)
+    t = DLTensor(
+        data=_pointer(arr),
+        device=DLDevice(DLDeviceType.CPU, 0),
+        ndim=len(spec.shape),
+        dtype=DLDataType.of(DType.from_ir(spec.dtype_name)),
+        shape=ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
+        strides=None,
+        byte_offset=0,
+    )
+    keep += [arr, shape, t]
+    return ctypes.addressof(t)
+
+
 _EMPTY = np.zeros(8, np.uint8)
 _BYTES = ctypes.c_char * 0
 
@@ -139,6 +185,7 @@ class Entry:
         self.outputs = [Tensor(t) for t in doc["outputs"]]
         self._fn = model._function(self.symbol, 1 + len(self.inputs) + len(self.outputs))
         self._input_specs = [(t.dtype, t.shape) for t in self.inputs]
+        self._dl_fn: Any = None  # NAME_<entry>_dl, looked up on first use
         self._output_specs = [(t.dtype, t.shape) for t in self.outputs]
         self.__doc__ = f"{self.signature} ({self.kind} entry of model '{model.name}')"
 
@@ -159,6 +206,11 @@ class Entry:
         # call, so it avoids comprehensions and helper calls where a plain loop will do.
         if kwargs or len(args) != len(self.inputs):
             args = tuple(self._bind(args, kwargs))
+        for v in args:
+            if type(v) is not np.ndarray and _cuda_ordinal(v) is not None:
+                return self._call_dl(args, out)
+        if out is not None and any(_cuda_ordinal(o) is not None for o in _as_list(out)):
+            return self._call_dl(args, out)
         arrays = list(args)  # holds converted arrays alive until the call returns
         pointers = []
         for i, (dtype, shape) in enumerate(self._input_specs):
@@ -190,6 +242,43 @@ class Entry:
         self.model._call(self._fn, *pointers, *out_pointers)
         return out
 
+    def _call_dl(self, args: Sequence[Any], out: Any) -> Any:
+        """The call through NAME_<entry>_dl, for arguments in GPU memory (DLPack kDLCUDA, such
+        as CuPy or PyTorch CUDA arrays), which the library reads and writes in place; the other
+        arguments are NumPy arrays in host memory as usual. Outputs not given by `out=` come
+        back as NumPy arrays."""
+        keep: list[Any] = []  # what the DLTensors point into, alive until the call returns
+        tensors = []
+        where = f"{self.model.name}.{self.name}"
+        for t, v in zip(self.inputs, args):
+            if _cuda_ordinal(v) is not None:
+                tensors.append(_capsule_tensor(v, keep))
+            else:
+                tensors.append(_host_tensor(t, t.convert(v, f"{where}: input"), keep))
+        given = _as_list(out) if out is not None else [None] * len(self.outputs)
+        if len(given) != len(self.outputs):
+            self._given_outputs(out)  # raises the usual message
+        results = []
+        for t, o in zip(self.outputs, given):
+            if o is None:
+                o = np.empty(t.shape, t.dtype)
+            elif _cuda_ordinal(o) is None:
+                self._check_output(t, o)
+            results.append(o)
+            if _cuda_ordinal(o) is not None:
+                tensors.append(_capsule_tensor(o, keep))
+            else:
+                tensors.append(_host_tensor(t, o, keep))
+        if self._dl_fn is None:
+            self._dl_fn = self.model._function(self.symbol + "_dl", 2)
+        table = (ctypes.c_void_p * max(1, len(tensors)))(*tensors)
+        self.model._call(self._dl_fn, table)
+        if out is not None:
+            return out
+        if len(results) == 1:
+            return results[0][()] if results[0].ndim == 0 else results[0]
+        return tuple(r[()] if r.ndim == 0 else r for r in results) if results else None
+
     def _given_outputs(self, out: Any) -> list[np.ndarray]:
         given = list(out) if isinstance(out, tuple) else [out]
         if len(given) != len(self.outputs):
@@ -198,14 +287,17 @@ class Entry:
                 f" ({', '.join(str(t) for t in self.outputs) or 'none'}), got {len(given)}"
             )
         for t, o in zip(self.outputs, given):
-            ok = (isinstance(o, np.ndarray) and o.dtype == t.dtype and o.shape == t.shape
-                  and o.flags.carray and o.flags.writeable)  # fmt: skip
-            if not ok:
-                raise TypeError(
-                    f"{self.model.name}.{self.name}(): out '{t.name}' must be a writable"
-                    f" C-contiguous {t.dtype_name}{dims(t.shape)} array, got {_describe(o)}"
-                )
+            self._check_output(t, o)
         return given
+
+    def _check_output(self, t: Tensor, o: Any) -> None:
+        ok = (isinstance(o, np.ndarray) and o.dtype == t.dtype and o.shape == t.shape
+              and o.flags.carray and o.flags.writeable)  # fmt: skip
+        if not ok:
+            raise TypeError(
+                f"{self.model.name}.{self.name}(): out '{t.name}' must be a writable"
+                f" C-contiguous {t.dtype_name}{dims(t.shape)} array, got {_describe(o)}"
+            )
 
     def _check_overlap(
         self, arrays: list[np.ndarray], pointers: list[int], outs: list[np.ndarray],

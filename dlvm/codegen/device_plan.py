@@ -35,8 +35,10 @@ class NotPlannable(Exception):
 @dataclass
 class Slot:
     """A tensor in device memory: argument `argument` of the host function, or bytes at `offset`
-    of the scratch block; `result` is set when the glue binds it to that result's destination
-    instead (a kernel then writes the result in place)."""
+    of the scratch block. `result` is set when only a kernel's output is that result: the glue
+    may then bind the slot to the result's destination, when that is device memory (a resident
+    result always is; an output is when the caller passes device memory), so that the kernel
+    writes it in place."""
 
     bytes: int
     argument: int | None = None
@@ -81,8 +83,8 @@ def device_plan(
     nested = _Walk(plan, kernels).call(fn, _group(fn, args))
     plan.results = _flatten(nested)
     plan.uploads = [s for s in args if plan.slots[s].argument is None]
-    _bind_results(plan, resident_results)
-    _place(plan)
+    _bind_results(plan)
+    _place(plan, resident_results)
     return plan
 
 
@@ -174,19 +176,19 @@ class _Walk:
         raise NotPlannable(f"@{fn.name}: '{op}' runs on the CPU")
 
 
-def _bind_results(plan: DevicePlan, resident: range) -> None:
-    """Marks each resident result slot that is a kernel's output, and no other result's, as
-    written straight into that result's destination."""
+def _bind_results(plan: DevicePlan) -> None:
+    """Marks each result slot that is a kernel's output, and no other result's, as one the
+    kernel may write straight into that result's destination when it is device memory."""
     produced = {step[1][-1] for step in plan.steps}
     for position, s in enumerate(plan.results):
         slot = plan.slots[s]
-        if position in resident and s in produced and plan.results.count(s) == 1:
+        if s in produced and plan.results.count(s) == 1:
             slot.result = position
 
 
-def _place(plan: DevicePlan) -> None:
+def _place(plan: DevicePlan, resident: range) -> None:
     """Offsets in the scratch block: first fit among the slots whose lifetimes (first write to
-    last read, in steps) overlap."""
+    last read, in steps) overlap; none for arguments and resident results."""
     last: dict[int, int] = {}
     first: dict[int, int] = {s: -1 for s in plan.uploads}  # written before the first step
     for k, (_, slots) in enumerate(plan.steps):
@@ -198,7 +200,7 @@ def _place(plan: DevicePlan) -> None:
         last[s] = end  # read by the glue after the last step
     placed: list[tuple[int, int, int, int]] = []  # (offset, bytes, first, last)
     for s, slot in enumerate(plan.slots):
-        if slot.argument is not None or slot.result is not None:
+        if slot.argument is not None or slot.result in resident:
             continue
         lo = first.get(s, 0)
         hi = max(last.get(s, lo), lo)

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from dlvm.codegen import glue_cuda
+from dlvm.codegen import glue_cuda, glue_dlpack
 from dlvm.codegen.glue_cuda import CudaGlue
 from dlvm.codegen.spec import (
     EntrySpec,
@@ -229,7 +229,7 @@ class _Layout:
             if len(set(names)) != len(names):
                 raise SpecError(f"{where}: argument names must be unique")
         exported = [f"{self.name}_{n}" for n in (*API_FUNCTIONS, "model")]
-        exported += [self.symbol(e) for e in spec.entries]
+        exported += [self.symbol(e) + suffix for e in spec.entries for suffix in ("", "_dl")]
         hosts = {h for h, _, _ in self.hosts()}
         clash = sorted(
             {n for n in exported if exported.count(n) > 1}
@@ -375,6 +375,15 @@ def header_source(spec: LibrarySpec, cuda: CudaGlue | None = None) -> str:
     for e in spec.entries:
         out.append(_entry_comment(e))
         out.append(_entry_prototype(layout, e, names[e.name], comments=True) + ";")
+    if spec.entries:
+        out += [
+            "",
+            "/* The same with DLPack tensors: args[] holds the inputs, then the outputs, each",
+            "   checked (dtype, shape, contiguous row-major). Host memory (kDLCPU) is used in",
+            "   place; so is memory of the GPU the model runs on (kDLCUDA), without copies. */",
+        ]
+        out += [glue_dlpack.dl_prototype(layout.symbol(e), f"{name}_model") + ";"
+                for e in spec.entries]  # fmt: skip
     out += ["", *_size_macros(spec)]
     out += [
         "",
@@ -487,6 +496,8 @@ def glue_source(spec: LibrarySpec, cuda: CudaGlue | None = None) -> str:
     out += _create_destroy(layout)
     for e in spec.entries:
         out += ["", *_entry_function(layout, e)]
+    for e in spec.entries:
+        out += ["", *_dl_entry(layout, e)]
     out += ["", *_save_load(layout), "", *_get_set_param(layout), ""]
     out += [EXPORT, f"{_api_prototypes(name)['manifest']} {{"]
     literal = c_string_lines(manifest_json(spec, cuda))
@@ -707,6 +718,7 @@ def _create_destroy(layout: _Layout) -> list[str]:
         out += [
             "    if (ordinal >= 0) {",
             "        dlrt_status s = glue_cuda_open(m, ordinal);",
+            "        m->ordinal = ordinal;",
             "        if (s != DLRT_OK) {",
             "            char why[DLRT_ERROR_CAPACITY];",
             "            strncpy(why, dlrt_last_error(), sizeof why - 1);",
@@ -737,16 +749,11 @@ def _entry_function(layout: _Layout, e: EntrySpec) -> list[str]:
     plan = cuda.plans[e.name] if cuda is not None else None
     out: list[str] = []
     if isinstance(plan, glue_cuda.DevicePlan):
-        prototype = _entry_prototype(layout, e, names, comments=False)
-        prototype = prototype.replace(
-            f"dlrt_status {layout.symbol(e)}(", f"dlrt_status glue_{c_identifier(e.name)}_cuda(", 1
-        )
         buffers = [layout.index[n] for n in (*e.params, *e.states)]
         out += glue_cuda.device_entry(e, plan, glue_cuda.EntryParts(
+            function=f"glue_{c_identifier(e.name)}_cuda",
             symbol=layout.symbol(e),
             model=f"{layout.name}_model",
-            names=names,
-            prototype=prototype,
             buffers=buffers,
             input_bytes=[_bytes(t) for t in e.inputs],
             output_bytes=[_bytes(t) for t in e.outputs],
@@ -767,8 +774,9 @@ def _entry_function(layout: _Layout, e: EntrySpec) -> list[str]:
     for t, a in zip(_args(e), names, strict=True):
         out += [f"    if ({a} == NULL)", f"        return glue_null(fn, {c_string(t.name)});"]
     if isinstance(plan, glue_cuda.DevicePlan):
-        out += ["    if (m->cuda != NULL)"]
-        out += _call(f"        return glue_{c_identifier(e.name)}_cuda(", ["m", *names], ");")
+        out += ["    if (m->cuda != NULL) {"]
+        out += _call("        void *args[] = {", [f"(void *){a}" for a in names], "};")
+        out += [f"        return glue_{c_identifier(e.name)}_cuda(m, args, NULL);", "    }"]
     elif cuda is not None:  # on the CPU, with the device's parameters
         out += _pull("    ", "fn")
     args = ["&m->ctx", *names[: len(e.inputs)]]
@@ -798,6 +806,17 @@ def _entry_function(layout: _Layout, e: EntrySpec) -> list[str]:
         out += _push("    ", "fn")
     out += ["    return DLRT_OK;", "}"]
     return out
+
+
+def _dl_entry(layout: _Layout, e: EntrySpec) -> list[str]:
+    plan = layout.cuda.plans[e.name] if layout.cuda is not None else None
+    c_types = [("const " if i < len(e.inputs) else "") + DTYPES[t.dtype][0] + " "
+               for i, t in enumerate(_args(e))]  # fmt: skip
+    dtypes = [DTYPES[t.dtype][1] for t in _args(e)]
+    return glue_dlpack.dl_entry(
+        e, layout.symbol(e), f"{layout.name}_model", c_types, dtypes, layout.cuda is not None,
+        isinstance(plan, glue_cuda.DevicePlan),
+    )  # fmt: skip
 
 
 def _bytes(t: TensorSpec) -> int:

@@ -93,7 +93,10 @@ def _comment(text: str) -> str:
 
 
 def struct_fields(n_tensors: int) -> list[str]:
-    out = ["    dlrt_cuda *cuda;  /* the device, or NULL on the CPU */"]
+    out = [
+        "    dlrt_cuda *cuda;  /* the device, or NULL on the CPU */",
+        "    int ordinal;      /* N of cuda:N */",
+    ]
     if n_tensors:
         out += [
             f"    void *dbuf[{n_tensors}];   /* on the device: the current value of each tensor */",
@@ -211,14 +214,12 @@ def helpers(name: str, n_tensors: int, spare: list[int], cuda: CudaGlue) -> list
 
 @dataclass(frozen=True)
 class EntryParts:
-    """What the CUDA path of one entry needs from the glue: C names of its arguments (inputs
-    then outputs), the buffer index of each parameter and state it takes, and each tensor's
-    bytes."""
+    """What the CUDA path of one entry needs from the glue: its C function's name, the buffer
+    index of each parameter and state it takes, each tensor's bytes, and the step's C type."""
 
-    symbol: str
+    function: str  # glue_<entry>_cuda
+    symbol: str  # NAME_<entry>, for messages
     model: str
-    names: list[str]
-    prototype: str  # of the static glue_<entry>_cuda function
     buffers: list[int]  # buffer index of each of e.params + e.states
     input_bytes: list[int]
     output_bytes: list[int]
@@ -227,33 +228,41 @@ class EntryParts:
 
 
 def device_entry(e: EntrySpec, plan: DevicePlan, p: EntryParts) -> list[str]:
-    """static glue_<entry>_cuda: the entry's device plan run on m->cuda."""
+    """static glue_<entry>_cuda(m, args, dev): the entry's device plan run on m->cuda. args
+    holds the inputs' then the outputs' pointers; dev (NULL: none) says which of them are device
+    memory of m's GPU (from NAME_<entry>_dl): those are read and written in place, the others
+    are uploaded and downloaded."""
     n_in, n_out = len(e.inputs), len(e.outputs)
     out = [
-        f"static {p.prototype} {{",
+        f"static dlrt_status {p.function}({p.model} *m, void *const *args,",
+        "                                  const unsigned char *dev) {",
         f'    static const char fn[] = "{p.symbol}";',
         f"    void *slots[{max(1, len(plan.slots))}];",
         "    dlrt_status s;",
     ]
     if p.step_type is not None:
         out.append(f"    {p.step_type} step = ({p.step_type})(m->step + 1);")
+    uploaded = {slot: u for u, slot in enumerate(plan.uploads)}
     for k, slot in enumerate(plan.slots):
+        scratch = f"(char *)m->scratch + {slot.offset}"
         if slot.argument is not None:
-            target = f"m->dbuf[{p.buffers[slot.argument - n_in]}]"
-        elif slot.result is not None:
-            target = f"m->dspare[{p.buffers[slot.result - n_out]}]"
+            out.append(f"    slots[{k}] = m->dbuf[{p.buffers[slot.argument - n_in]}];")
+        elif slot.result is not None and slot.result >= n_out:
+            out.append(f"    slots[{k}] = m->dspare[{p.buffers[slot.result - n_out]}];")
+        elif slot.result is not None or (k in uploaded and uploaded[k] < n_in):
+            i = uploaded[k] if k in uploaded else n_in + slot.result  # type: ignore[operator]
+            out.append(f"    slots[{k}] = dev != NULL && dev[{i}] ? args[{i}] : {scratch};")
         else:
-            target = f"(char *)m->scratch + {slot.offset}"
-        out.append(f"    slots[{k}] = {target};")
-    for u, s in enumerate(plan.uploads):
-        source, size = (
-            (p.names[u], f"{p.input_bytes[u]}u") if u < n_in else ("&step", "sizeof step")
-        )
-        out += [
-            f"    s = dlrt_cuda_upload(m->cuda, slots[{s}], {source}, {size});",
-            "    if (s != DLRT_OK)",
-            "        goto fail;",
-        ]
+            out.append(f"    slots[{k}] = {scratch};")
+    for u, k in enumerate(plan.uploads):
+        if u < n_in:
+            out.append(f"    if (dev == NULL || !dev[{u}])")
+            out.append(f"        s = dlrt_cuda_upload(m->cuda, slots[{k}], args[{u}],"
+                       f" {p.input_bytes[u]}u);")  # fmt: skip
+            out += ["    else", "        s = DLRT_OK;"]
+        else:
+            out.append(f"    s = dlrt_cuda_upload(m->cuda, slots[{k}], &step, sizeof step);")
+        out += ["    if (s != DLRT_OK)", "        goto fail;"]
     out += [
         f"    s = dlrt_cuda_run(m->cuda, glue_plan_{c_identifier(e.name)}, {len(plan.steps)},"
         " slots);",
@@ -261,22 +270,31 @@ def device_entry(e: EntrySpec, plan: DevicePlan, p: EntryParts) -> list[str]:
         "        goto fail;",
     ]
     updated = []
-    for position, s in enumerate(plan.results):
+    for position, k in enumerate(plan.results):
+        in_place = plan.slots[k].result == position
         if position < n_out:
-            dst, count = p.names[n_in + position], p.output_bytes[position]
-            out.append(f"    s = dlrt_cuda_download(m->cuda, {dst}, slots[{s}], {count}u);")
+            i, count = n_in + position, p.output_bytes[position]
+            out += [
+                f"    if (dev == NULL || !dev[{i}])",
+                f"        s = dlrt_cuda_download(m->cuda, args[{i}], slots[{k}], {count}u);",
+            ]
+            if not in_place:
+                out += ["    else", f"        s = dlrt_cuda_copy(m->cuda, args[{i}], slots[{k}],"
+                        f" {count}u);"]  # fmt: skip
+            else:
+                out += ["    else", "        s = DLRT_OK;"]
         else:
             index = p.buffers[position - n_out]
             updated.append(index)
-            if plan.slots[s].result == position:
-                continue  # the kernel wrote it in place
+            if in_place:
+                continue  # the kernel wrote it into dspare
             count = p.buffer_bytes[position - n_out]
             out.append(
-                f"    s = dlrt_cuda_copy(m->cuda, m->dspare[{index}], slots[{s}], {count}u);"
+                f"    s = dlrt_cuda_copy(m->cuda, m->dspare[{index}], slots[{k}], {count}u);"
             )
         out += ["    if (s != DLRT_OK)", "        goto fail;"]
-    if n_out == 0:
-        out += ["    s = dlrt_cuda_sync(m->cuda);", "    if (s != DLRT_OK)", "        goto fail;"]
+    # Downloads wait for the stream; without one, wait here, so that errors surface now.
+    out += ["    s = dlrt_cuda_sync(m->cuda);", "    if (s != DLRT_OK)", "        goto fail;"]
     for index in updated:
         out += [
             "    {",

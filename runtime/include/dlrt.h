@@ -277,6 +277,15 @@ typedef struct DLManagedTensor {
 
 #endif /* DLPACK_DLPACK_H_ */
 
+/* Checks DLTensor `t`, argument `name` of function `fn`, against a dtype and shape (contiguous
+   row-major; bool is kDLBool of 8 bits); sets *data to its first element and *on_device to
+   whether it lives in the memory of GPU `ordinal` (kDLCUDA; -1 for a model on the CPU, which
+   takes only host memory: kDLCPU, kDLCUDAHost, kDLCUDAManaged). DLRT_ERR_INVALID_ARGUMENT or
+   DLRT_ERR_DEVICE with a message naming the argument otherwise. */
+dlrt_status dlrt_dl_argument(const char *fn, const char *name, const DLTensor *t, dlrt_dtype dtype,
+                             int32_t ndim, const int64_t *shape, int ordinal, void **data,
+                             unsigned char *on_device);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,6 +21,7 @@ from cuda_emulator import Emulator
 from telhelp import compiled_sample, inputs_for, sample_names
 
 import dlvm
+from dlvm import runtime as rt
 from dlvm.codegen.build import build_library, schedule
 from dlvm.loader import LibraryError
 from telc.driver import library_spec
@@ -186,3 +187,92 @@ def test_a_bad_device_name_is_an_invalid_argument(xor_library):
         with pytest.raises(LibraryError, match="unknown device") as e:
             dlvm.load(library, device=device)
         assert e.value.status == 1
+
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+class DeviceArray:
+    """A DLPack array in the fake driver's device memory (kDLCUDA, device 0), as CuPy or a
+    PyTorch CUDA tensor would hand one over."""
+
+    def __init__(self, driver: Path, array: np.ndarray) -> None:
+        self.array = np.ascontiguousarray(array)
+        self.driver = ctypes.CDLL(str(driver))
+        address = ctypes.c_ulonglong()
+        assert self.driver.cuMemAlloc_v2(ctypes.byref(address), max(1, self.array.nbytes)) == 0
+        self.address = address.value
+        ctypes.memmove(self.address, self.array.ctypes.data, self.array.nbytes)
+        self._shape = (ctypes.c_int64 * max(1, self.array.ndim))(*self.array.shape)
+        self._managed = rt.DLManagedTensor()
+        t = self._managed.dl_tensor
+        t.data, t.ndim, t.byte_offset = self.address, self.array.ndim, 0
+        t.device = rt.DLDevice(rt.DLDeviceType.CUDA, 0)
+        t.dtype = rt.DLDataType.of(rt.DType.from_numpy(self.array.dtype.type))
+        t.shape = ctypes.cast(self._shape, ctypes.POINTER(ctypes.c_int64))
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (int(rt.DLDeviceType.CUDA), 0)
+
+    def __dlpack__(self, stream=None):
+        return _capsule_new(ctypes.addressof(self._managed), b"dltensor", None)
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty_like(self.array)
+        ctypes.memmove(out.ctypes.data, self.address, out.nbytes)
+        return out
+
+
+XOR_X = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], np.float32)
+XOR_LABELS = np.array([[0], [1], [1], [0]], np.float32)
+
+
+def test_gpu_arrays_are_read_and_written_in_place(xor_library, on_fake_gpu, fake_driver):
+    library, kernels = xor_library
+    on_fake_gpu(kernels)
+    x = DeviceArray(fake_driver, XOR_X)
+    y = DeviceArray(fake_driver, np.zeros((4, 1), np.float32))
+    with dlvm.load(library, seed=1) as cpu, dlvm.load(library, device="cuda:0", seed=1) as gpu:
+        before = transfers(fake_driver)
+        assert gpu.infer(x, out=y) is y
+        launches, uploads, downloads, copies = np.subtract(transfers(fake_driver), before)
+        assert (uploads, downloads, copies) == (0, 0, 0) and launches >= 1
+        close(y.numpy(), cpu.infer(XOR_X))
+        before = transfers(fake_driver)
+        close(gpu.infer(x), cpu.infer(XOR_X))  # an output not given comes back to the host
+        assert list(np.subtract(transfers(fake_driver), before)[1:]) == [0, 1, 0]
+        labels = DeviceArray(fake_driver, XOR_LABELS)
+        before = transfers(fake_driver)
+        close(gpu.train_step(x, labels), cpu.train_step(XOR_X, XOR_LABELS))
+        # Only the step goes up and the loss comes down.
+        assert list(np.subtract(transfers(fake_driver), before)[1:]) == [1, 1, 0]
+        close(gpu.params["W1"], cpu.params["W1"])
+        with pytest.raises(LibraryError, match="argument 'x' is on cuda:0, but the model runs on"
+                           " the CPU") as e:  # fmt: skip
+            cpu.infer(x)
+        assert e.value.status == 3
+        wrong = DeviceArray(fake_driver, np.zeros((3, 2), np.float32))
+        with pytest.raises(LibraryError, match="argument 'x' has 3 in dimension 0; it must have 4"):
+            gpu.infer(wrong)
+        ints = DeviceArray(fake_driver, np.zeros((4, 2), np.int32))
+        with pytest.raises(LibraryError, match="argument 'x' has DLPack type code 0 with 32 bits"):
+            gpu.infer(ints)
+
+
+def test_the_dlpack_entry_of_a_cpu_library_takes_host_tensors(sample_library):
+    """NAME_<entry>_dl exists in every library; on the CPU it takes kDLCPU tensors in place."""
+    from dlvm.loader import _host_tensor
+
+    with dlvm.load(sample_library("xor"), seed=2) as model:
+        entry = model.entries["infer"]
+        keep: list = []
+        y = np.zeros((4, 1), np.float32)
+        table = (ctypes.c_void_p * 2)(_host_tensor(entry.inputs[0], XOR_X, keep),
+                                      _host_tensor(entry.outputs[0], y, keep))  # fmt: skip
+        model._call(model._function("xor_infer_dl", 2), table)
+        close(y, model.infer(XOR_X))
+        table[0] = None
+        with pytest.raises(LibraryError, match="xor_infer_dl: argument 'x' is NULL"):
+            model._call(model._function("xor_infer_dl", 2), table)

@@ -404,6 +404,7 @@ def test_odd_names_survive_the_c_library(runtime_objects: list[str], tmp_path: P
         (EntrySpec("f", "train", "f", step=True, step_dtype="f16"), "step dtype 'f16'"),
         (EntrySpec("f", "infer", "f", (X,), (X,)), "argument names must be unique"),
         (EntrySpec("f", "infer", "infer"), "two different signatures"),
+        (EntrySpec("infer_dl", "export", "f"), "generated names clash: tiny_infer_dl"),
     ],
 )
 def test_bad_specs_are_refused(entry, message):
@@ -464,7 +465,7 @@ def test_only_the_documented_symbols_are_exported(library: Path):
     ).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.strip()}
     api = ("create", "destroy", "infer", "train_step", "double", "save", "load")
-    api += ("get_param", "set_param", "manifest")
+    api += ("get_param", "set_param", "manifest", "infer_dl", "train_step_dl", "double_dl")
     assert names - {"_init", "_fini"} == {f"tiny_{n}" for n in api} | {"dlrt_last_error"}
     assert set(elf_exported_functions(str(library)) or ()) == names - {"_init", "_fini"}
 

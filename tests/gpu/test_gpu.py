@@ -1,0 +1,91 @@
+"""On a real GPU (skipped without one, tests/gpu/conftest.py): every instruction's kernel and
+every sample against the interpreter and the CPU, through libraries built for CUDA, and the
+digits model trained on the GPU to the CPU's accuracy."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+from telhelp import compiled_sample, inputs_for, sample_names
+from test_codegen_ops import CASES, module_text, random_input
+
+import dlvm
+from dlvm.codegen.build import build_library
+from dlvm.codegen.spec import module_spec
+from dlvm.interp import run_function
+from dlvm.ir import parse_module
+from telc.driver import library_spec
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory):
+    text = module_text()
+    module = parse_module(text, "ops.dl")
+    path = tmp_path_factory.mktemp("gpu-ops") / "ops.so"
+    build_library(module, module_spec(module, "test"), path, cuda=True)
+    with dlvm.load(path, device="cuda:0") as lib:
+        yield lib, parse_module(text, "ops.dl")
+
+
+@pytest.mark.parametrize("index, name", list(enumerate(CASES)), ids=list(CASES))
+def test_instruction_on_the_gpu_matches_the_interpreter(ops, index, name):
+    lib, reference = ops
+    if name.startswith("random"):
+        pytest.skip("random numbers are drawn on the CPU")
+    args, _, _ = CASES[name]
+    rng = np.random.default_rng(index)
+    inputs = [random_input(t, rng, name) for t in args]
+    expected = np.asarray(run_function(reference, f"f{index}", inputs))
+    got = np.asarray(getattr(lib, f"f{index}")(*inputs))
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    if expected.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, expected)
+        return
+    # libdevice's functions are within 2 ulp (f32) of the correctly rounded result.
+    tol = 1e-12 if expected.dtype == np.float64 else 1e-5
+    atol = tol * 10
+    if "dot" in name or "convolve" in name or "reduce" in name:
+        tol *= 5
+        atol = tol * max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=atol)
+
+
+def build_for_cuda(name: str, directory: Path) -> Path:
+    compiled = compiled_sample(name)
+    path = directory / f"{name}.so"
+    build_library(copy.deepcopy(compiled.module), library_spec(compiled.interface), path,
+                  cuda=True)  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("name", sample_names())
+def test_a_sample_on_the_gpu_matches_the_cpu(name, tmp_path):
+    library = build_for_cuda(name, tmp_path)
+    compiled = compiled_sample(name)
+    entries = [e for e in compiled.interface.entries if e.kind != "init"]
+    with dlvm.load(library, seed=7) as cpu, dlvm.load(library, device="cuda:0", seed=7) as gpu:
+        for e in entries:
+            inputs = inputs_for(e.inputs, 3)
+            for _ in range(3 if e.kind == "train" else 1):
+                want, got = getattr(cpu, e.name)(**inputs), getattr(gpu, e.name)(**inputs)
+                for w, g in zip(*(r if isinstance(r, tuple) else (r,) for r in (want, got))):
+                    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+        for p in cpu.params:
+            np.testing.assert_allclose(gpu.params[p], cpu.params[p], rtol=1e-4, atol=1e-5)
+
+
+def test_digits_trains_on_the_gpu_to_the_cpu_accuracy(tmp_path):
+    from telc import demo
+
+    library = build_for_cuda("digits", tmp_path)
+    data = demo.load_data()
+    accuracy = {}
+    for device in ("cpu", "cuda:0"):
+        with dlvm.load(library, device=device, seed=0) as model:
+            demo.train(model, data, epochs=10, seed=0)
+            accuracy[device] = demo.accuracy(demo.predict(model, data.x_test), data.y_test)
+    assert accuracy["cuda:0"] >= 0.95
+    assert abs(accuracy["cuda:0"] - accuracy["cpu"]) <= 0.01
