@@ -11,6 +11,7 @@ libdevice function need it."""
 from __future__ import annotations
 
 import functools
+import os
 import re
 import subprocess
 import tempfile
@@ -119,13 +120,15 @@ def target_machine(gpu: str = DEFAULT_GPU, opt: int = 3) -> llvm.TargetMachine:
 
 
 def libdevice_path() -> Path:
-    """libdevice.10.bc from the nvidia-cuda-nvcc-cu12 wheel; CodegenError when not installed."""
+    """libdevice.10.bc from the nvidia-cuda-nvcc-cu12 wheel, else from a CUDA toolkit
+    ($CUDA_HOME, /usr/local/cuda); CodegenError when there is none."""
     try:
         import nvidia.cuda_nvcc  # type: ignore[import-not-found,import-untyped]
 
         roots = [Path(p) for p in nvidia.cuda_nvcc.__path__]
     except ImportError:
         roots = []
+    roots += [Path(p) for p in (os.environ.get("CUDA_HOME"), "/usr/local/cuda") if p]
     for root in roots:
         path = root / "nvvm" / "libdevice" / "libdevice.10.bc"
         if path.is_file():

@@ -1,6 +1,7 @@
 """A `[compute]` function as a CUDA kernel: the CPU kernel's body (dlvm.codegen.kernel, the same
-element code) run by a grid-stride loop over the output's elements, or a tiled matrix product
-(dlvm.codegen.cuda_matmul) as its `[schedule cuda …]` line says.
+element code) run by a grid-stride loop over the output's elements, or, as its `[schedule cuda
+…]` line says, a tiled matrix product (dlvm.codegen.cuda_matmul) or a reduction by whole blocks
+(dlvm.codegen.cuda_reduce).
 
 The entry `dlk_<name>(ptr in…, ptr out)` stores its pointers in a local array laid out as the
 body's `args`, so the body reads them as on the CPU; once the body is inlined, LLVM forwards
@@ -13,7 +14,9 @@ from llvmlite import ir
 
 from dlvm.codegen.cuda import kernel_symbol, mark_kernel, special_register
 from dlvm.codegen.cuda_matmul import TiledProduct, tiled
+from dlvm.codegen.cuda_reduce import BlockReduce, cooperative
 from dlvm.codegen.kernel import KernelGen
+from dlvm.codegen.loops import strided_loop
 from dlvm.codegen.scalar import I64, PTR
 from dlvm.ir.values import Function
 
@@ -33,8 +36,11 @@ class CudaKernelGen(KernelGen):
         return entry
 
     def emit(self) -> ir.Function:
+        whole_blocks = tiled(self.fn) or cooperative(self.fn)  # the body uses the block's threads
         if tiled(self.fn):
             TiledProduct(self).emit()
+        elif cooperative(self.fn):
+            BlockReduce(self).emit()
         else:
             self.emit_body()
         b = ir.IRBuilder(self.entry.append_basic_block("entry"))
@@ -42,7 +48,7 @@ class CudaKernelGen(KernelGen):
         args = b.alloca(PTR, size=ir.Constant(I64, n))
         for i, p in enumerate(self.entry.args):
             b.store(p, b.gep(args, [ir.Constant(I64, i)], source_etype=PTR))
-        if tiled(self.fn):  # the body computes the block's tile
+        if whole_blocks:
             b.call(self.body, [args, ir.Constant(I64, 0), ir.Constant(I64, 0)])
             b.ret_void()
             return self.entry
@@ -53,20 +59,8 @@ class CudaKernelGen(KernelGen):
         first = b.add(b.mul(wide("ctaid.x"), wide("ntid.x")), wide("tid.x"))
         stride = b.mul(wide("nctaid.x"), wide("ntid.x"))
         extent = ir.Constant(I64, self.outer_extent())
-        # for (i = first; i < extent; i += stride) body(args, i, i + 1)
-        pre = b.block
-        head = self.entry.append_basic_block("grid.head")
-        step = self.entry.append_basic_block("grid.body")
-        done = self.entry.append_basic_block("grid.done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64, name="i")
-        i.add_incoming(first, pre)
-        b.cbranch(b.icmp_unsigned("<", i, extent), step, done)
-        b.position_at_end(step)
-        b.call(self.body, [args, i, b.add(i, ir.Constant(I64, 1))])
-        i.add_incoming(b.add(i, stride), b.block)
-        b.branch(head)
-        b.position_at_end(done)
+        strided_loop(b, first, extent, stride,
+                     lambda i: b.call(self.body, [args, i, b.add(i, ir.Constant(I64, 1))]),
+                     name="grid")  # fmt: skip
         b.ret_void()
         return self.entry

@@ -35,6 +35,29 @@ def counted_loop(
     b.position_at_end(done)
 
 
+def strided_loop(
+    b: ir.IRBuilder, first: ir.Value, end: ir.Value, step: ir.Value,
+    body: Callable[[ir.Value], None], name: str = "i",
+) -> None:  # fmt: skip
+    """for (i = first; i < end; i += step) body(i), unsigned: a GPU thread's share of a range
+    (first its thread index, step the number of threads)."""
+    fn = b.function
+    pre = b.block
+    head = fn.append_basic_block(f"{name}.head")
+    inner = fn.append_basic_block(f"{name}.body")
+    done = fn.append_basic_block(f"{name}.done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, name=name)
+    i.add_incoming(first, pre)
+    b.cbranch(b.icmp_unsigned("<", i, end), inner, done)
+    b.position_at_end(inner)
+    body(i)
+    i.add_incoming(b.add(i, step), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
 def loop_nest(
     b: ir.IRBuilder, extents: list[int], body: Callable[[list[ir.Value]], None],
     first: tuple[ir.Value, ir.Value] | None = None,

@@ -15,6 +15,10 @@ Scheduling for CUDA as well (`cuda=True`, a library that runs on either device) 
   each block of 16 × 16 threads computes a 64 × 64 tile of the output (4 × 4 elements a thread)
   from 16-deep slices of the operands staged in shared memory; X tiles across the columns, Y
   down the rows, Z one per batch element (dlvm.codegen.cuda_matmul);
+- a long reduction into few outputs by add, multiply, max or min,
+  `[schedule cuda block 256 grid G cooperative 1]`: each block reduces one output element at a
+  time, its threads' partial results combined in shared memory and warp shuffles
+  (dlvm.codegen.cuda_reduce);
 - any other kernel, `[schedule cuda block B grid G]`: B threads a block, G blocks, and a
   grid-stride loop over the output's elements (a smaller product computes each as one
   thread's sum; a scan is one thread's pass over the whole tensor), consecutive threads on
@@ -43,6 +47,11 @@ CUDA_BLOCK = 256
 CUDA_MAX_GRID = 4096
 CUDA_TILE = (64, 64, 16)
 CUDA_THREADS = (16, 16)
+# A reduction of at least CUDA_BLOCK elements per output into fewer than this many outputs (too
+# few for a thread each to fill the GPU) runs a block per output; only by these combinators,
+# which may be applied in any order (float sums then agree to rounding).
+CUDA_BLOCK_OUTPUTS = 1 << 16
+BLOCK_COMBINATORS = ("add", "multiply", "max", "min")
 
 
 class ComputeScheduling(Pass):
@@ -110,6 +119,16 @@ def cuda_schedule(fn: Function) -> Schedule:
             math.prod(out.shape[:-2]),
         )
         return Schedule("cuda", (("block", CUDA_THREADS), ("tile", CUDA_TILE), ("grid", tiles)))
+    if root.opcode == "reduce" and root is fn.blocks[0].instructions[-1].operands[0]:
+        src = root.operands[0].type
+        assert isinstance(src, TensorType)
+        length, outputs = math.prod(src.shape) // max(1, math.prod(out.shape)), math.prod(out.shape)
+        comb = root.attrs["comb"]
+        if (isinstance(comb, str) and comb in BLOCK_COMBINATORS and not out.dtype.is_bool
+                and length >= CUDA_BLOCK and outputs < CUDA_BLOCK_OUTPUTS):  # fmt: skip
+            grid = min(CUDA_MAX_GRID, outputs)
+            return Schedule("cuda", (("block", (CUDA_BLOCK,)), ("grid", (grid,)),
+                                     ("cooperative", (1,))))  # fmt: skip
     # One pass over the whole tensor for a scan (dlvm.codegen.kernel).
     extent = 1 if root.opcode == "scan" else math.prod(out.shape)
     block = min(CUDA_BLOCK, 32 * math.ceil(extent / 32))

@@ -12,8 +12,14 @@ typedef struct {
 } dim3;
 
 static __thread dim3 tid, ctaid;
+static __thread unsigned linear; /* the thread's index in its block */
 static dim3 ntid, nctaid;
 static pthread_barrier_t barrier;
+/* Warp shuffles: each warp's threads meet at their own barrier around an exchange. */
+static pthread_barrier_t warp_barrier[32];
+static float exchange_f32[1024];
+static unsigned exchange_i32[1024];
+static unsigned block_threads;
 
 unsigned dlemu_tid_x(void) { return tid.x; }
 unsigned dlemu_tid_y(void) { return tid.y; }
@@ -28,6 +34,22 @@ unsigned dlemu_nctaid_x(void) { return nctaid.x; }
 unsigned dlemu_nctaid_y(void) { return nctaid.y; }
 unsigned dlemu_nctaid_z(void) { return nctaid.z; }
 void dlemu_barrier0(void) { pthread_barrier_wait(&barrier); }
+
+/* shfl.sync.down with a full mask and clamp 31: lane + delta's value, or the lane's own past
+   the warp's end. Every thread of the warp must call it, as on the GPU. */
+#define SHUFFLE(type, name, exchange)                                                           \
+    type name(unsigned mask, type v, unsigned delta, unsigned clamp) {                          \
+        unsigned warp = linear / 32, lane = linear % 32;                                        \
+        (void)mask, (void)clamp;                                                                \
+        exchange[linear] = v;                                                                   \
+        pthread_barrier_wait(&warp_barrier[warp]);                                              \
+        type r = lane + delta < 32 && linear + delta < block_threads ? exchange[linear + delta] \
+                                                                     : v;                       \
+        pthread_barrier_wait(&warp_barrier[warp]);                                              \
+        return r;                                                                               \
+    }
+SHUFFLE(float, dlemu_shfl_down_f32, exchange_f32)
+SHUFFLE(unsigned, dlemu_shfl_down_i32, exchange_i32)
 
 enum { MAX_POINTERS = 16 };
 
@@ -48,6 +70,7 @@ static void *run_thread(void *arg) {
     void **p = a->pointers;
     tid = a->tid;
     ctaid = a->ctaid;
+    linear = (tid.z * ntid.y + tid.y) * ntid.x + tid.x;
     void *q[MAX_POINTERS] = {0};
     memcpy(q, p, sizeof(void *) * (size_t)a->count);
     ((kernel_fn)a->kernel)(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10],
@@ -73,6 +96,10 @@ int dlemu_launch(void *kernel, const unsigned grid[3], const unsigned block[3], 
         for (unsigned by = 0; by < grid[1]; by++)
             for (unsigned bx = 0; bx < grid[0]; bx++) {
                 pthread_barrier_init(&barrier, NULL, threads);
+                block_threads = threads;
+                for (unsigned w = 0; w * 32 < threads; w++)
+                    pthread_barrier_init(&warp_barrier[w], NULL,
+                                         threads - w * 32 < 32 ? threads - w * 32 : 32);
                 unsigned n = 0;
                 for (unsigned z = 0; z < block[2]; z++)
                     for (unsigned y = 0; y < block[1]; y++)
@@ -84,6 +111,8 @@ int dlemu_launch(void *kernel, const unsigned grid[3], const unsigned block[3], 
                         }
                 for (unsigned i = 0; i < n; i++) pthread_join(handles[i], NULL);
                 pthread_barrier_destroy(&barrier);
+                for (unsigned w = 0; w * 32 < threads; w++)
+                    pthread_barrier_destroy(&warp_barrier[w]);
             }
     pthread_attr_destroy(&attr);
     return 0;

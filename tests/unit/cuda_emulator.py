@@ -36,6 +36,7 @@ def host_text(device_ir: str) -> str:
     text = device_ir.replace('target triple = "nvptx64-nvidia-cuda"', "")
     text = re.sub(r'@"llvm\.nvvm\.read\.ptx\.sreg\.(\w+)\.([xyz])"', r'@"dlemu_\1_\2"', text)
     text = text.replace('@"llvm.nvvm.barrier0"', '@"dlemu_barrier0"')
+    text = re.sub(r'@"llvm\.nvvm\.shfl\.sync\.down\.(f32|i32)"', r'@"dlemu_shfl_down_\1"', text)
     text = re.sub(r'@"__nv_(\w+)"', r'@"\1"', text)
     return text.replace("ptx_kernel ", "")
 
@@ -76,7 +77,9 @@ class Emulator:
         out = np.zeros(result.shape, dtype=NP[result.dtype.text])
         # Nonzero bytes, so that an element the kernel fails to write shows.
         out.reshape(-1).view(np.uint8)[...] = 0xA5
-        grid = launch.grid if tiled(fn) else (min(launch.grid[0], self.max_grid), 1, 1)
+        grid = (min(launch.grid[0], self.max_grid), 1, 1)
+        if tiled(fn):  # a block per tile: the grid is the work
+            grid = launch.grid
         pointers = (ctypes.c_void_p * launch.pointers)(*[a.ctypes.data for a in [*inputs, out]])
         status = self.lib.dlemu_launch(
             ctypes.cast(getattr(self.lib, launch.symbol), ctypes.c_void_p),

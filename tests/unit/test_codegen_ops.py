@@ -200,6 +200,19 @@ case("reduce-rows-fused", ["<9 x 11 x f64>"], "<11 x f64>",
      "%r = reduce %e: <9 x 11 x f64> by add init 0: f64 along 0")  # fmt: skip
 case("reduce-rows-parallel", ["<300 x 260 x f32>"], "<260 x f32>",
      "%r = reduce %a: <300 x 260 x f32> by add init 0: f32 along 0")  # fmt: skip
+# Long reductions into few outputs (CUDA reduces each with a whole block: test_cuda_kernels):
+# 32-bit elements end in warp shuffles, others in shared memory; every combinator it takes.
+case("reduce-long-max", ["<3 x 1000 x f32>"], "<3 x f32>",
+     "%r = reduce %a: <3 x 1000 x f32> by max init -inf: f32 along 1")  # fmt: skip
+case("reduce-long-i32-add", ["<700 x 5 x i32>"], "<5 x i32>",
+     "%r = reduce %a: <700 x 5 x i32> by add init 7: i32 along 0")  # fmt: skip
+case("reduce-long-f64-multiply", ["<2 x 400 x f64>"], "<2 x f64>",
+     "%r = reduce %a: <2 x 400 x f64> by multiply init 1: f64 along 1")  # fmt: skip
+case("reduce-long-all-min", ["<37 x 29 x f32>"], "f32",
+     "%r = reduce %a: <37 x 29 x f32> by min init 5: f32 along 0, 1")  # fmt: skip
+case("reduce-long-all-add", ["<37 x 29 x f32>"], "f32",
+     "%e = exp %a: <37 x 29 x f32>",
+     "%r = reduce %e: <37 x 29 x f32> by add init 1: f32 along 0, 1")  # fmt: skip
 case("scan-subtract-int", ["<5 x 4 x i32>"], "<5 x 4 x i32>",
      "%r = scan %a: <5 x 4 x i32> by subtract along 0")  # fmt: skip
 case("reduce-all-fused", ["<9 x 11 x f64>"], "f64",

@@ -39,11 +39,20 @@ def test_kernel_matches_interpreter(emulated, index, name):
         return
     tol = 1e-12 if expected.dtype == np.float64 else 2e-6
     atol = tol * 10
-    if "dot" in name or "convolve" in name:
-        # Sums in another order (tiles, fused multiply-adds): a few ulp of the magnitude.
+    if "dot" in name or "convolve" in name or "reduce" in name:
+        # Sums in another order (tiles, fused multiply-adds, reductions by blocks of threads):
+        # a few ulp of the magnitude.
         tol *= 5
         atol = tol * max(1.0, float(np.abs(expected).max()))
     np.testing.assert_allclose(got, expected, rtol=tol, atol=atol)
+
+
+def test_long_reductions_into_few_outputs_use_whole_blocks(emulated):
+    module, _, _ = emulated
+    blocks = [f for f in module.functions if f.cuda_schedule and f.cuda_schedule.get("cooperative")]
+    assert len(blocks) >= 5  # the reduce-long cases, and reduce-rows-parallel
+    dtypes = {str(f.type.result).split()[-1].rstrip(">") for f in blocks}
+    assert {"f32", "i32", "f64"} <= dtypes
 
 
 def test_products_with_a_tile_of_outputs_are_tiled(emulated):
