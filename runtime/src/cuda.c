@@ -18,6 +18,8 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
 
 enum {
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
@@ -25,6 +27,7 @@ enum {
     CU_JIT_ERROR_LOG_BUFFER = 5,
     CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
     CU_STREAM_NON_BLOCKING = 1,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222,
 };
@@ -66,6 +69,21 @@ static const char *const symbols[] = {
     "cuStreamSynchronize", "cuStreamDestroy_v2", "cuGetErrorString",
 };
 
+/* CUDA graphs (CUDA 11.4 and later): used when the driver has them. */
+static struct graphs {
+    CUresult (*BeginCapture)(CUstream, int);
+    CUresult (*EndCapture)(CUstream, CUgraph *);
+    CUresult (*Instantiate)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*Launch)(CUgraphExec, CUstream);
+    CUresult (*ExecDestroy)(CUgraphExec);
+    CUresult (*Destroy)(CUgraph);
+} graph;
+
+static const char *const graph_symbols[] = {
+    "cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch", "cuGraphExecDestroy", "cuGraphDestroy",
+};
+
 static pthread_once_t loaded = PTHREAD_ONCE_INIT;
 static char load_error[512]; /* why the driver could not be used; "" when it can */
 
@@ -93,6 +111,17 @@ static void load_driver(void) {
             return;
         }
     }
+    _Static_assert(sizeof graph == sizeof graph_symbols / sizeof graph_symbols[0] *
+                       sizeof(void *), "one symbol per entry point of struct graphs");
+    int all = 1;
+    for (size_t i = 0; i < sizeof graph_symbols / sizeof graph_symbols[0]; ++i) {
+        void *entry = dlsym(lib, graph_symbols[i]);
+        memcpy((char *)&graph + i * sizeof entry, &entry, sizeof entry);
+        all = all && entry != NULL;
+    }
+    const char *off = getenv("DLRT_CUDA_GRAPHS");
+    if (!all || (off != NULL && strcmp(off, "0") == 0))
+        memset(&graph, 0, sizeof graph); /* launches one by one */
     CUresult rc = cu.Init(0);
     if (rc == CUDA_ERROR_NO_DEVICE) {
         snprintf(load_error, sizeof load_error, "the CUDA driver found no GPU");
@@ -112,7 +141,21 @@ static const char *describe(CUresult rc) {
     return text;
 }
 
+/* A plan's launches captured as a CUDA graph, for the pointers they were captured with. */
+typedef struct {
+    const dlrt_launch *steps;
+    int32_t count;
+    size_t n;         /* pointers */
+    void **pointers;  /* every launch's pointers, in order */
+    CUgraphExec exec;
+    uint64_t used;    /* for least-recently-used replacement */
+} captured;
+
+enum { GRAPHS = 8 };
+
 struct dlrt_cuda {
+    captured graphs[GRAPHS];
+    uint64_t clock;
     int ordinal;
     CUdevice device;
     CUcontext context;
@@ -251,10 +294,19 @@ fail:
     return status;
 }
 
+static void forget(captured *g) {
+    if (g->exec != NULL)
+        graph.ExecDestroy(g->exec);
+    free(g->pointers);
+    memset(g, 0, sizeof *g);
+}
+
 void dlrt_cuda_close(dlrt_cuda *c) {
     if (c == NULL)
         return;
     if (c->context != NULL && enter(c) == DLRT_OK) {
+        for (int i = 0; i < GRAPHS; ++i)
+            forget(&c->graphs[i]);
         if (c->stream != NULL) {
             cu.StreamSynchronize(c->stream);
             cu.StreamDestroy(c->stream);
@@ -341,21 +393,11 @@ dlrt_status dlrt_cuda_copy(dlrt_cuda *c, void *device_dst, const void *device_sr
 
 enum { MAX_POINTERS = 64 };
 
-dlrt_status dlrt_cuda_run(dlrt_cuda *c, const dlrt_launch *steps, int32_t count,
-                          void *const *slots) {
-    if (c == NULL || (count > 0 && (steps == NULL || slots == NULL)) || count < 0)
-        return dlrt_error(DLRT_ERR_INVALID_ARGUMENT, "dlrt_cuda_run: invalid arguments");
-    dlrt_status status = enter(c);
-    if (status != DLRT_OK)
-        return status;
-    for (int32_t s = 0; s < count && status == DLRT_OK; ++s) {
-        int32_t k = steps[s].kernel;
-        if (k < 0 || k >= c->count || c->kernels[k].pointers > MAX_POINTERS) {
-            status = dlrt_error(DLRT_ERR_INVALID_ARGUMENT, "dlrt_cuda_run: step %d: bad kernel %d",
-                                (int)s, (int)k);
-            break;
-        }
-        const dlrt_kernel *kernel = &c->kernels[k];
+/* Launches the steps one by one on the stream (the context is current). */
+static dlrt_status launch_all(dlrt_cuda *c, const dlrt_launch *steps, int32_t count,
+                              void *const *slots) {
+    for (int32_t s = 0; s < count; ++s) {
+        const dlrt_kernel *kernel = &c->kernels[steps[s].kernel];
         /* The values of the kernel's parameters, and cuLaunchKernel's pointers to them; the
            list ends with NULL, which the driver does not read. */
         void *values[MAX_POINTERS];
@@ -365,12 +407,99 @@ dlrt_status dlrt_cuda_run(dlrt_cuda *c, const dlrt_launch *steps, int32_t count,
             params[i] = &values[i];
         }
         params[kernel->pointers] = NULL;
-        CUresult rc = cu.LaunchKernel(c->functions[k], kernel->grid[0], kernel->grid[1],
-                                      kernel->grid[2], kernel->block[0], kernel->block[1],
-                                      kernel->block[2], 0, c->stream, params, NULL);
+        CUresult rc = cu.LaunchKernel(c->functions[steps[s].kernel], kernel->grid[0],
+                                      kernel->grid[1], kernel->grid[2], kernel->block[0],
+                                      kernel->block[1], kernel->block[2], 0, c->stream, params,
+                                      NULL);
         if (rc != 0)
-            status = dlrt_error(DLRT_ERR_DEVICE, "cuda:%d: launching %s failed: %s (CUDA error "
-                                "%d)", c->ordinal, kernel->name, describe(rc), rc);
+            return dlrt_error(DLRT_ERR_DEVICE, "cuda:%d: launching %s failed: %s (CUDA error %d)",
+                              c->ordinal, kernel->name, describe(rc), rc);
+    }
+    return DLRT_OK;
+}
+
+/* Every launch's pointers in order into out (when not NULL); how many there are. */
+static size_t gather(const dlrt_cuda *c, const dlrt_launch *steps, int32_t count,
+                     void *const *slots, void **out) {
+    size_t n = 0;
+    for (int32_t s = 0; s < count; ++s)
+        for (int32_t i = 0; i < c->kernels[steps[s].kernel].pointers; ++i, ++n)
+            if (out != NULL)
+                out[n] = slots[steps[s].slots[i]];
+    return n;
+}
+
+/* The plan's graph for these pointers: found, or captured from its launches and kept in place
+   of the least recently used; NULL when it cannot be had (the caller launches one by one). */
+static captured *graph_for(dlrt_cuda *c, const dlrt_launch *steps, int32_t count,
+                           void *const *slots, void **pointers, size_t n) {
+    captured *oldest = &c->graphs[0];
+    for (int i = 0; i < GRAPHS; ++i) {
+        captured *g = &c->graphs[i];
+        if (g->exec != NULL && g->steps == steps && g->count == count && g->n == n &&
+            memcmp(g->pointers, pointers, n * sizeof *pointers) == 0) {
+            g->used = ++c->clock;
+            return g;
+        }
+        if (g->used < oldest->used)
+            oldest = g;
+    }
+    void **copy = malloc(n * sizeof *pointers);
+    if (copy == NULL || graph.BeginCapture(c->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != 0) {
+        free(copy);
+        return NULL;
+    }
+    dlrt_status launched = launch_all(c, steps, count, slots); /* recorded, not run */
+    CUgraph captured_graph = NULL;
+    CUgraphExec exec = NULL;
+    CUresult rc = graph.EndCapture(c->stream, &captured_graph);
+    if (rc == 0 && launched == DLRT_OK)
+        rc = graph.Instantiate(&exec, captured_graph, 0);
+    if (captured_graph != NULL)
+        graph.Destroy(captured_graph);
+    if (rc != 0 || launched != DLRT_OK || exec == NULL) {
+        free(copy);
+        dlrt_clear_error();
+        return NULL;
+    }
+    forget(oldest);
+    memcpy(copy, pointers, n * sizeof *pointers);
+    *oldest = (captured){steps, count, n, copy, exec, ++c->clock};
+    return oldest;
+}
+
+dlrt_status dlrt_cuda_run(dlrt_cuda *c, const dlrt_launch *steps, int32_t count,
+                          void *const *slots) {
+    if (c == NULL || (count > 0 && (steps == NULL || slots == NULL)) || count < 0)
+        return dlrt_error(DLRT_ERR_INVALID_ARGUMENT, "dlrt_cuda_run: invalid arguments");
+    for (int32_t s = 0; s < count; ++s) {
+        int32_t k = steps[s].kernel;
+        if (k < 0 || k >= c->count || c->kernels[k].pointers > MAX_POINTERS)
+            return dlrt_error(DLRT_ERR_INVALID_ARGUMENT, "dlrt_cuda_run: step %d: bad kernel %d",
+                              (int)s, (int)k);
+    }
+    dlrt_status status = enter(c);
+    if (status != DLRT_OK)
+        return status;
+    /* A plan of several kernels runs as one CUDA graph: one launch instead of one per kernel. */
+    captured *g = NULL;
+    if (graph.Launch != NULL && count > 1) {
+        size_t n = gather(c, steps, count, slots, NULL);
+        void *stack[256];
+        void **pointers = n <= 256 ? stack : malloc(n * sizeof *pointers);
+        if (pointers != NULL) {
+            gather(c, steps, count, slots, pointers);
+            g = graph_for(c, steps, count, slots, pointers, n);
+            if (pointers != stack)
+                free(pointers);
+        }
+    }
+    if (g != NULL) {
+        CUresult rc = graph.Launch(g->exec, c->stream);
+        if (rc != 0)
+            status = failed(c, "launching the kernels' graph", rc);
+    } else {
+        status = launch_all(c, steps, count, slots);
     }
     leave();
     return status;

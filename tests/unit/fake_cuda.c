@@ -16,13 +16,15 @@
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 
-static long launches, uploads, downloads, copies;
+static long launches, uploads, downloads, copies, graph_launches;
 
-void fake_cuda_counts(long out[4]) {
+/* Kernels run, copies up, down and on the device, and CUDA graphs launched, so far. */
+void fake_cuda_counts(long out[5]) {
     out[0] = launches;
     out[1] = uploads;
     out[2] = downloads;
     out[3] = copies;
+    out[4] = graph_launches;
 }
 
 static int env_int(const char *name, int fallback) {
@@ -159,22 +161,93 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, vo
     return 0;
 }
 
+/* One launch, as run or as recorded by a stream capture. */
+typedef struct {
+    const fake_function *function;
+    unsigned grid[3], block[3];
+    int n;
+    void *pointers[64];
+} fake_launch;
+
+static CUresult run(fake_launch *l) {
+    launches++;
+    return l->function->launch(l->function->kernel, l->grid, l->block, l->n, l->pointers) == 0
+               ? 0
+               : 719; /* CUDA_ERROR_LAUNCH_FAILED */
+}
+
+/* A graph: the launches captured between cuStreamBeginCapture and cuStreamEndCapture. */
+typedef struct {
+    int count;
+    fake_launch launches[256];
+} fake_graph;
+
+static fake_graph *capture; /* the graph being captured, or NULL */
+
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shared, void *stream, void **params, void **extra) {
     (void)shared, (void)stream, (void)extra;
-    const fake_function *function = f;
-    void *pointers[64];
-    int n = 0;
-    while (n < 64 && params[n] != NULL) { /* the runtime ends the list with NULL */
-        pointers[n] = *(void **)params[n];
-        n++;
-    }
     /* Grid-stride kernels compute the same for any grid: at most 3 blocks, to keep the
        emulator's thread count down; tiled kernels (2-D blocks) need theirs. */
-    unsigned grid[3] = {by == 1 && gx > 3 ? 3 : gx, gy, gz};
-    unsigned block[3] = {bx, by, bz};
-    launches++;
-    return function->launch(function->kernel, grid, block, n, pointers) == 0 ? 0 : 719;
+    fake_launch l = {f, {by == 1 && gx > 3 ? 3 : gx, gy, gz}, {bx, by, bz}, 0, {0}};
+    while (l.n < 64 && params[l.n] != NULL) { /* the runtime ends the list with NULL */
+        l.pointers[l.n] = *(void **)params[l.n];
+        l.n++;
+    }
+    if (capture != NULL) {
+        if (capture->count == 256)
+            return 1;
+        capture->launches[capture->count++] = l;
+        return 0;
+    }
+    return run(&l);
+}
+
+CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
+    (void)stream, (void)mode;
+    if (getenv("DLVM_FAKE_CUDA_NO_GRAPHS"))
+        return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+    capture = calloc(1, sizeof *capture);
+    return capture != NULL ? 0 : 2;
+}
+
+CUresult cuStreamEndCapture(void *stream, void **graph) {
+    (void)stream;
+    *graph = capture;
+    capture = NULL;
+    return 0;
+}
+
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+    (void)flags;
+    fake_graph *copy = malloc(sizeof *copy);
+    if (copy == NULL)
+        return 2;
+    memcpy(copy, graph, sizeof *copy);
+    *exec = copy;
+    return 0;
+}
+
+CUresult cuGraphLaunch(void *exec, void *stream) {
+    (void)stream;
+    fake_graph *g = exec;
+    graph_launches++;
+    for (int i = 0; i < g->count; ++i) {
+        CUresult rc = run(&g->launches[i]);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+CUresult cuGraphExecDestroy(void *exec) {
+    free(exec);
+    return 0;
+}
+
+CUresult cuGraphDestroy(void *graph) {
+    free(graph);
+    return 0;
 }
 
 static int stream;

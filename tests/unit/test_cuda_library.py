@@ -38,10 +38,15 @@ def fake_driver(tmp_path_factory) -> Path:
 
 
 def transfers(driver: Path) -> list[int]:
-    """Launches, uploads, downloads and device copies the fake driver has made so far."""
-    counts = (ctypes.c_long * 4)()
-    ctypes.CDLL(str(driver)).fake_cuda_counts(counts)
-    return list(counts)
+    """Kernels run, uploads, downloads and device copies the fake driver has made so far."""
+    return counts(driver)[:4]
+
+
+def counts(driver: Path) -> list[int]:
+    """transfers(), then the CUDA graphs launched."""
+    values = (ctypes.c_long * 5)()
+    ctypes.CDLL(str(driver)).fake_cuda_counts(values)
+    return list(values)
 
 
 @functools.cache
@@ -276,3 +281,26 @@ def test_the_dlpack_entry_of_a_cpu_library_takes_host_tensors(sample_library):
         table[0] = None
         with pytest.raises(LibraryError, match="xor_infer_dl: argument 'x' is NULL"):
             model._call(model._function("xor_infer_dl", 2), table)
+
+
+def test_a_plan_runs_as_one_cuda_graph(xor_library, on_fake_gpu, fake_driver, monkeypatch):
+    library, kernels = xor_library
+    on_fake_gpu(kernels)
+    with dlvm.load(library, device="cuda:0") as gpu:
+        first = gpu.infer(XOR_X)
+        before = counts(fake_driver)
+        for _ in range(3):
+            close(gpu.infer(XOR_X), first)
+        kernels_run, *_, graphs = np.subtract(counts(fake_driver), before)
+        assert graphs == 3 and kernels_run == 6  # its 2 kernels, captured once, launched whole
+        before = counts(fake_driver)
+        for _ in range(3):  # new parameters swap buffers: one graph for each of the two sets
+            gpu.train_step(XOR_X, XOR_LABELS)
+        assert np.subtract(counts(fake_driver), before)[4] == 3
+    monkeypatch.setenv("DLVM_FAKE_CUDA_NO_GRAPHS", "1")  # a driver that refuses to capture
+    with dlvm.load(library, device="cuda:0") as gpu:
+        before = counts(fake_driver)
+        close(gpu.infer(XOR_X), first)
+        close(gpu.infer(XOR_X), first)
+        kernels_run, *_, graphs = np.subtract(counts(fake_driver), before)
+        assert graphs == 0 and kernels_run == 4  # launched one by one
