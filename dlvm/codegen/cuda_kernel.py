@@ -14,6 +14,7 @@ from llvmlite import ir
 
 from dlvm.codegen.cuda import kernel_symbol, mark_kernel, special_register
 from dlvm.codegen.cuda_matmul import TiledProduct, tiled
+from dlvm.codegen.cuda_mma import MmaProduct, tensor_cores
 from dlvm.codegen.cuda_reduce import BlockReduce, cooperative
 from dlvm.codegen.kernel import KernelGen
 from dlvm.codegen.loops import strided_loop
@@ -37,7 +38,9 @@ class CudaKernelGen(KernelGen):
 
     def emit(self) -> ir.Function:
         whole_blocks = tiled(self.fn) or cooperative(self.fn)  # the body uses the block's threads
-        if tiled(self.fn):
+        if tensor_cores(self.fn):
+            MmaProduct(self).emit()
+        elif tiled(self.fn):
             TiledProduct(self).emit()
         elif cooperative(self.fn):
             BlockReduce(self).emit()

@@ -308,7 +308,7 @@ class MatMul:
             return b.add(acc, b.mul(x, y))
         vt = x.type
         assert isinstance(vt, ir.VectorType)
-        suffix = "f64" if self.dt.bits == 64 else "f32"
+        suffix = {16: "f16", 32: "f32", 64: "f64"}[self.dt.bits]
         name = f"llvm.fmuladd.v{vt.count}{suffix}"
         module = self.kg.module
         fn = module.globals.get(name)

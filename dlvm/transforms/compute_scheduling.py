@@ -15,6 +15,9 @@ Scheduling for CUDA as well (`cuda=True`, a library that runs on either device) 
   each block of 16 × 16 threads computes a 64 × 64 tile of the output (4 × 4 elements a thread)
   from 16-deep slices of the operands staged in shared memory; X tiles across the columns, Y
   down the rows, Z one per batch element (dlvm.codegen.cuda_matmul);
+- an f16 product of that size, on tensor cores: `[schedule cuda block 128 tile 64 x 64 x 16
+  mma 1 grid X x Y x Z]`, four warps a block, each 2 × 4 mma.m16n8k16 products with f32
+  accumulators (dlvm.codegen.cuda_mma);
 - a long reduction into few outputs by add, multiply, max or min,
   `[schedule cuda block 256 grid G cooperative 1]`: each block reduces one output element at a
   time, its threads' partial results combined in shared memory and warp shuffles
@@ -29,7 +32,7 @@ from __future__ import annotations
 import math
 
 from dlvm.ir.schedule import Schedule
-from dlvm.ir.types import TensorType
+from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Function, Instruction, Module
 from dlvm.transforms.compute_generation import kernel_core
 from dlvm.transforms.pass_base import Pass
@@ -111,6 +114,15 @@ def cuda_schedule(fn: Function) -> Schedule:
     out = root.type
     assert isinstance(out, TensorType)
     rows, cols, _ = CUDA_TILE
+    if root.opcode == "dot" and out.rank >= 2 and out.dtype is DataType.F16 and (
+            out.shape[-2] * out.shape[-1] >= rows * cols):  # fmt: skip
+        tiles = (
+            math.ceil(out.shape[-1] / cols),
+            math.ceil(out.shape[-2] / rows),
+            math.prod(out.shape[:-2]),
+        )
+        return Schedule("cuda", (("block", (128,)), ("tile", CUDA_TILE), ("mma", (1,)),
+                                 ("grid", tiles)))  # fmt: skip
     if root.opcode == "dot" and out.rank >= 2 and out.dtype.is_float and (
             out.shape[-2] * out.shape[-1] >= rows * cols):  # fmt: skip
         tiles = (

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from telhelp import compiled_sample, inputs_for, sample_names
-from test_codegen_ops import CASES, module_text, random_input
+from test_codegen_ops import CASES, assert_matches, module_text, random_input
 
 import dlvm
 from dlvm.codegen.build import build_library
@@ -39,18 +39,8 @@ def test_instruction_on_the_gpu_matches_the_interpreter(ops, index, name):
     rng = np.random.default_rng(index)
     inputs = [random_input(t, rng, name) for t in args]
     expected = np.asarray(run_function(reference, f"f{index}", inputs))
-    got = np.asarray(getattr(lib, f"f{index}")(*inputs))
-    assert got.shape == expected.shape and got.dtype == expected.dtype
-    if expected.dtype.kind in "biu":
-        np.testing.assert_array_equal(got, expected)
-        return
     # libdevice's functions are within 2 ulp (f32) of the correctly rounded result.
-    tol = 1e-12 if expected.dtype == np.float64 else 1e-5
-    atol = tol * 10
-    if "dot" in name or "convolve" in name or "reduce" in name:
-        tol *= 5
-        atol = tol * max(1.0, float(np.abs(expected).max()))
-    np.testing.assert_allclose(got, expected, rtol=tol, atol=atol)
+    assert_matches(name, np.asarray(getattr(lib, f"f{index}")(*inputs)), expected, f32=1e-5)
 
 
 def build_for_cuda(name: str, directory: Path) -> Path:

@@ -51,6 +51,45 @@ void dlemu_barrier0(void) { pthread_barrier_wait(&barrier); }
 SHUFFLE(float, dlemu_shfl_down_f32, exchange_f32)
 SHUFFLE(unsigned, dlemu_shfl_down_i32, exchange_i32)
 
+/* mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 over the warp, with the fragment layout of
+ * the PTX ISA: each lane passes its A fragments a[0..3] and B fragments b[0..1] (two f16 each,
+ * the lower-numbered element in the low half) and gets its four elements of D = A·B + C. */
+static unsigned exchange_a[1024][4], exchange_b[1024][2];
+
+static float half_of(unsigned reg, int high) {
+    unsigned short bits = (unsigned short)(high ? reg >> 16 : reg & 0xFFFF);
+    _Float16 h;
+    memcpy(&h, &bits, sizeof h);
+    return (float)h;
+}
+
+void dlemu_mma_m16n8k16(float *acc, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                        unsigned b0, unsigned b1) {
+    unsigned warp = linear / 32, lane = linear % 32, base = warp * 32;
+    exchange_a[linear][0] = a0, exchange_a[linear][1] = a1;
+    exchange_a[linear][2] = a2, exchange_a[linear][3] = a3;
+    exchange_b[linear][0] = b0, exchange_b[linear][1] = b1;
+    pthread_barrier_wait(&warp_barrier[warp]);
+    unsigned group = lane / 4, tig = lane % 4;
+    for (int e = 0; e < 4; ++e) {
+        unsigned row = group + (e >= 2 ? 8 : 0), col = tig * 2 + (e & 1);
+        float sum = 0;
+        for (unsigned k = 0; k < 16; ++k) {
+            /* A[row][k]: lane (row % 8) * 4 + (k % 8) / 2, element (k % 2) + 2·(row ≥ 8) + 4·(k ≥ 8) */
+            unsigned ai = (k & 1) + (row >= 8 ? 2 : 0) + (k >= 8 ? 4 : 0);
+            unsigned alane = base + (row & 7) * 4 + (k & 7) / 2;
+            float a = half_of(exchange_a[alane][ai / 2], ai & 1);
+            /* B[k][col]: lane col * 4 + (k % 8) / 2, element (k % 2) + 2·(k ≥ 8) */
+            unsigned bi = (k & 1) + (k >= 8 ? 2 : 0);
+            unsigned blane = base + col * 4 + (k & 7) / 2;
+            float b = half_of(exchange_b[blane][bi / 2], bi & 1);
+            sum += a * b;
+        }
+        acc[e] += sum;
+    }
+    pthread_barrier_wait(&warp_barrier[warp]);
+}
+
 enum { MAX_POINTERS = 16 };
 
 typedef struct {

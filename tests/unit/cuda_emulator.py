@@ -38,6 +38,11 @@ def host_text(device_ir: str) -> str:
     text = text.replace('@"llvm.nvvm.barrier0"', '@"dlemu_barrier0"')
     text = re.sub(r'@"llvm\.nvvm\.shfl\.sync\.down\.(f32|i32)"', r'@"dlemu_shfl_down_\1"', text)
     text = re.sub(r'@"__nv_(\w+)"', r'@"\1"', text)
+    # The tensor-core product (dlvm.codegen.cuda_mma) is the emulator's, not the intrinsic's.
+    text = re.sub(r'define internal void @"dl\.mma\.m16n8k16"\(.*?\n\}\n',
+                  'declare void @"dlemu_mma_m16n8k16"(ptr, i32, i32, i32, i32, i32, i32)\n',
+                  text, flags=re.S)  # fmt: skip
+    text = text.replace('@"dl.mma.m16n8k16"', '@"dlemu_mma_m16n8k16"')
     return text.replace("ptx_kernel ", "")
 
 

@@ -144,6 +144,13 @@ case("dot-tiled-batched-epilogue", ["<2 x 70 x 65 x f32>", "<2 x 65 x 67 x f32>"
      "%r = tanh %s: <2 x 70 x 67 x f32>")  # fmt: skip
 case("dot-tiled-f64", ["<65 x 33 x f64>", "<33 x 129 x f64>"], "<65 x 129 x f64>",
      "%r = dot %a: <65 x 33 x f64>, %b: <33 x 129 x f64>")  # fmt: skip
+# f16 products (CUDA: tensor cores, mma.m16n8k16 with f32 accumulators, from 64 x 64 outputs).
+case("dot-f16", ["<70 x 40 x f16>", "<40 x 130 x f16>"], "<70 x 130 x f16>",
+     "%r = dot %a: <70 x 40 x f16>, %b: <40 x 130 x f16>")  # fmt: skip
+case("dot-f16-batched-epilogue", ["<2 x 64 x 33 x f16>", "<2 x 33 x 65 x f16>",
+     "<2 x 1 x 65 x f16>"], "<2 x 64 x 65 x f16>",
+     "%d = dot %a: <2 x 64 x 33 x f16>, %b: <2 x 33 x 65 x f16>",
+     "%r = add %d: <2 x 64 x 65 x f16>, %c: <2 x 1 x 65 x f16>")  # fmt: skip
 case("transpose-3d", ["<2 x 3 x 5 x f32>"], "<5 x 3 x 2 x f32>",
      "%r = transpose %a: <2 x 3 x 5 x f32>")  # fmt: skip
 case("reverse", ["<4 x 3 x 5 x f32>"], "<4 x 3 x 5 x f32>",
@@ -386,19 +393,24 @@ def test_instruction_matches_interpreter(library, index, name):
     rng = np.random.default_rng(index)
     inputs = [random_input(t, rng, name) for t in args]
     expected = np.asarray(run_function(reference, f"f{index}", inputs))
-    got = np.asarray(getattr(lib, f"f{index}")(*inputs))
+    assert_matches(name, np.asarray(getattr(lib, f"f{index}")(*inputs)), expected)
+
+
+def assert_matches(name: str, got: np.ndarray, expected: np.ndarray, f32: float = 2e-6) -> None:
+    """A compiled case's result against the interpreter's: integers exactly; floats to `f32`
+    relative (1e-12 for f64), and sums (products, convolutions, reductions), which a kernel may
+    take in another order (tiles, slices, fused multiply-adds, blocks of GPU threads), to a few
+    ulp of the result's magnitude; f16 products accumulate in f16 on the CPU, so 1%."""
     assert got.shape == expected.shape and got.dtype == expected.dtype
     if expected.dtype.kind in "biu":
         np.testing.assert_array_equal(got, expected)
-    else:
-        tol = 1e-12 if expected.dtype == np.float64 else 2e-6
-        atol = tol * 10
-        if name.startswith("dot") and expected.size:
-            # A long f32 sum rounds differently in another order (the kernel's tiles and
-            # slices): allow a few ulp of the result's magnitude.
-            tol *= 5
-            atol = tol * max(1.0, float(np.abs(expected).max()))
-        np.testing.assert_allclose(got, expected, rtol=tol, atol=atol)
+        return
+    tol = {np.dtype(np.float64): 1e-12, np.dtype(np.float16): 1e-2}.get(expected.dtype, f32)
+    atol = tol * 10
+    if any(k in name for k in ("dot", "convolve", "reduce")) and expected.size:
+        tol *= 1 if expected.dtype == np.float16 else 5
+        atol = tol * max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=atol)
 
 
 def test_random_integers_are_uniform_in_the_range(library):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cuda_emulator import EmulatedInterpreter, Emulator
-from test_codegen_ops import CASES, module_text, random_input
+from test_codegen_ops import CASES, assert_matches, module_text, random_input
 
 from dlvm.codegen.build import schedule
 from dlvm.interp import run_function
@@ -32,19 +32,8 @@ def test_kernel_matches_interpreter(emulated, index, name):
     expected = np.asarray(run_function(reference, f"f{index}", inputs))
     if name.startswith("random"):
         return
-    got = np.asarray(EmulatedInterpreter(module, emulator).run(f"f{index}", inputs))
-    assert got.shape == expected.shape and got.dtype == expected.dtype
-    if expected.dtype.kind in "biu":
-        np.testing.assert_array_equal(got, expected)
-        return
-    tol = 1e-12 if expected.dtype == np.float64 else 2e-6
-    atol = tol * 10
-    if "dot" in name or "convolve" in name or "reduce" in name:
-        # Sums in another order (tiles, fused multiply-adds, reductions by blocks of threads):
-        # a few ulp of the magnitude.
-        tol *= 5
-        atol = tol * max(1.0, float(np.abs(expected).max()))
-    np.testing.assert_allclose(got, expected, rtol=tol, atol=atol)
+    assert_matches(name, np.asarray(EmulatedInterpreter(module, emulator).run(f"f{index}", inputs)),
+                   expected)  # fmt: skip
 
 
 def test_long_reductions_into_few_outputs_use_whole_blocks(emulated):
@@ -63,3 +52,5 @@ def test_products_with_a_tile_of_outputs_are_tiled(emulated):
     assert len(tiled) >= 5
     assert any(f.cuda_schedule.get_all("grid")[2] == 2 for f in tiled)
     assert any("f64" in str(f.type) for f in tiled)
+    on_tensor_cores = [f for f in tiled if f.cuda_schedule.get("mma") == 1]
+    assert len(on_tensor_cores) == 2 and all("f16" in str(f.type) for f in on_tensor_cores)
