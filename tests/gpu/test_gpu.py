@@ -1,10 +1,13 @@
 """On a real GPU (skipped without one, tests/gpu/conftest.py): every instruction's kernel and
 every sample against the interpreter and the CPU, through libraries built for CUDA, and the
-digits model trained on the GPU to the CPU's accuracy."""
+digits model trained on the GPU to the CPU's accuracy. With $DLVM_GPU_PREBUILT the libraries
+come from that directory (tests/gpu/prebuild.py makes them where the compiler is installed),
+so that a GPU machine without our LLVM and libdevice runs them as they are."""
 
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import numpy as np
@@ -20,14 +23,27 @@ from dlvm.ir import parse_module
 from telc.driver import library_spec
 
 
+def built(name: str, directory: Path) -> Path:
+    """NAME.so for CUDA: prebuilt, or built into directory (ops: every instruction case)."""
+    prebuilt = os.environ.get("DLVM_GPU_PREBUILT")
+    if prebuilt:
+        return Path(prebuilt) / f"{name}.so"
+    path = directory / f"{name}.so"
+    if name == "ops":
+        module = parse_module(module_text(), "ops.dl")
+        build_library(module, module_spec(module, "test"), path, cuda=True)
+    else:
+        compiled = compiled_sample(name)
+        build_library(copy.deepcopy(compiled.module), library_spec(compiled.interface), path,
+                      cuda=True)  # fmt: skip
+    return path
+
+
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory):
-    text = module_text()
-    module = parse_module(text, "ops.dl")
-    path = tmp_path_factory.mktemp("gpu-ops") / "ops.so"
-    build_library(module, module_spec(module, "test"), path, cuda=True)
+    path = built("ops", tmp_path_factory.mktemp("gpu-ops"))
     with dlvm.load(path, device="cuda:0") as lib:
-        yield lib, parse_module(text, "ops.dl")
+        yield lib, parse_module(module_text(), "ops.dl")
 
 
 @pytest.mark.parametrize("index, name", list(enumerate(CASES)), ids=list(CASES))
@@ -43,17 +59,9 @@ def test_instruction_on_the_gpu_matches_the_interpreter(ops, index, name):
     assert_matches(name, np.asarray(getattr(lib, f"f{index}")(*inputs)), expected, f32=1e-5)
 
 
-def build_for_cuda(name: str, directory: Path) -> Path:
-    compiled = compiled_sample(name)
-    path = directory / f"{name}.so"
-    build_library(copy.deepcopy(compiled.module), library_spec(compiled.interface), path,
-                  cuda=True)  # fmt: skip
-    return path
-
-
 @pytest.mark.parametrize("name", sample_names())
 def test_a_sample_on_the_gpu_matches_the_cpu(name, tmp_path):
-    library = build_for_cuda(name, tmp_path)
+    library = built(name, tmp_path)
     compiled = compiled_sample(name)
     entries = [e for e in compiled.interface.entries if e.kind != "init"]
     with dlvm.load(library, seed=7) as cpu, dlvm.load(library, device="cuda:0", seed=7) as gpu:
@@ -70,7 +78,7 @@ def test_a_sample_on_the_gpu_matches_the_cpu(name, tmp_path):
 def test_digits_trains_on_the_gpu_to_the_cpu_accuracy(tmp_path):
     from telc import demo
 
-    library = build_for_cuda("digits", tmp_path)
+    library = built("digits", tmp_path)
     data = demo.load_data()
     accuracy = {}
     for device in ("cpu", "cuda:0"):
