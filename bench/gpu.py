@@ -1,9 +1,10 @@
 """The GPU benchmark (issue 9): libraries built by telc for CUDA against PyTorch eager,
 torch.compile and JAX on the same GPU, in one run: MLP 784-512-256-10 inference at batch 1 and
-4096, its SGD train step at batch 4096, the chain tanh(a*x + b) * sigmoid(x) on 256M floats (with
-the device-to-device copy bandwidth it is held to), and an 8192^3 f32 matrix product (cuBLAS
-through PyTorch, TF32 off). Every contender's arrays live on the GPU; ours are passed through
-DLPack, so the library reads and writes them in place.
+4096, its SGD train step at batch 4096, the chain tanh(a*x + b) * sigmoid(x) on 256M floats
+(with the device-to-device copy bandwidth it is held to), and an 8192^3 f32 matrix product
+(cuBLAS through PyTorch) in f32 and in TF32 (ours built with --tf32, cuBLAS with TF32
+allowed). Every contender's arrays live on the GPU; ours are passed through DLPack, so the
+library reads and writes them in place.
 
 In two steps, since the GPU machine has no compiler toolchain of ours:
     python bench/gpu.py build DIR            # here: the CUDA libraries into DIR
@@ -36,6 +37,7 @@ GOALS = [
     ("train_b4096", "best", 0.8),
     ("mlp_b1", "torch", 0.5),
     ("matmul", "torch", 1 / 0.7),
+    ("matmul_tf32", "torch", 1 / 0.7),
 ]
 CHAIN_GOAL = 0.9  # of the device-to-device copy bandwidth
 MARKS = ("<!-- gpu results: bench/gpu.py run --write -->", "<!-- end of gpu results -->")
@@ -53,13 +55,14 @@ def build(directory: Path, gpu: str) -> None:
         "train_b4096": (MLP, {"B": 4096}),
         "chain": (CHAIN, {"N": CHAIN_N}),
         "matmul": (MATMUL, {"N": MATMUL_N}),
+        "matmul_tf32": (MATMUL, {"N": MATMUL_N}),
     }
     for name, (text, defines) in sources.items():
         t0 = time.perf_counter()
         compiled = compile_text(f"{name}.tel", text, defines)
         optimize(compiled.module)
         build_library(compiled.module, library_spec(compiled.interface), directory / f"{name}.so",
-                      cuda=True, gpu=gpu)  # fmt: skip
+                      cuda=True, gpu=gpu, tf32=name.endswith("tf32"))  # fmt: skip
         print(f"built {name}.so in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
@@ -188,6 +191,13 @@ def run(directory: Path, runs: int, write: bool) -> int:
     row["torch"] = timed(lambda: torch.mm(a, b, out=c), sync, max(5, runs // 10))
     model.close()
     results["matmul"] = row
+    model = dlvm.load(directory / "matmul_tf32.so", device="cuda:0")
+    row = {"ours": timed(lambda: model.matmul(a, b, out=c), sync, max(5, runs // 10))}
+    torch.backends.cuda.matmul.allow_tf32 = True
+    row["torch"] = timed(lambda: torch.mm(a, b, out=c), sync, max(5, runs // 10))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model.close()
+    results["matmul_tf32"] = row
 
     table = report(results, torch.cuda.get_device_name(0), runs)
     print(table)
@@ -265,6 +275,7 @@ def report(results: dict[str, dict[str, list[float]]], device: str, runs: int) -
         "train_b4096": "MLP train step (SGD), batch 4096",
         "chain": "tanh(a*x+b)*sigmoid(x), 256M f32",
         "matmul": "matmul 8192^3 f32 (no TF32)",
+        "matmul_tf32": "matmul 8192^3 f32 in TF32 (--tf32; cuBLAS with TF32)",
     }
     lines = [
         f"GPU run: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, {device},"
@@ -280,7 +291,7 @@ def report(results: dict[str, dict[str, list[float]]], device: str, runs: int) -
             rate = ""
             if case == "chain":
                 rate = f"{2 * 4 * CHAIN_N / med / 1e9:.0f} GB/s"
-            elif case == "matmul":
+            elif case.startswith("matmul"):
                 rate = f"{2 * MATMUL_N**3 / med / 1e12:.1f} TFLOP/s"
             ratio = "" if name == "ours" else f"{ours / med:.2f}"
             lines.append(f"| {titles[case]} | {name} | {med * 1e3:.3f} | {min(ts) * 1e3:.3f} |"

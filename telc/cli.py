@@ -176,6 +176,12 @@ _codegen = _options(
         help="The CUDA architecture of --target cuda and --emit ptx.",
     ),
     click.option(
+        "--tf32",
+        is_flag=True,
+        help="On the GPU, compute f32 matrix products on tensor cores in TF32 (inputs rounded to "
+        "10 bits of mantissa, f32 sums), as cuBLAS does when TF32 is allowed.",
+    ),
+    click.option(
         "--cpu", default="native", show_default=True, help="Target CPU: native, x86-64-v3, znver4…"
     ),
     click.option(
@@ -188,8 +194,10 @@ _codegen = _options(
 )
 
 
-def _build_options(defines: Any, level: str, target: str, cpu: str, gpu: str) -> BuildOptions:
-    return BuildOptions(tuple(defines), int(level), target, cpu, gpu)
+def _build_options(
+    defines: Any, level: str, target: str, cpu: str, gpu: str, tf32: bool
+) -> BuildOptions:
+    return BuildOptions(tuple(defines), int(level), target, cpu, gpu, tf32)
 
 
 def _chatter(quiet: bool, verbose: bool) -> None:
@@ -270,6 +278,7 @@ def build(
     target: str,
     cpu: str,
     gpu: str,
+    tf32: bool,
     no_cache: bool,
     defines: Any,
     quiet: bool,
@@ -278,7 +287,7 @@ def build(
     _chatter(quiet, verbose)
     if emit == "obj" and not output and sys.stdout.isatty():
         raise click.UsageError("--emit obj writes binary: give -o FILE.o (or a pipe)")
-    options = _build_options(defines, level, target, cpu, gpu)
+    options = _build_options(defines, level, target, cpu, gpu, tf32)
     progress = Progress(quiet, verbose)  # stderr only: stdout carries the emitted text
     library = Path(output or Path(file).stem + ".so") if emit == "so" else None
     warnings: list[str] = []
@@ -385,6 +394,7 @@ def run(
     target: str,
     cpu: str,
     gpu: str,
+    tf32: bool,
     no_cache: bool,
     defines: Any,
     quiet: bool,
@@ -395,7 +405,7 @@ def run(
     _chatter(quiet, verbose)
     if device.startswith("cuda"):
         target = "cuda"  # the library must hold the kernels
-    options = _build_options(defines, level, target, cpu, gpu)
+    options = _build_options(defines, level, target, cpu, gpu, tf32)
     progress = Progress(quiet, verbose)
     warnings: list[str] = []
     err = console()

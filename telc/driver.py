@@ -86,6 +86,7 @@ class BuildOptions:
     target: str = "cpu"
     cpu: str = "native"
     gpu: str = DEFAULT_GPU  # the CUDA architecture of --target cuda and --emit ptx
+    tf32: bool = False  # f32 products in TF32 on tensor cores (CUDA)
 
     @property
     def values(self) -> dict[str, int | float]:
@@ -96,6 +97,8 @@ class BuildOptions:
         fixed = [f"-O{self.level}", f"--target={self.target}", f"--cpu={self.cpu}"]
         if self.target == "cuda":
             fixed.append(f"--gpu={self.gpu}")
+        if self.tf32:
+            fixed.append("--tf32")
         return fixed + [f"-D {n}={v!r}" for n, v in sorted(self.defines)]
 
 

@@ -31,7 +31,7 @@ def emit_stage(
             ComputeGeneration().run(module)
         return module_text(module)
     with timings.stage("compute stages"):
-        schedule(module, cpu, cuda=options.target == "cuda" or stage == "ptx")
+        schedule(module, cpu, cuda=options.target == "cuda" or stage == "ptx", tf32=options.tf32)
     if stage == "schedule":
         return module_text(module)
     if stage == "ptx":
@@ -51,6 +51,7 @@ def build_so(
     timings: Timings | None = None,
     level: int = 2,
     gpu: str | None = None,
+    tf32: bool = False,
 ) -> BuildResult:
     """Builds the shipped library (with CUDA kernels for `gpu` when given); each
     code-generation step is named to timings as it begins and its time added after the
@@ -66,6 +67,7 @@ def build_so(
         progress=timings.started,
         cuda=gpu is not None,
         gpu=gpu or DEFAULT_GPU,
+        tf32=tf32,
     )
     timings.stages.extend(result.timings)
     return result

@@ -62,11 +62,11 @@ def keep_reachable(module: Module, roots: set[str]) -> None:
         module.remove_function(f)
 
 
-def schedule(module: Module, cpu: str = "native", cuda: bool = False) -> Module:
+def schedule(module: Module, cpu: str = "native", cuda: bool = False, tf32: bool = False) -> Module:
     """compute-generation then compute-scheduling for `cpu`'s vector width (and for CUDA as
-    well with `cuda`): the module ends at stage schedule."""
+    well with `cuda`, f32 products in TF32 with `tf32`): the module ends at stage schedule."""
     ComputeGeneration().run(module)
-    ComputeScheduling(vector_bits(cpu), cuda).run(module)
+    ComputeScheduling(vector_bits(cpu), cuda, tf32).run(module)
     return module
 
 
@@ -80,9 +80,11 @@ def build_library(
     progress: Callable[[str], None] | None = None,
     cuda: bool = False,
     gpu: str = DEFAULT_GPU,
+    tf32: bool = False,
 ) -> BuildResult:
     """Writes output (the .so), output with suffix .h, and dlrt.h beside them. With `cuda`, the
-    library also holds the kernels as PTX for `gpu` and runs models created on "cuda:N"."""
+    library also holds the kernels as PTX for `gpu` and runs models created on "cuda:N" (f32
+    products in TF32 on tensor cores with `tf32`)."""
     output = Path(output)
     compiler = cc or os.environ.get("CC", "cc")
     timings: list[tuple[str, float]] = []
@@ -99,7 +101,7 @@ def build_library(
     roots = {e.host for e in spec.entries} | ({spec.init} if spec.init else set())
     keep_reachable(module, roots)
     if module.stage != "schedule":
-        step("compute stages", lambda: schedule(module, cpu, cuda))
+        step("compute stages", lambda: schedule(module, cpu, cuda, tf32))
     extra: list[bytes] = []
     if cuda:
         text, launches = step("ptx", lambda: ptx(module, gpu, opt))

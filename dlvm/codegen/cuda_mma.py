@@ -1,5 +1,6 @@
-"""The `dot` of f16 matrices on tensor cores: a CUDA kernel scheduled `block 128 tile 64 x 64 x 16
-mma 1 grid …` (dlvm.transforms.compute_scheduling).
+"""The `dot` of f16 matrices, or of f32 matrices in TF32 when asked for (`telc build --tf32`), on
+tensor cores: a CUDA kernel scheduled `block 128 tile 64 x 64 x 16 mma 1 grid …` (`… mma 1
+tf32 1 …` for TF32; dlvm.transforms.compute_scheduling).
 
 As in the SIMT product (dlvm.codegen.cuda_matmul), block (x, y, z) computes the 64 × 64 tile of
 out at rows y·64…, columns x·64… of batch element z, staging 16-deep slices of the operands in
@@ -13,9 +14,16 @@ defines for that shape:
 - B (16 × 8, column-major): row 2t + (i mod 2), plus 8 for i ≥ 2; column g;
 - C and D (16 × 8, f32): row g, plus 8 for i ≥ 2; column 2t + (i mod 2).
 
-Each product is one call of `dl.mma.m16n8k16` (an internal function around the intrinsic, so
-that the CPU emulator of tests/unit can stand in for it). The accumulated tile is rounded to
-f16 as it is stored, with the epilogue applied there."""
+TF32 products are m16n8k8, two per 16-deep slice, their operands rounded to TF32 (10 bits of
+mantissa, `cvt.rna.tf32.f32`) as they are read from shared memory:
+
+- A (16 × 8): row g, plus 8 for i odd; column t, plus 4 for i ≥ 2;
+- B (8 × 8): row t, plus 4 for i = 1; column g.
+
+Each product is one call of `dl.mma.m16n8k16` or `dl.mma.m16n8k8.tf32` (internal functions
+around the intrinsics, so that the CPU emulator of tests/unit can stand in for them). The
+accumulated tile is rounded to the output's type as it is stored, with the epilogue applied
+there."""
 
 from __future__ import annotations
 
@@ -40,36 +48,47 @@ HALF = ir.HalfType()
 F32 = ir.FloatType()
 HALF2 = ir.VectorType(HALF, 2)
 MMA = "dl.mma.m16n8k16"  # (ptr acc[4], i32 a0..a3, i32 b0, b1): acc += A·B for the warp
+MMA_TF32 = "dl.mma.m16n8k8.tf32"  # the same signature: A 16 × 8, B 8 × 8, TF32 in each i32
 WARPS_M, WARPS_N = 2, 2  # the block's 4 warps, over the tile's rows and columns
 TILES_M, TILES_N = 2, 4  # each warp's m16n8 products: 32 rows × 32 columns
 
 
+def to_tf32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """x rounded to TF32 (cvt.rna.tf32.f32), as the i32 an mma.tf32 fragment holds."""
+    name = "llvm.nvvm.f2tf32.rna"
+    fn = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(I32, [F32]), name)
+    return b.call(fn, [x])
+
+
 def tensor_cores(fn: Function) -> bool:
-    """Whether fn's cuda schedule asks for the tensor-core product."""
+    """Whether fn's cuda schedule asks for a tensor-core product."""
     sched = fn.cuda_schedule
     return sched is not None and sched.get("mma") == 1 and kernel_core(fn).opcode == "dot"
 
 
-def mma_function(module: ir.Module) -> ir.Function:
+def mma_function(module: ir.Module, tf32: bool = False) -> ir.Function:
     """dl.mma.m16n8k16: the accumulators at acc[0..3] += this warp's m16n8k16 product of the
-    A fragments a0..a3 and B fragments b0, b1 (each two f16 in an i32)."""
-    fn = module.globals.get(MMA)
+    A fragments a0..a3 and B fragments b0, b1 (each two f16 in an i32); with `tf32`,
+    dl.mma.m16n8k8.tf32, the m16n8k8 product of TF32 fragments (one in each i32)."""
+    name = MMA_TF32 if tf32 else MMA
+    fn = module.globals.get(name)
     if fn is not None:
         return fn
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [S.PTR] + [I32] * 6), MMA)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [S.PTR] + [I32] * 6), name)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     acc, *frags = fn.args
-    halves = [b.bitcast(f, HALF2) for f in frags]
+    operands = frags if tf32 else [b.bitcast(f, HALF2) for f in frags]
     slots = [b.gep(acc, [ir.Constant(I64, i)], source_etype=F32) for i in range(4)]
     c = [b.load(s, typ=F32) for s in slots]
     ret = ir.LiteralStructType([F32] * 4)
-    name = "llvm.nvvm.mma.m16n8k16.row.col.f32.f32"
-    intrinsic = module.globals.get(name) or ir.Function(
-        module, ir.FunctionType(ret, [HALF2] * 6 + [F32] * 4), name
+    intrinsic_name = ("llvm.nvvm.mma.m16n8k8.row.col.tf32" if tf32
+                      else "llvm.nvvm.mma.m16n8k16.row.col.f32.f32")  # fmt: skip
+    intrinsic = module.globals.get(intrinsic_name) or ir.Function(
+        module, ir.FunctionType(ret, [o.type for o in operands] + [F32] * 4), intrinsic_name
     )
-    d = b.call(intrinsic, [*halves, *c])
+    d = b.call(intrinsic, [*operands, *c])
     for i, s in enumerate(slots):
         b.store(b.extract_value(d, i), s)
     b.ret_void()
@@ -83,21 +102,24 @@ class MmaProduct:
         self.kg = kg
         core = kg.core
         t = core.type
-        assert isinstance(t, TensorType) and t.dtype is DataType.F16
+        sched = kg.fn.cuda_schedule
+        assert isinstance(t, TensorType) and sched is not None
+        self.tf32 = sched.get("tf32") == 1
+        if t.dtype is not (DataType.F32 if self.tf32 else DataType.F16):
+            raise S.CodegenError(f"@{kg.fn.name}: {sched}: not for a product of {t.dtype}")
         self.t = t
+        self.element = F32 if self.tf32 else HALF
         self.a, self.b = core.operands
         a_t = self.a.type
         assert isinstance(a_t, TensorType)
         self.m, self.n, self.k = t.shape[-2], t.shape[-1], a_t.shape[-1]
         self.batch_shape = t.shape[:-2]
-        sched = kg.fn.cuda_schedule
-        assert sched is not None
         if sched.get_all("tile") != (64, 64, 16) or sched.get("block") != 128:
             raise S.CodegenError(f"@{kg.fn.name}: {sched}: mma needs block 128 tile 64 x 64 x 16")
 
     def shared(self, name: str, count: int) -> ir.Value:
         kg = self.kg
-        ty = ir.ArrayType(HALF, count)
+        ty = ir.ArrayType(self.element, count)
         g = ir.GlobalVariable(kg.module, ty, f"{kg.body.name}.{name}", addrspace=_SHARED)
         g.linkage = "internal"
         g.initializer = ir.Constant(ty, ir.Undefined)
@@ -108,7 +130,8 @@ class MmaProduct:
         kg = self.kg
         out = kg.bind_arguments()
         b = kg.b
-        mma = mma_function(kg.module)
+        mma = mma_function(kg.module, self.tf32)
+        element = self.element
         a_tile, b_tile = self.shared("a", 64 * 16), self.shared("b", 16 * 64)
 
         def c(v: int) -> ir.Constant:
@@ -128,15 +151,18 @@ class MmaProduct:
         for slot in acc.values():
             for e in range(4):
                 b.store(ir.Constant(F32, 0.0), self.at(slot, e))
-        zero = S.constant(DataType.F16, 0)
+        zero = S.constant(self.t.dtype, 0)
 
         def operand(v, i: ir.Value, j: ir.Value, shape: tuple[int, int]) -> ir.Value:
             kg.memo.clear()
             inside, (ci, cj) = kg.clamp([i, j], shape)
             return b.select(inside, kg.elem(v, [*batch, ci, cj]), zero)
 
-        def half_at(tile: ir.Value, offset: ir.Value) -> ir.Value:
-            return b.gep(tile, [offset], source_etype=HALF)
+        def half_at(tile: ir.Value, offset: ir.Value) -> ir.Value:  # an element of a tile
+            return b.gep(tile, [offset], source_etype=element)
+
+        def tf32_at(tile: ir.Value, offset: ir.Value) -> ir.Value:
+            return to_tf32(b, b.load(half_at(tile, offset), typ=F32))
 
         def pair(tile: ir.Value, first: ir.Value, second: ir.Value) -> ir.Value:
             """Two f16 of shared memory as one i32 fragment register (first in the low half)."""
@@ -158,6 +184,11 @@ class MmaProduct:
                 v = operand(self.b, b.add(p0, q), b.add(col0, j), (self.k, self.n))
                 b.store(v, half_at(b_tile, b.add(b.mul(q, c(64)), j)))
             barrier(b)
+            if self.tf32:
+                self.tf32_products(mma, acc, a_tile, b_tile, warp_row, warp_col, group, tig,
+                                   tf32_at)  # fmt: skip
+                barrier(b)
+                return
             k_lo = b.mul(tig, c(2))  # this lane's first column of A, row of B
             a_frags = []
             for i in range(TILES_M):
@@ -186,12 +217,36 @@ class MmaProduct:
                                 b.icmp_unsigned("<", col, c(self.n)))  # fmt: skip
                 with b.if_then(inside):
                     idx = [*batch, r, col]
-                    value = b.fptrunc(b.load(self.at(slot, e), typ=F32), HALF)
+                    value = b.load(self.at(slot, e), typ=F32)
+                    if not self.tf32:
+                        value = b.fptrunc(value, HALF)
                     kg.store(out, idx, self.t, value)
                     if kg.root is not kg.core:
                         kg.memo.clear()
                         kg.store(out, idx, self.t, kg.elem(kg.root, idx))
         b.ret_void()
+
+    def tf32_products(self, mma, acc, a_tile, b_tile, warp_row, warp_col, group, tig, tf32_at):
+        """The slice's two k8 halves of each of the warp's 2 × 4 products, in TF32."""
+        b = self.kg.b
+
+        def c(v: int) -> ir.Constant:
+            return ir.Constant(I64, v)
+
+        for half in (0, 8):
+            k = b.add(tig, c(half))  # this lane's column of A, row of B
+            a_frags = []
+            for i in range(TILES_M):
+                top = b.add(b.add(warp_row, c(16 * i)), group)
+                a_frags.append([tf32_at(a_tile, b.add(b.mul(b.add(top, c(rows)), c(16)),
+                                                      b.add(k, c(cols))))
+                                for rows, cols in ((0, 0), (8, 0), (0, 4), (8, 4))])  # fmt: skip
+            for j in range(TILES_N):
+                col = b.add(b.add(warp_col, c(8 * j)), group)
+                regs = [tf32_at(b_tile, b.add(b.mul(b.add(k, c(rows)), c(64)), col))
+                        for rows in (0, 4)]  # fmt: skip
+                for i in range(TILES_M):
+                    b.call(mma, [self.at(acc[(i, j)], 0), *a_frags[i], *regs])
 
     def accumulators(self) -> ir.Value:
         """Four f32 on the stack, in the body's entry block (registers once promoted)."""

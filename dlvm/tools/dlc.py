@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--output", metavar="OUT")
     ap.add_argument("--cpu", default="native", help="target CPU (native, x86-64-v3, …)")
     ap.add_argument("--gpu", default=DEFAULT_GPU, choices=GPUS, help="CUDA architecture (ptx)")
+    ap.add_argument("--tf32", action="store_true", help="f32 products in TF32 on tensor cores")
     args = ap.parse_args(argv)
     emit = args.emit or ("so" if args.output and args.output.endswith(".so") else "ir")
     if emit not in EMIT_KINDS:
@@ -66,7 +67,8 @@ def _compile(module, emit: str, args: argparse.Namespace) -> int:
         if emit == "ptx":
             from dlvm.codegen.cuda import ptx
 
-            return _write(ptx(schedule(module, args.cpu, cuda=True), args.gpu)[0], args.output)
+            scheduled = schedule(module, args.cpu, cuda=True, tf32=args.tf32)
+            return _write(ptx(scheduled, args.gpu)[0], args.output)
         build_library(module, module_spec(module, f"dlc {__version__}"), Path(args.output),
                       cpu=args.cpu)  # fmt: skip
     except DiagnosticError as e:

@@ -17,7 +17,8 @@ Scheduling for CUDA as well (`cuda=True`, a library that runs on either device) 
   down the rows, Z one per batch element (dlvm.codegen.cuda_matmul);
 - an f16 product of that size, on tensor cores: `[schedule cuda block 128 tile 64 x 64 x 16
   mma 1 grid X x Y x Z]`, four warps a block, each 2 × 4 mma.m16n8k16 products with f32
-  accumulators (dlvm.codegen.cuda_mma);
+  accumulators (dlvm.codegen.cuda_mma); with `tf32`, f32 products too (`… mma 1 tf32 1 …`:
+  operands rounded to TF32, mma.m16n8k8);
 - a long reduction into few outputs by add, multiply, max or min,
   `[schedule cuda block 256 grid G cooperative 1]`: each block reduces one output element at a
   time, its threads' partial results combined in shared memory and warp shuffles
@@ -63,12 +64,17 @@ class ComputeScheduling(Pass):
     summary = "decides loop schedules (threads, vector width) for every kernel; sets stage schedule"
     stages = ("compute", "schedule")
 
-    # Whether a pass made without saying schedules for CUDA too (dlopt --target cuda).
+    # Whether a pass made without saying schedules for CUDA too (dlopt --target cuda), and
+    # computes f32 products in TF32 on tensor cores there (--tf32).
     default_cuda = False
+    default_tf32 = False
 
-    def __init__(self, vector_bits: int = 256, cuda: bool | None = None) -> None:
+    def __init__(
+        self, vector_bits: int = 256, cuda: bool | None = None, tf32: bool | None = None
+    ) -> None:
         self.vector_bits = vector_bits
         self.cuda = self.default_cuda if cuda is None else cuda
+        self.tf32 = self.default_tf32 if tf32 is None else tf32
 
     def run(self, module: Module) -> bool:
         changed = module.stage != "schedule"
@@ -80,7 +86,7 @@ class ComputeScheduling(Pass):
             if fn.schedule != schedule:
                 fn.schedule = schedule
                 changed = True
-            cuda = cuda_schedule(fn) if self.cuda and fn.compute else None
+            cuda = cuda_schedule(fn, self.tf32) if self.cuda and fn.compute else None
             if fn.cuda_schedule != cuda:
                 fn.cuda_schedule = cuda
                 changed = True
@@ -108,21 +114,23 @@ class ComputeScheduling(Pass):
         return Schedule("cpu", tuple(items))
 
 
-def cuda_schedule(fn: Function) -> Schedule:
-    """The GPU launch of a [compute] function (the module docstring)."""
+def cuda_schedule(fn: Function, tf32: bool = False) -> Schedule:
+    """The GPU launch of a [compute] function (the module docstring); `tf32`: f32 products on
+    tensor cores in TF32."""
     root = kernel_core(fn)
     out = root.type
     assert isinstance(out, TensorType)
     rows, cols, _ = CUDA_TILE
-    if root.opcode == "dot" and out.rank >= 2 and out.dtype is DataType.F16 and (
+    on_tensor_cores = out.dtype is DataType.F16 or (tf32 and out.dtype is DataType.F32)
+    if root.opcode == "dot" and out.rank >= 2 and on_tensor_cores and (
             out.shape[-2] * out.shape[-1] >= rows * cols):  # fmt: skip
         tiles = (
             math.ceil(out.shape[-1] / cols),
             math.ceil(out.shape[-2] / rows),
             math.prod(out.shape[:-2]),
         )
-        return Schedule("cuda", (("block", (128,)), ("tile", CUDA_TILE), ("mma", (1,)),
-                                 ("grid", tiles)))  # fmt: skip
+        mma = (("mma", (1,)), ("tf32", (1,))) if out.dtype is DataType.F32 else (("mma", (1,)),)
+        return Schedule("cuda", (("block", (128,)), ("tile", CUDA_TILE), *mma, ("grid", tiles)))
     if root.opcode == "dot" and out.rank >= 2 and out.dtype.is_float and (
             out.shape[-2] * out.shape[-1] >= rows * cols):  # fmt: skip
         tiles = (

@@ -90,6 +90,44 @@ void dlemu_mma_m16n8k16(float *acc, unsigned a0, unsigned a1, unsigned a2, unsig
     pthread_barrier_wait(&warp_barrier[warp]);
 }
 
+/* cvt.rna.tf32.f32: x with 10 bits of mantissa, rounded to nearest, ties away from zero. */
+unsigned dlemu_f2tf32_rna(float x) {
+    unsigned u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7F800000u) != 0x7F800000u) /* not inf or NaN */
+        u += 0x1000u;
+    return u & 0xFFFFE000u;
+}
+
+static float tf32_of(unsigned bits) {
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: A fragments a[0..3] (element i at row
+ * g + 8·(i mod 2), column t + 4·(i / 2)), B fragments b[0..1] (row t + 4·i, column g). */
+void dlemu_mma_tf32(float *acc, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                    unsigned b0, unsigned b1) {
+    unsigned warp = linear / 32, lane = linear % 32, base = warp * 32;
+    exchange_a[linear][0] = a0, exchange_a[linear][1] = a1;
+    exchange_a[linear][2] = a2, exchange_a[linear][3] = a3;
+    exchange_b[linear][0] = b0, exchange_b[linear][1] = b1;
+    pthread_barrier_wait(&warp_barrier[warp]);
+    unsigned group = lane / 4, tig = lane % 4;
+    for (int e = 0; e < 4; ++e) {
+        unsigned row = group + (e >= 2 ? 8 : 0), col = tig * 2 + (e & 1);
+        float sum = 0;
+        for (unsigned k = 0; k < 8; ++k) {
+            float a = tf32_of(exchange_a[base + (row & 7) * 4 + (k & 3)][(row >= 8) + 2 * (k >= 4)]);
+            float b = tf32_of(exchange_b[base + col * 4 + (k & 3)][k >= 4]);
+            sum += a * b;
+        }
+        acc[e] += sum;
+    }
+    pthread_barrier_wait(&warp_barrier[warp]);
+}
+
 enum { MAX_POINTERS = 16 };
 
 typedef struct {

@@ -39,10 +39,12 @@ def host_text(device_ir: str) -> str:
     text = re.sub(r'@"llvm\.nvvm\.shfl\.sync\.down\.(f32|i32)"', r'@"dlemu_shfl_down_\1"', text)
     text = re.sub(r'@"__nv_(\w+)"', r'@"\1"', text)
     # The tensor-core product (dlvm.codegen.cuda_mma) is the emulator's, not the intrinsic's.
-    text = re.sub(r'define internal void @"dl\.mma\.m16n8k16"\(.*?\n\}\n',
-                  'declare void @"dlemu_mma_m16n8k16"(ptr, i32, i32, i32, i32, i32, i32)\n',
-                  text, flags=re.S)  # fmt: skip
-    text = text.replace('@"dl.mma.m16n8k16"', '@"dlemu_mma_m16n8k16"')
+    for shape, ours in (("m16n8k16", "dlemu_mma_m16n8k16"), ("m16n8k8.tf32", "dlemu_mma_tf32")):
+        text = re.sub(rf'define internal void @"dl\.mma\.{re.escape(shape)}"\(.*?\n\}}\n',
+                      f'declare void @"{ours}"(ptr, i32, i32, i32, i32, i32, i32)\n',
+                      text, flags=re.S)  # fmt: skip
+        text = text.replace(f'@"dl.mma.{shape}"', f'@"{ours}"')
+    text = text.replace('@"llvm.nvvm.f2tf32.rna"', '@"dlemu_f2tf32_rna"')
     return text.replace("ptx_kernel ", "")
 
 

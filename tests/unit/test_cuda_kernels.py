@@ -54,3 +54,46 @@ def test_products_with_a_tile_of_outputs_are_tiled(emulated):
     assert any("f64" in str(f.type) for f in tiled)
     on_tensor_cores = [f for f in tiled if f.cuda_schedule.get("mma") == 1]
     assert len(on_tensor_cores) == 2 and all("f16" in str(f.type) for f in on_tensor_cores)
+
+
+TF32 = """module "tf32"
+stage optimizable
+
+func @product: (<70 x 40 x f32>, <40 x 130 x f32>) -> <70 x 130 x f32> {
+'entry(%a: <70 x 40 x f32>, %b: <40 x 130 x f32>):
+    %r = dot %a: <70 x 40 x f32>, %b: <40 x 130 x f32>
+    return %r: <70 x 130 x f32>
+}
+
+func @relu_of_product: (<2 x 66 x 9 x f32>, <2 x 9 x 64 x f32>) -> <2 x 66 x 64 x f32> {
+'entry(%a: <2 x 66 x 9 x f32>, %b: <2 x 9 x 64 x f32>):
+    %d = dot %a: <2 x 66 x 9 x f32>, %b: <2 x 9 x 64 x f32>
+    %r = max %d: <2 x 66 x 64 x f32>, 0: f32
+    return %r: <2 x 66 x 64 x f32>
+}
+"""
+
+
+def tf32(x: np.ndarray) -> np.ndarray:
+    """x rounded to TF32 (10 bits of mantissa, to nearest, ties away from zero)."""
+    bits = x.astype(np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def test_f32_products_in_tf32_on_tensor_cores(tmp_path):
+    """Asked for (--tf32), f32 products run mma.m16n8k8.tf32: the product of the operands
+    rounded to TF32, summed in f32."""
+    module = schedule(parse_module(TF32, "tf32.dl"), cuda=True, tf32=True)
+    kernels = [f for f in module.functions if f.compute and f.cuda_schedule.get("tf32") == 1]
+    assert len(kernels) == 2
+    emulated = EmulatedInterpreter(module, Emulator(module, tmp_path))
+    rng = np.random.default_rng(3)
+    a, b = rng.uniform(-2, 2, (70, 40)), rng.uniform(-2, 2, (40, 130))
+    got = emulated.run("product", [a.astype(np.float32), b.astype(np.float32)])
+    exact = tf32(a).astype(np.float64) @ tf32(b).astype(np.float64)
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5 * np.abs(exact).max())
+    assert np.abs(got - a @ b).max() > 1e-4  # the rounding to TF32 shows
+    a, b = rng.uniform(-2, 2, (2, 66, 9)), rng.uniform(-2, 2, (2, 9, 64))
+    got = emulated.run("relu_of_product", [a.astype(np.float32), b.astype(np.float32)])
+    exact = np.maximum(tf32(a).astype(np.float64) @ tf32(b).astype(np.float64), 0)
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5 * np.abs(exact).max())
