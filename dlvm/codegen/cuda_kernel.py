@@ -13,6 +13,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from dlvm.codegen.cuda import kernel_symbol, mark_kernel, special_register
+from dlvm.codegen.cuda_conv import ConvolutionTiles
 from dlvm.codegen.cuda_matmul import TiledProduct, tiled
 from dlvm.codegen.cuda_mma import MmaProduct, tensor_cores
 from dlvm.codegen.cuda_reduce import BlockReduce, cooperative
@@ -40,6 +41,8 @@ class CudaKernelGen(KernelGen):
         whole_blocks = tiled(self.fn) or cooperative(self.fn)  # the body uses the block's threads
         if tensor_cores(self.fn):
             MmaProduct(self).emit()
+        elif tiled(self.fn) and self.core.opcode == "convolve":
+            ConvolutionTiles(self).emit()
         elif tiled(self.fn):
             TiledProduct(self).emit()
         elif cooperative(self.fn):

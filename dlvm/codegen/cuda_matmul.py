@@ -36,9 +36,9 @@ _SHARED = 3  # NVPTX's address space of shared memory
 
 
 def tiled(fn: Function) -> bool:
-    """Whether fn's cuda schedule asks for the tiled product."""
+    """Whether fn's cuda schedule asks for a tiled product (a dot, or a convolution as one)."""
     return fn.cuda_schedule is not None and fn.cuda_schedule.get_all("tile") is not None and (
-        kernel_core(fn).opcode == "dot")  # fmt: skip
+        kernel_core(fn).opcode in ("dot", "convolve"))  # fmt: skip
 
 
 class TiledProduct:
@@ -62,10 +62,39 @@ class TiledProduct:
         self.t: TensorType = t
         self.dt = t.dtype
         self.a, self.b = core.operands
+        self.layout()
+
+    # The product, as a convolution (cuda_conv.py) redefines it --------------------------------
+
+    def layout(self) -> None:
+        """m × k times k × n, once per grid z (the batch elements)."""
         a_t = self.a.type
         assert isinstance(a_t, TensorType)
-        self.m, self.n, self.k = t.shape[-2], t.shape[-1], a_t.shape[-1]
-        self.batch_shape = t.shape[:-2]
+        self.m, self.n, self.k = self.t.shape[-2], self.t.shape[-1], a_t.shape[-1]
+        self.batch_shape = self.t.shape[:-2]
+
+    def start(self, z: ir.Value) -> None:
+        """What the block's grid z selects (the batch element)."""
+        b = self.kg.b
+        self.batch = unravel(b, z, self.batch_shape) if self.batch_shape else []
+
+    def left(self, i: ir.Value, p: ir.Value) -> ir.Value:
+        """A[i, p] of the z-th product, or 0 outside it."""
+        return self.operand(self.a, i, p, (self.m, self.k))
+
+    def right(self, p: ir.Value, j: ir.Value) -> ir.Value:
+        return self.operand(self.b, p, j, (self.k, self.n))
+
+    def operand(self, v, i: ir.Value, j: ir.Value, shape: tuple[int, int]) -> ir.Value:
+        """v[batch, i, j], or 0 outside v."""
+        kg, b = self.kg, self.kg.b
+        kg.memo.clear()
+        inside, (ci, cj) = kg.clamp([i, j], shape)
+        return b.select(inside, kg.elem(v, [*self.batch, ci, cj]), S.constant(self.dt, 0))
+
+    def output_index(self, i: ir.Value, j: ir.Value) -> list[ir.Value]:
+        """Where element (i, j) of the z-th product goes in the output."""
+        return [*self.batch, i, j]
 
     def shared(self, name: str, count: int) -> ir.Value:
         """A shared-memory array of `count` elements, as a generic pointer."""
@@ -96,7 +125,7 @@ class TiledProduct:
         thread = b.add(b.mul(ty, c(tx_n)), tx)
         row0 = b.mul(reg("ctaid.y"), c(bm))
         col0 = b.mul(reg("ctaid.x"), c(bn))
-        batch = unravel(b, reg("ctaid.z"), self.batch_shape) if self.batch_shape else []
+        self.start(reg("ctaid.z"))
         rows, cols = bm // ty_n, bn // tx_n
         acc = [[kg.alloca(S.value_type(dt)) for _ in range(cols)] for _ in range(rows)]
         zero = S.constant(dt, 0)
@@ -104,12 +133,6 @@ class TiledProduct:
             for slot in line:
                 b.store(zero, slot)
         threads = tx_n * ty_n
-
-        def operand(v, i: ir.Value, j: ir.Value, shape: tuple[int, int]) -> ir.Value:
-            """v[batch, i, j], or 0 outside v."""
-            kg.memo.clear()
-            inside, (ci, cj) = kg.clamp([i, j], shape)
-            return b.select(inside, kg.elem(v, [*batch, ci, cj]), zero)
 
         def element(tile: ir.Value, offset: ir.Value) -> ir.Value:
             return b.gep(tile, [offset], source_etype=mt)
@@ -119,12 +142,12 @@ class TiledProduct:
             for e in range(bm * bk // threads):  # a: consecutive threads along p
                 flat = b.add(thread, c(e * threads))
                 r, q = b.udiv(flat, c(bk)), b.urem(flat, c(bk))
-                v = operand(self.a, b.add(row0, r), b.add(p0, q), (self.m, self.k))
+                v = self.left(b.add(row0, r), b.add(p0, q))
                 S.store_element(b, v, element(a_tile, b.add(b.mul(q, c(bm + 1)), r)), dt)
             for e in range(bk * bn // threads):  # b: consecutive threads along columns
                 flat = b.add(thread, c(e * threads))
                 q, j = b.udiv(flat, c(bn)), b.urem(flat, c(bn))
-                v = operand(self.b, b.add(p0, q), b.add(col0, j), (self.k, self.n))
+                v = self.right(b.add(p0, q), b.add(col0, j))
                 S.store_element(b, v, element(b_tile, b.add(b.mul(q, c(bn)), j)), dt)
             barrier(b)
 
@@ -151,7 +174,7 @@ class TiledProduct:
                 inside = b.and_(b.icmp_unsigned("<", r, c(self.m)),
                                 b.icmp_unsigned("<", col, c(self.n)))  # fmt: skip
                 with b.if_then(inside):
-                    idx = [*batch, r, col]
+                    idx = self.output_index(r, col)
                     kg.store(out, idx, self.t, b.load(acc[i][j]))
                     if kg.root is not kg.core:
                         kg.memo.clear()

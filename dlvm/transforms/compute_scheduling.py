@@ -19,6 +19,10 @@ Scheduling for CUDA as well (`cuda=True`, a library that runs on either device) 
   mma 1 grid X x Y x Z]`, four warps a block, each 2 × 4 mma.m16n8k16 products with f32
   accumulators (dlvm.codegen.cuda_mma); with `tf32`, f32 products too (`… mma 1 tf32 1 …`:
   operands rounded to TF32, mma.m16n8k8);
+- a convolution of floats with at least 64 × 64 outputs, the same tiled product over its
+  implicit matrices: the group's kernel (output channels × input channels and taps) times the
+  inputs each tap reads (× batch and output positions), grid Z over the groups
+  (dlvm.codegen.cuda_conv);
 - a long reduction into few outputs by add, multiply, max or min,
   `[schedule cuda block 256 grid G cooperative 1]`: each block reduces one output element at a
   time, its threads' partial results combined in shared memory and warp shuffles
@@ -138,6 +142,13 @@ def cuda_schedule(fn: Function, tf32: bool = False) -> Schedule:
             math.ceil(out.shape[-2] / rows),
             math.prod(out.shape[:-2]),
         )
+        return Schedule("cuda", (("block", CUDA_THREADS), ("tile", CUDA_TILE), ("grid", tiles)))
+    if root.opcode == "convolve" and out.dtype.is_float and math.prod(out.shape) >= rows * cols:
+        x, k = (o.type for o in root.operands)
+        assert isinstance(x, TensorType) and isinstance(k, TensorType)
+        groups = root.attrs.get("groups") or 1
+        columns = out.shape[0] * math.prod(out.shape[2:])  # batch × output positions
+        tiles = (math.ceil(columns / cols), math.ceil(k.shape[0] // groups / rows), groups)
         return Schedule("cuda", (("block", CUDA_THREADS), ("tile", CUDA_TILE), ("grid", tiles)))
     if root.opcode == "reduce" and root is fn.blocks[0].instructions[-1].operands[0]:
         src = root.operands[0].type

@@ -241,6 +241,17 @@ case(
     "%r = convolve %a: <2 x 4 x 7 x 6 x f32> kernel %b: <6 x 2 x 3 x 2 x f32> strides 2, 2 "
     "padding (1, 1), (0, 1) groups 2",
 )
+# Convolutions with 64 x 64 outputs or more (CUDA: a tiled implicit product): groups, strides,
+# padding, dilations, a fused epilogue.
+case("convolve-tiled-grouped-strided", ["<2 x 4 x 19 x 17 x f32>", "<32 x 2 x 3 x 3 x f32>",
+     "<1 x 32 x 1 x 1 x f32>"], "<2 x 32 x 10 x 9 x f32>",
+     "%v = convolve %a: <2 x 4 x 19 x 17 x f32> kernel %b: <32 x 2 x 3 x 3 x f32> strides 2, 2 "
+     "padding (1, 1), (1, 1) groups 2",
+     "%r = add %v: <2 x 32 x 10 x 9 x f32>, %c: <1 x 32 x 1 x 1 x f32>")  # fmt: skip
+case("convolve-tiled-dilated-f64", ["<1 x 3 x 12 x 12 x f64>", "<40 x 3 x 2 x 2 x f64>"],
+     "<1 x 40 x 23 x 10 x f64>",
+     "%r = convolve %a: <1 x 3 x 12 x 12 x f64> kernel %b: <40 x 3 x 2 x 2 x f64> "
+     "padding (1, 1), (0, 0) leftDilation 2, 1 rightDilation 2, 2")  # fmt: skip
 case(
     "convolve-dilated",
     ["<1 x 2 x 6 x 6 x f64>", "<3 x 2 x 2 x 2 x f64>"],

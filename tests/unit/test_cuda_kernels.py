@@ -52,6 +52,10 @@ def test_products_with_a_tile_of_outputs_are_tiled(emulated):
     assert len(tiled) >= 5
     assert any(f.cuda_schedule.get_all("grid")[2] == 2 for f in tiled)
     assert any("f64" in str(f.type) for f in tiled)
+    convolutions = [
+        f for f in tiled if any(i.opcode == "convolve" for i in f.blocks[0].instructions)
+    ]
+    assert len(convolutions) == 2  # as implicit products, one of them grouped (grid z = 2)
     on_tensor_cores = [f for f in tiled if f.cuda_schedule.get("mma") == 1]
     assert len(on_tensor_cores) == 2 and all("f16" in str(f.type) for f in on_tensor_cores)
 
