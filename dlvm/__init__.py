@@ -9,15 +9,22 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from dlvm.loader import LibraryError, Model, load
+    from dlvm.nnkit import Tensor, function, gradient, stage
 
-__all__ = ["LibraryError", "Model", "load"]
+_LOADER = ("LibraryError", "Model", "load")
+_NNKIT = ("Tensor", "function", "gradient", "stage")
+__all__ = ["LibraryError", "Model", "Tensor", "function", "gradient", "load", "stage"]
 
 
 def __getattr__(name: str) -> Any:
-    # The loader (ctypes and NumPy) is imported on first use, so `import dlvm.ir` stays free of
-    # both (STYLE.md layering).
-    if name in __all__:
+    # The loader (ctypes and NumPy) and NNKit are imported on first use, so `import dlvm.ir`
+    # stays free of both (STYLE.md layering).
+    if name in _LOADER:
         from dlvm import loader
 
         return getattr(loader, name)
+    if name in _NNKIT:
+        from dlvm import nnkit
+
+        return getattr(nnkit, name)
     raise AttributeError(f"module 'dlvm' has no attribute '{name}'")

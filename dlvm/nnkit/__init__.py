@@ -1,0 +1,76 @@
+"""NNKit for Python: functions over tensors, written in Python, staged into DLVM IR,
+differentiated and compiled (the DLVM paper's embedded DSL; dlvm.nnkit.staging).
+
+    import dlvm
+    from dlvm.nnkit import Tensor, f32, tanh
+
+    @dlvm.stage
+    def layer(x: Tensor[f32, 1, 784], w: Tensor[f32, 784, 10], b: Tensor[f32, 1, 10]):
+        return tanh(x @ w + b)
+
+    layer(x, w, b)                                  # NumPy arrays in, a NumPy array out
+    grad = dlvm.gradient(layer, wrt=(1, 2))         # d layer / d w, d layer / d b
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dlvm.ir.types import DataType
+from dlvm.nnkit.builtins import (
+    cos,
+    dot,
+    exp,
+    log,
+    max,
+    maximum,
+    mean,
+    minimum,
+    relu,
+    sigmoid,
+    sin,
+    softmax,
+    sqrt,
+    sum,
+    tanh,
+    transpose,
+)
+from dlvm.nnkit.staging import Compiled, Gradient, Staged
+from dlvm.nnkit.tensor import StagingError, Tensor, TensorSpec
+
+f16, f32, f64 = DataType.F16, DataType.F32, DataType.F64
+i8, i16, i32, i64, bool_ = DataType.I8, DataType.I16, DataType.I32, DataType.I64, DataType.BOOL
+
+
+def stage(fn: Callable[..., Any]) -> Staged:
+    """Stages `fn` (a function of tensors) into DLVM IR on its first call per signature of
+    shapes and element types, and compiles it; calls of it from another staged function are
+    IR calls."""
+    return Staged(fn)
+
+
+function = stage
+
+
+def gradient(
+    of: Staged,
+    wrt: Sequence[int] | None = None,
+    seedable: bool = False,
+    keeping: Sequence[int] = (),
+) -> Gradient:
+    """The gradient of staged function `of` as the IR declares one: with respect to the
+    arguments `wrt` (all by default), returning also the results `keeping`, and taking a seed
+    (the derivative of a caller's result with respect to `of`'s) as its last argument when
+    `seedable`."""
+    if not isinstance(of, Staged):
+        raise TypeError(f"gradient() needs a staged function (@dlvm.stage), got {of!r}")
+    return Gradient(of, wrt, seedable, keeping)
+
+
+__all__ = [
+    "Compiled", "Gradient", "Staged", "StagingError", "Tensor", "TensorSpec", "bool_", "cos",
+    "dot", "exp", "f16", "f32", "f64", "function", "gradient", "i8", "i16", "i32", "i64", "log",
+    "max", "maximum", "mean", "minimum", "relu", "sigmoid", "sin", "softmax", "sqrt", "stage",
+    "sum", "tanh", "transpose",
+]  # fmt: skip

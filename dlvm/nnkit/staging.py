@@ -1,0 +1,347 @@
+"""Staging Python functions into DLVM IR (NNKit, after the DLVM paper's embedded DSL), and their
+just-in-time compilation.
+
+`@dlvm.stage` wraps a Python function over tensors. Called on NumPy arrays (or anything NumPy
+reads through DLPack), it runs once per signature of shapes and element types on symbolic
+tensors (dlvm.nnkit.tensor), which records every operation as an IR instruction: Python control
+flow on concrete values unrolls, and a staged function called from another becomes an `apply` of
+its own IR function. The module is then compiled as telc compiles a model (differentiation, the
+-O2 pipeline, compute stages, LLVM) into a shared library, kept in memory for the process and on
+disk (under $DLVM_CACHE_DIR/nnkit, else ~/.cache/dlvm/nnkit) by a hash of the IR and the
+compiler, and called through dlvm.load. `dlvm.gradient` stages the IR gradient declaration of a
+staged function: `[gradient @f wrt … keeping … seedable]`."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import inspect
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlvm import artifacts
+from dlvm.ir.builder import Builder
+from dlvm.ir.literals import AggregateLiteral
+from dlvm.ir.printer import module_text
+from dlvm.ir.typerules import TypeRuleError, gradient_type
+from dlvm.ir.types import DATA_TYPES, FunctionType, TupleType
+from dlvm.ir.values import Argument, Block, Function, GradientDecl, LiteralValue, Module, Value
+from dlvm.nnkit.tensor import Tensor, TensorSpec, emit, staging_error
+
+_state = threading.local()  # the Staging being built on this thread, if any
+# Per module being staged, the IR function of each (staged function, argument types) in it.
+_STAGED: weakref.WeakKeyDictionary[Module, dict[Any, Function]] = weakref.WeakKeyDictionary()
+
+
+def current() -> Staging | None:
+    return getattr(_state, "staging", None)
+
+
+class Staging:
+    """One IR function being built from a Python function's run on symbolic tensors."""
+
+    def __init__(self, module: Module, name: str, params: list[tuple[str, TensorSpec]]) -> None:
+        self.module = module
+        arguments = [Argument(n, spec.ir) for n, spec in params]
+        self.fn = Function(name, FunctionType(tuple(a.type for a in arguments), TupleType(())))
+        module.add_function(self.fn)
+        block = Block("entry", arguments)
+        self.fn.add_block(block)
+        self.builder = Builder(block)
+        self.arguments = [Tensor(a, self) for a in arguments]
+
+    def emit(self, opname: str, operands: list[Value], **attrs: Any) -> Tensor:
+        return Tensor(emit(self.builder, opname, operands, **attrs), self)
+
+    def finish(self, result: Any) -> None:
+        """Returns `result`: a tensor, or a tuple of them (a tuple in the IR too)."""
+        items = result if isinstance(result, tuple) else (result,)
+        for r in items:
+            if not isinstance(r, Tensor) or r.staging is not self:
+                raise staging_error(f"a staged function must return tensors it computed, not {r!r}")
+        if isinstance(result, tuple):
+            tuple_type = TupleType(tuple(r.type for r in items))
+            items_ = tuple(r.value for r in items)
+            literal = LiteralValue(AggregateLiteral("tuple", items_), tuple_type)
+            value: Value = emit(self.builder, "literal", [literal])
+        else:
+            value = result.value
+        emit(self.builder, "return", [value])
+        ty = self.fn.type
+        assert isinstance(ty, FunctionType)
+        self.fn.type = FunctionType(ty.arguments, value.type)
+
+
+def spec_of(value: Any, where: str) -> TensorSpec:
+    """The shape and element type a NumPy array (or a DLPack array) gives an argument."""
+    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    kind = {"f": "f", "i": "i", "b": "bool"}.get(arr.dtype.kind)
+    name = "bool" if kind == "bool" else f"{kind}{arr.dtype.itemsize * 8}" if kind else ""
+    if name not in DATA_TYPES:
+        raise TypeError(f"{where}: no DLVM element type for NumPy's {arr.dtype}")
+    return TensorSpec(DATA_TYPES[name], tuple(arr.shape))
+
+
+def _numpy(dtype: Any) -> np.dtype:
+    from dlvm.runtime import DType
+
+    return np.dtype(DType.from_ir(dtype.text).numpy)
+
+
+class Staged:
+    """A Python function staged into DLVM IR and compiled on first call per signature."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, fn)
+        self.py = fn
+        self.name = fn.__name__
+        signature = inspect.signature(fn)
+        self.params = list(signature.parameters)
+        annotations = inspect.get_annotations(fn, eval_str=True)
+        self.annotated = [annotations.get(p) for p in self.params]
+        self.compiled: dict[tuple[TensorSpec, ...], Compiled] = {}
+
+    def __repr__(self) -> str:
+        return f"<dlvm.stage {self.name}>"
+
+    def specs(self, args: Sequence[Any]) -> tuple[TensorSpec, ...]:
+        if len(args) != len(self.params):
+            raise TypeError(f"{self.name}() takes {len(self.params)} arguments, got {len(args)}")
+        out = []
+        for p, a, given in zip(self.params, args, self.annotated):
+            if isinstance(a, Tensor):
+                spec = TensorSpec(a.dtype, a.shape)
+            else:
+                spec = spec_of(a, f"{self.name}(): argument '{p}'")
+                if isinstance(given, TensorSpec) and spec.shape == given.shape and np.can_cast(
+                        _numpy(spec.dtype), _numpy(given.dtype), "same_kind"):  # fmt: skip
+                    spec = given  # converted on the call, as dlvm.load's entries do
+            if isinstance(given, TensorSpec) and spec != given:
+                what = f"{given.dtype.text}{list(given.shape)}"
+                raise staging_error(f"{self.name}(): argument '{p}' must be {what}, got "
+                                    f"{spec.dtype.text}{list(spec.shape)}")  # fmt: skip
+            out.append(spec)
+        return tuple(out)
+
+    def stage_into(self, module: Module, specs: tuple[TensorSpec, ...]) -> Function:
+        """This function's IR for these argument types in `module` (staged once per module)."""
+        staged = _STAGED.setdefault(module, {})
+        key = (self, specs)
+        if key in staged:
+            return staged[key]
+        taken = {f.name for f in module.functions}
+        name, k = self.name, 0
+        while name in taken:
+            k += 1
+            name = f"{self.name}_{k}"
+        outer = current()
+        staging = Staging(module, name, list(zip(self.params, specs)))
+        staged[key] = staging.fn
+        _state.staging = staging
+        try:
+            staging.finish(self.py(*staging.arguments))
+        finally:
+            _state.staging = outer
+        return staging.fn
+
+    def __call__(self, *args: Any) -> Any:
+        outer = current()
+        if any(isinstance(a, Tensor) for a in args) or outer is not None:
+            return self.apply(outer, args)
+        return self.compile(self.specs(args))(*args)
+
+    def apply(self, outer: Staging | None, args: Sequence[Any]) -> Any:
+        """A call from a function being staged: `apply` of this function's IR."""
+        if outer is None:
+            raise staging_error(f"{self.name}() called on staged tensors outside staging")
+        tensors = [a if isinstance(a, Tensor) else None for a in args]
+        if any(t is None for t in tensors):
+            raise staging_error(f"{self.name}(): every argument of a staged call must be a "
+                                "staged tensor")  # fmt: skip
+        callee = self.stage_into(outer.module, self.specs(args))
+        call = outer.emit("apply", [callee, *[t.value for t in tensors]])  # type: ignore[union-attr]
+        ty = callee.type
+        assert isinstance(ty, FunctionType)
+        result = ty.result
+        if isinstance(result, TupleType):
+            return tuple(outer.emit("extract", [call.value], keys=(_key(i),))
+                         for i in range(len(result.elements)))  # fmt: skip
+        return call
+
+    def module(self, specs: tuple[TensorSpec, ...]) -> Module:
+        module = Module(f"nnkit_{self.name}")
+        self.stage_into(module, specs)
+        return module
+
+    def compile(self, specs: tuple[TensorSpec, ...]) -> Compiled:
+        hit = self.compiled.get(specs)
+        if hit is None:
+            module = self.module(specs)
+            hit = self.compiled[specs] = Compiled(module, module.functions[0].name)
+        return hit
+
+    def ir(self, *args: Any) -> str:
+        """The raw IR staged for these arguments (arrays, or TensorSpecs), as text."""
+        return module_text(self.module(self.specs_or_given(args)))
+
+    def llvm(self, *args: Any) -> str:
+        """The optimised LLVM IR of the compiled module for these arguments."""
+        return self.compile(self.specs_or_given(args)).llvm()
+
+    def specs_or_given(self, args: Sequence[Any]) -> tuple[TensorSpec, ...]:
+        if not args and all(isinstance(a, TensorSpec) for a in self.annotated):
+            return tuple(self.annotated)  # type: ignore[arg-type]
+        if args and all(isinstance(a, TensorSpec) for a in args):
+            return tuple(args)
+        return self.specs(args)
+
+
+def _key(i: int) -> Any:
+    from dlvm.ir.values import ElementKey
+
+    return ElementKey(index=i)
+
+
+class Gradient(Staged):
+    """`dlvm.gradient(f, …)`: the IR gradient declaration of staged function f, compiled."""
+
+    def __init__(self, of: Staged, wrt: Sequence[int] | None, seedable: bool,
+                 keeping: Sequence[int]) -> None:  # fmt: skip
+        self.of = of
+        self.wrt = tuple(wrt) if wrt is not None else None
+        self.seedable = seedable
+        self.keeping = tuple(keeping)
+        self.py = of.py
+        self.name = of.name + "_gradient"
+        self.params = list(of.params)
+        self.annotated = list(of.annotated)
+        if seedable:
+            self.params.append("seed")
+            self.annotated.append(None)
+        self.compiled = {}
+
+    def __repr__(self) -> str:
+        return f"<dlvm.gradient of {self.of.name}>"
+
+    def specs(self, args: Sequence[Any]) -> tuple[TensorSpec, ...]:
+        n = len(self.of.params)
+        base = self.of.specs(args[:n])
+        if self.seedable:
+            if len(args) != n + 1:
+                raise TypeError(f"{self.name}() takes {n + 1} arguments (the last a seed)")
+            return (*base, spec_of(args[n], f"{self.name}(): the seed"))
+        return base
+
+    def stage_into(self, module: Module, specs: tuple[TensorSpec, ...]) -> Function:
+        n = len(self.of.params)
+        of = self.of.stage_into(module, specs[:n])
+        try:
+            ty = gradient_type(of.type, None, self.wrt, self.keeping, self.seedable)  # type: ignore[arg-type]
+        except TypeRuleError as e:
+            raise staging_error(f"gradient of {self.of.name}: {e}") from None
+        grad = Function(f"{of.name}_grad", ty)
+        grad.declaration = GradientDecl(of, None, self.wrt, self.keeping, self.seedable)
+        module.add_function(grad)
+        return grad
+
+    def compile(self, specs: tuple[TensorSpec, ...]) -> Compiled:
+        hit = self.compiled.get(specs)
+        if hit is None:
+            module = Module(f"nnkit_{self.name}")
+            grad = self.stage_into(module, specs)
+            hit = self.compiled[specs] = Compiled(module, grad.name, tuple_result=True)
+        return hit
+
+
+class Compiled:
+    """A staged module compiled into a library (memory and disk cached) and its entry."""
+
+    # Libraries loaded in this process, by the hash of their IR: each compiled once.
+    loaded: dict[str, Any] = {}
+    hits = 0  # disk cache hits, for tests
+
+    def __init__(self, module: Module, entry: str, tuple_result: bool = False) -> None:
+        from dlvm.transforms.differentiation import Differentiation
+
+        self.tuple_result = tuple_result  # a gradient returns a tuple, as its IR type says
+        self.raw = module_text(module)
+        Differentiation().run(module)
+        self.module = module
+        self.entry = entry
+        self.key = hashlib.sha256((self.raw + _compiler()).encode()).hexdigest()[:32]
+        self._model: Any = None
+
+    def library(self) -> Path:
+        """The shared library, from the disk cache or built into it."""
+        path = cache_dir() / self.key / "nnkit.so"
+        if path.is_file():
+            Compiled.hits += 1
+            return path
+        from dlvm.codegen.build import build_library
+        from dlvm.codegen.spec import module_spec
+        from dlvm.transforms.pass_manager import PassManager
+        from dlvm.transforms.pipelines import PIPELINES
+
+        module = copy.deepcopy(self.module)
+        PassManager(True).run_pipeline(module, PIPELINES[2])
+        # Built in a private directory renamed into place whole: concurrent builds of one key
+        # never see half a library (the same key gives the same bytes, so either may win).
+        path.parent.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(dir=path.parent.parent, prefix=".build-"))
+        try:
+            build_library(module, module_spec(module, "nnkit"), work / "nnkit.so")
+            try:
+                os.replace(work, path.parent)
+            except OSError:
+                if not path.is_file():
+                    raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return path
+
+    def model(self) -> Any:
+        if self._model is None:
+            import dlvm
+
+            model = Compiled.loaded.get(self.key)
+            if model is None:
+                model = Compiled.loaded[self.key] = dlvm.load(self.library())
+            self._model = model
+        return self._model
+
+    def __call__(self, *args: Any) -> Any:
+        result = self.model().entries[self.entry](*args)
+        return (result,) if self.tuple_result and not isinstance(result, tuple) else result
+
+    def llvm(self) -> str:
+        from dlvm.codegen.build import schedule
+        from dlvm.codegen.llgen import compile_object
+
+        return compile_object(schedule(copy.deepcopy(self.module)))[1]
+
+
+@functools.cache
+def _compiler() -> str:
+    """What a compiled library depends on besides its IR: a hash of the compiler's sources
+    (dlvm and the C runtime), so that a changed compiler never reuses an old library."""
+    root = Path(__file__).resolve().parents[2]
+    files = sorted([*root.glob("dlvm/**/*.py"), *root.glob("runtime/include/*"),
+                    *root.glob("runtime/src/*")])  # fmt: skip
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_dir() -> Path:
+    """Where compiled staged functions are kept: the compiler's own cache, under nnkit/."""
+    return artifacts.cache_dir() / "nnkit"

@@ -1,0 +1,147 @@
+"""NNKit for Python (dlvm.nnkit): functions staged into IR and compiled, against NumPy; gradients
+as IR gradient declarations, against finite differences; staging errors located at the user's
+line; the compile caches; and the seed paper's NNKit examples in our Python form."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dlvm
+from dlvm import nnkit as nk
+from dlvm.nnkit import StagingError, Tensor, f32, tanh
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((1, 784)).astype(np.float32)
+W = (RNG.standard_normal((784, 10)) * 0.05).astype(np.float32)
+B = (RNG.standard_normal((1, 10)) * 0.1).astype(np.float32)
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path_factory, monkeypatch):
+    """Compiled staged functions go to this module's cache, not the user's."""
+    monkeypatch.setenv("DLVM_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "nnkit-cache"))
+
+
+# The seed paper's examples: `x • w + b`, `tanh` of a call, and a gradient declaration.
+@dlvm.stage
+def linear(x: Tensor[f32, 1, 784], w: Tensor[f32, 784, 10], b: Tensor[f32, 1, 10]):
+    return x @ w + b
+
+
+@dlvm.stage
+def g(x: Tensor[f32, 1, 784], w: Tensor[f32, 784, 10], b: Tensor[f32, 1, 10]):
+    return tanh(linear(x, w, b))
+
+
+def test_a_staged_function_computes_what_numpy_does():
+    np.testing.assert_allclose(linear(X, W, B), X @ W + B, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(g(X, W, B), np.tanh(X @ W + B), rtol=1e-5, atol=1e-6)
+
+
+def test_a_call_of_a_staged_function_is_an_apply_in_the_ir():
+    text = g.ir()
+    assert (
+        "func @linear: (<1 x 784 x f32>, <784 x 10 x f32>, <1 x 10 x f32>) -> <1 x 10 x f32>"
+        in text
+    )
+    assert "apply @linear(%x: <1 x 784 x f32>, %w: <784 x 10 x f32>, %b: <1 x 10 x f32>)" in text
+    assert "tanh" in text and "stage raw" in text
+    assert "define" in g.llvm()  # the optimised LLVM IR of the compiled module
+
+
+def test_the_papers_gradient_declaration():
+    """gradient(of: g, withRespectTo: (1, 2), seedable: true, keeping: (0)) in Python."""
+    dg = dlvm.gradient(g, wrt=(1, 2), seedable=True, keeping=(0,))
+    assert "[gradient @g wrt 1, 2 keeping 0 seedable]" in dg.ir(
+        X, W, B, np.ones((1, 10), np.float32)
+    )
+    seed = RNG.standard_normal((1, 10)).astype(np.float32)
+    dw, db, y = dg(X, W, B, seed)
+    t = np.tanh(X.astype(np.float64) @ W + B)
+    local = seed * (1 - t**2)  # d/d(xW + b) of seed · tanh(xW + b)
+    np.testing.assert_allclose(y, t, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(db, local, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(dw, X.T.astype(np.float64) @ local, rtol=1e-4, atol=1e-6)
+
+
+def test_gradients_agree_with_finite_differences():
+    @dlvm.stage
+    def loss(w: Tensor[f32, 3, 4], x: Tensor[f32, 2, 3]):
+        return nk.sum(nk.sigmoid(x @ w) * nk.relu(x @ w - 0.1))
+
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    (dw,) = dlvm.gradient(loss, wrt=(0,))(w, x)
+
+    def f(w64: np.ndarray) -> float:
+        z = x.astype(np.float64) @ w64
+        return float(np.sum(1 / (1 + np.exp(-z)) * np.maximum(z - 0.1, 0)))
+
+    h = 1e-4
+    numeric = np.zeros_like(w, dtype=np.float64)
+    for i in np.ndindex(w.shape):
+        e = np.zeros_like(numeric)
+        e[i] = h
+        numeric[i] = (f(w + e) - f(w - e)) / (2 * h)
+    np.testing.assert_allclose(dw, numeric, rtol=2e-3, atol=2e-4)
+
+
+def test_shapes_come_from_the_first_call_without_annotations_and_loops_unroll():
+    @dlvm.stage
+    def mlp(x, w):
+        for _ in range(3):  # Python control flow on concrete values is unrolled
+            x = nk.relu(x @ w)
+        return nk.softmax(x)
+
+    x = RNG.standard_normal((5, 8)).astype(np.float32)
+    w = (RNG.standard_normal((8, 8)) * 0.5).astype(np.float32)
+    h = x
+    for _ in range(3):
+        h = np.maximum(h @ w, 0)
+    e = np.exp(h - h.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(mlp(x, w), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    assert mlp.ir(x, w).count(" = dot ") == 3
+    # Another signature is staged and compiled anew.
+    assert mlp(x[:2], w).shape == (2, 8)
+    assert len(mlp.compiled) == 2
+
+
+def test_compiled_code_is_cached_in_memory_and_on_disk():
+    def body(x: Tensor[f32, 4], y: Tensor[f32, 4]):
+        return x * y + 1.0
+
+    first = dlvm.stage(body)
+    a = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(first(a, a), a * a + 1)
+    compiled = first.compiled[first.specs((a, a))]
+    first(a, a)
+    assert first.compiled[first.specs((a, a))] is compiled  # one compile per signature
+    hits = nk.Compiled.hits
+    nk.Compiled.loaded.clear()  # as a new process would start
+    again = dlvm.stage(body)
+    np.testing.assert_array_equal(again(a, a), a * a + 1)
+    assert nk.Compiled.hits == hits + 1  # the library came from the disk cache
+
+
+def test_staging_errors_point_at_the_users_line():
+    @dlvm.stage
+    def bad(x: Tensor[f32, 2, 3], w: Tensor[f32, 4, 5]):
+        return x @ w  # the inner dimensions differ
+
+    with pytest.raises(StagingError) as e:
+        bad(np.zeros((2, 3), np.float32), np.zeros((4, 5), np.float32))
+    text = str(e.value)
+    assert f"{__file__}:" in text and "error: dot: inner dimensions differ" in text
+    assert "return x @ w  # the inner dimensions differ" in text  # the source line, with a caret
+    with pytest.raises(StagingError, match="argument 'x' must be f32\\[2, 3\\], got f32\\[3, 3\\]"):
+        bad(np.zeros((3, 3), np.float32), np.zeros((4, 5), np.float32))
+
+    @dlvm.stage
+    def branchy(x: Tensor[f32, 2]):
+        if x:  # a tensor's value is not known while staging
+            return x
+        return -x
+
+    with pytest.raises(StagingError, match="no truth value while staging"):
+        branchy(np.zeros(2, np.float32))
