@@ -47,6 +47,7 @@ bench: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python bench/ir_speed.py
 	$(BIN)/python bench/linear_algebra_passes.py
 	$(BENCH_VENV)/bin/python bench/cpu.py
+	$(BENCH_VENV)/bin/python bench/nnkit.py
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache .ruff_cache

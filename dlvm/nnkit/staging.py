@@ -109,6 +109,7 @@ class Staged:
         annotations = inspect.get_annotations(fn, eval_str=True)
         self.annotated = [annotations.get(p) for p in self.params]
         self.compiled: dict[tuple[TensorSpec, ...], Compiled] = {}
+        self.fast: dict[tuple[Any, ...], Callable[..., Any]] = {}  # by the arrays' signature
 
     def __repr__(self) -> str:
         return f"<dlvm.stage {self.name}>"
@@ -154,10 +155,20 @@ class Staged:
         return staging.fn
 
     def __call__(self, *args: Any) -> Any:
+        # The steady state: NumPy arrays of a signature already compiled go straight to the
+        # library's entry point (the per-call overhead is what a JIT is judged by).
+        key = tuple((a.shape, a.dtype) for a in args if type(a) is np.ndarray)
+        fast = self.fast.get(key) if len(key) == len(args) else None
+        if fast is not None:
+            return fast(*args)
         outer = current()
         if any(isinstance(a, Tensor) for a in args) or outer is not None:
             return self.apply(outer, args)
-        return self.compile(self.specs(args))(*args)
+        compiled = self.compile(self.specs(args))
+        result = compiled(*args)
+        if len(key) == len(args):
+            self.fast[key] = compiled.entry_call()
+        return result
 
     def apply(self, outer: Staging | None, args: Sequence[Any]) -> Any:
         """A call from a function being staged: `apply` of this function's IR."""
@@ -197,6 +208,16 @@ class Staged:
         """The optimised LLVM IR of the compiled module for these arguments."""
         return self.compile(self.specs_or_given(args)).llvm()
 
+    def export(self, path: str | os.PathLike[str], *args: Any) -> Path:
+        """The compiled function for these arguments (arrays or TensorSpecs; by default its
+        annotations) as a shared library at `path` with its C header beside it, like a TEL
+        model's: the function is its entry point (docs/c-abi.md)."""
+        compiled = self.compile(self.specs_or_given(args))
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        compiled.build(target)
+        return target
+
     def specs_or_given(self, args: Sequence[Any]) -> tuple[TensorSpec, ...]:
         if not args and all(isinstance(a, TensorSpec) for a in self.annotated):
             return tuple(self.annotated)  # type: ignore[arg-type]
@@ -228,6 +249,7 @@ class Gradient(Staged):
             self.params.append("seed")
             self.annotated.append(None)
         self.compiled = {}
+        self.fast = {}
 
     def __repr__(self) -> str:
         return f"<dlvm.gradient of {self.of.name}>"
@@ -286,19 +308,12 @@ class Compiled:
         if path.is_file():
             Compiled.hits += 1
             return path
-        from dlvm.codegen.build import build_library
-        from dlvm.codegen.spec import module_spec
-        from dlvm.transforms.pass_manager import PassManager
-        from dlvm.transforms.pipelines import PIPELINES
-
-        module = copy.deepcopy(self.module)
-        PassManager(True).run_pipeline(module, PIPELINES[2])
         # Built in a private directory renamed into place whole: concurrent builds of one key
         # never see half a library (the same key gives the same bytes, so either may win).
         path.parent.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(dir=path.parent.parent, prefix=".build-"))
         try:
-            build_library(module, module_spec(module, "nnkit"), work / "nnkit.so")
+            self.build(work / "nnkit.so")
             try:
                 os.replace(work, path.parent)
             except OSError:
@@ -307,6 +322,17 @@ class Compiled:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return path
+
+    def build(self, path: Path) -> None:
+        """The library at `path` (and its header): the -O2 pipeline, compute stages, LLGen."""
+        from dlvm.codegen.build import build_library
+        from dlvm.codegen.spec import module_spec
+        from dlvm.transforms.pass_manager import PassManager
+        from dlvm.transforms.pipelines import PIPELINES
+
+        module = copy.deepcopy(self.module)
+        PassManager(True).run_pipeline(module, PIPELINES[2])
+        build_library(module, module_spec(module, "nnkit"), path)
 
     def model(self) -> Any:
         if self._model is None:
@@ -317,6 +343,10 @@ class Compiled:
                 model = Compiled.loaded[self.key] = dlvm.load(self.library())
             self._model = model
         return self._model
+
+    def entry_call(self) -> Callable[..., Any]:
+        """What a call with arrays comes down to: the library's entry point."""
+        return self if self.tuple_result else self.model().entries[self.entry]
 
     def __call__(self, *args: Any) -> Any:
         result = self.model().entries[self.entry](*args)

@@ -145,3 +145,11 @@ def test_staging_errors_point_at_the_users_line():
 
     with pytest.raises(StagingError, match="no truth value while staging"):
         branchy(np.zeros(2, np.float32))
+
+
+def test_a_staged_function_exports_a_library_like_a_tel_model(tmp_path):
+    path = g.export(tmp_path / "layer.so")
+    header = path.with_suffix(".h").read_text()
+    assert "dlrt_status nnkit_g_g(" in header  # model nnkit_g, entry g
+    with dlvm.load(path) as lib:
+        np.testing.assert_allclose(lib.g(X, W, B), np.tanh(X @ W + B), rtol=1e-5, atol=1e-6)
