@@ -9,11 +9,21 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from dlvm.loader import LibraryError, Model, load
-    from dlvm.nnkit import Tensor, function, gradient, stage
+    from dlvm.nnkit import Tensor, cond, function, gradient, loop, stage
 
 _LOADER = ("LibraryError", "Model", "load")
-_NNKIT = ("Tensor", "function", "gradient", "stage")
-__all__ = ["LibraryError", "Model", "Tensor", "function", "gradient", "load", "stage"]
+_NNKIT = ("Tensor", "cond", "function", "gradient", "loop", "stage")
+__all__ = [
+    "LibraryError",
+    "Model",
+    "Tensor",
+    "cond",
+    "function",
+    "gradient",
+    "load",
+    "loop",
+    "stage",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -36,6 +36,7 @@ from dlvm.nnkit.builtins import (
     tanh,
     transpose,
 )
+from dlvm.nnkit.control import cond, loop
 from dlvm.nnkit.staging import Compiled, Gradient, Staged
 from dlvm.nnkit.tensor import StagingError, Tensor, TensorSpec
 
@@ -58,18 +59,21 @@ def gradient(
     wrt: Sequence[int] | None = None,
     seedable: bool = False,
     keeping: Sequence[int] = (),
+    from_: int | None = None,
 ) -> Gradient:
-    """The gradient of staged function `of` as the IR declares one: with respect to the
-    arguments `wrt` (all by default), returning also the results `keeping`, and taking a seed
-    (the derivative of a caller's result with respect to `of`'s) as its last argument when
-    `seedable`."""
+    """The gradient of staged function `of` as the IR declares one (`[gradient @of from S wrt
+    … keeping … seedable]`): of its result `from_` (for a function returning a tuple), with
+    respect to the arguments `wrt` (all by default), returning also the results `keeping`, and
+    taking a seed (the derivative of a caller's result with respect to `of`'s) as its last
+    argument when `seedable`. It returns a tuple: the derivatives, then the kept results."""
     if not isinstance(of, Staged):
         raise TypeError(f"gradient() needs a staged function (@dlvm.stage), got {of!r}")
-    return Gradient(of, wrt, seedable, keeping)
+    return Gradient(of, wrt, seedable, keeping, from_)
 
 
 __all__ = [
-    "Compiled", "Gradient", "Staged", "StagingError", "Tensor", "TensorSpec", "bool_", "cos",
+    "Compiled", "Gradient", "Staged", "StagingError", "Tensor", "TensorSpec", "bool_", "cond",
+    "cos", "loop",
     "dot", "exp", "f16", "f32", "f64", "function", "gradient", "i8", "i16", "i32", "i64", "log",
     "max", "maximum", "mean", "minimum", "relu", "sigmoid", "sin", "softmax", "sqrt", "stage",
     "sum", "tanh", "transpose",

@@ -236,8 +236,9 @@ class Gradient(Staged):
     """`dlvm.gradient(f, …)`: the IR gradient declaration of staged function f, compiled."""
 
     def __init__(self, of: Staged, wrt: Sequence[int] | None, seedable: bool,
-                 keeping: Sequence[int]) -> None:  # fmt: skip
+                 keeping: Sequence[int], source: int | None = None) -> None:  # fmt: skip
         self.of = of
+        self.source = source
         self.wrt = tuple(wrt) if wrt is not None else None
         self.seedable = seedable
         self.keeping = tuple(keeping)
@@ -267,11 +268,11 @@ class Gradient(Staged):
         n = len(self.of.params)
         of = self.of.stage_into(module, specs[:n])
         try:
-            ty = gradient_type(of.type, None, self.wrt, self.keeping, self.seedable)  # type: ignore[arg-type]
+            ty = gradient_type(of.type, self.source, self.wrt, self.keeping, self.seedable)  # type: ignore[arg-type]
         except TypeRuleError as e:
             raise staging_error(f"gradient of {self.of.name}: {e}") from None
         grad = Function(f"{of.name}_grad", ty)
-        grad.declaration = GradientDecl(of, None, self.wrt, self.keeping, self.seedable)
+        grad.declaration = GradientDecl(of, self.source, self.wrt, self.keeping, self.seedable)
         module.add_function(grad)
         return grad
 

@@ -153,6 +153,21 @@ class Tensor:
     def __rmatmul__(self, other: Any) -> Tensor:
         return self.emit("dot", other, self)
 
+    # Comparisons give bool tensors (== and != keep Python's meaning: identity).
+    def __lt__(self, other: Any) -> Tensor:
+        return self.emit("lessThan", self, other)
+
+    def __le__(self, other: Any) -> Tensor:
+        return self.emit("lessThanOrEqual", self, other)
+
+    def __gt__(self, other: Any) -> Tensor:
+        return self.emit("greaterThan", self, other)
+
+    def __ge__(self, other: Any) -> Tensor:
+        return self.emit("greaterThanOrEqual", self, other)
+
+    __hash__ = object.__hash__
+
     @property
     def T(self) -> Tensor:  # noqa: N802 - NumPy's name
         return self.emit("transpose", self)

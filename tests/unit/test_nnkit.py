@@ -153,3 +153,26 @@ def test_a_staged_function_exports_a_library_like_a_tel_model(tmp_path):
     assert "dlrt_status nnkit_g_g(" in header  # model nnkit_g, entry g
     with dlvm.load(path) as lib:
         np.testing.assert_allclose(lib.g(X, W, B), np.tanh(X @ W + B), rtol=1e-5, atol=1e-6)
+
+
+def test_cond_and_loop_stage_control_flow_in_the_ir():
+    @dlvm.stage
+    def clip(x: Tensor[f32, 3], limit: Tensor[f32]):
+        return dlvm.cond(nk.max(x) > limit, lambda: x * (limit / nk.max(x)), lambda: x)
+
+    x = np.array([1.0, -2.0, 4.0], np.float32)
+    np.testing.assert_allclose(clip(x, np.float32(2.0)), x * 0.5)
+    np.testing.assert_allclose(clip(x, np.float32(5.0)), x)
+    assert "conditional" in clip.ir() and "'join0(" in clip.ir()
+
+    @dlvm.stage
+    def halve_until(x: Tensor[f32], limit: Tensor[f32]):
+        count = x * 0.0
+        return dlvm.loop((x, count), lambda v, n: v > limit, lambda v, n: (v * 0.5, n + 1.0))
+
+    value, steps = halve_until(np.float32(100.0), np.float32(1.0))
+    assert (float(value), float(steps)) == (0.78125, 7.0)  # 100 / 2^7 is the first below 1
+    assert "'head0(" in halve_until.ir() and "'exit0(" in halve_until.ir()
+    # The gradient of the loop's value: d(x / 2^7) / dx = 2^-7 (the IR's `from 0`).
+    (dx,) = dlvm.gradient(halve_until, from_=0, wrt=(0,))(np.float32(100.0), np.float32(1.0))
+    assert float(dx) == 2.0**-7
