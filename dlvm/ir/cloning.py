@@ -24,10 +24,11 @@ class ValueMap(dict):
         return map_value_deep(v, lambda x: self.get(x, x))
 
 
-def clone_body(source: Function, target: Function) -> ValueMap:
+def clone_body(source: Function, target: Function, vmap: ValueMap | None = None) -> ValueMap:
     """Appends copies of source's blocks to target (names kept); returns the value map, which
-    also maps source blocks to their copies."""
-    vmap = ValueMap()
+    also maps source blocks to their copies. A given `vmap` also renames what it maps (the
+    functions of another module, say)."""
+    vmap = vmap if vmap is not None else ValueMap()
     blocks: dict[Block, Block] = {}
     for b in source.blocks:
         nb = Block(b.name, [Argument(a.name, a.type, a.loc) for a in b.arguments])

@@ -37,6 +37,7 @@ from dlvm.nnkit.builtins import (
     transpose,
 )
 from dlvm.nnkit.control import cond, loop
+from dlvm.nnkit.external import functions
 from dlvm.nnkit.staging import Compiled, Gradient, Staged
 from dlvm.nnkit.tensor import StagingError, Tensor, TensorSpec
 
@@ -73,7 +74,7 @@ def gradient(
 
 __all__ = [
     "Compiled", "Gradient", "Staged", "StagingError", "Tensor", "TensorSpec", "bool_", "cond",
-    "cos", "loop",
+    "cos", "functions", "loop",
     "dot", "exp", "f16", "f32", "f64", "function", "gradient", "i8", "i16", "i32", "i64", "log",
     "max", "maximum", "mean", "minimum", "relu", "sigmoid", "sin", "softmax", "sqrt", "stage",
     "sum", "tanh", "transpose",

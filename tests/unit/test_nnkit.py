@@ -176,3 +176,21 @@ def test_cond_and_loop_stage_control_flow_in_the_ir():
     # The gradient of the loop's value: d(x / 2^7) / dx = 2^-7 (the IR's `from 0`).
     (dx,) = dlvm.gradient(halve_until, from_=0, wrt=(0,))(np.float32(100.0), np.float32(1.0))
     assert float(dx) == 2.0**-7
+
+
+def test_tel_functions_are_called_from_staged_code():
+    from telc.driver import compile_text
+
+    tel = compile_text(
+        "act.tel", "module act\nuse nn\nexport def act(x: [4]) -> [4] = sigmoid(x) * 2.0\n"
+    )
+    lib = nk.functions(tel.module)
+
+    @dlvm.stage
+    def twice(x: Tensor[f32, 4]):
+        return lib.act(lib.act(x))
+
+    x = np.array([-1.0, 0.0, 0.5, 3.0], np.float32)
+    once = 2 / (1 + np.exp(-x))
+    np.testing.assert_allclose(twice(x), 2 / (1 + np.exp(-once)), rtol=1e-6)
+    assert twice.ir().count("apply @act(") == 2
