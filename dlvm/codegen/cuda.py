@@ -52,6 +52,20 @@ def barrier(b: ir.IRBuilder) -> None:
     b.call(fn, [])
 
 
+SHARED = 3  # NVPTX's address space of a block's shared memory
+
+
+def shared_array(b: ir.IRBuilder, name: str, element: ir.Type, count: int) -> ir.Value:
+    """A block's shared-memory array of `count` elements (a module global), as a generic
+    pointer."""
+    ty = ir.ArrayType(element, count)
+    g = ir.GlobalVariable(b.module, ty, name, addrspace=SHARED)
+    g.linkage = "internal"
+    g.initializer = ir.Constant(ty, ir.Undefined)
+    g.align = 16
+    return b.addrspacecast(g, ir.PointerType())
+
+
 def mark_kernel(fn: ir.Function) -> None:
     """Makes fn a PTX entry (`.entry`), callable by cuLaunchKernel."""
     fn.calling_convention = "ptx_kernel"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from dlvm.codegen import scalar as S
-from dlvm.codegen.cuda import barrier, special_register
+from dlvm.codegen.cuda import barrier, shared_array, special_register
 from dlvm.codegen.loops import counted_loop, unravel
 from dlvm.codegen.scalar import I64
 from dlvm.ir.types import TensorType
@@ -31,8 +31,6 @@ from dlvm.transforms.compute_generation import kernel_core
 
 if TYPE_CHECKING:
     from dlvm.codegen.kernel import KernelGen
-
-_SHARED = 3  # NVPTX's address space of shared memory
 
 
 def tiled(fn: Function) -> bool:
@@ -99,12 +97,7 @@ class TiledProduct:
     def shared(self, name: str, count: int) -> ir.Value:
         """A shared-memory array of `count` elements, as a generic pointer."""
         kg = self.kg
-        ty = ir.ArrayType(S.memory_type(self.dt), count)
-        g = ir.GlobalVariable(kg.module, ty, f"{kg.body.name}.{name}", addrspace=_SHARED)
-        g.linkage = "internal"
-        g.initializer = ir.Constant(ty, ir.Undefined)
-        g.align = 16
-        return kg.b.addrspacecast(g, S.PTR)
+        return shared_array(kg.b, f"{kg.body.name}.{name}", S.memory_type(self.dt), count)
 
     def emit(self) -> None:
         kg = self.kg

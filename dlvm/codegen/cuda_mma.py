@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from dlvm.codegen import scalar as S
-from dlvm.codegen.cuda import barrier, special_register
+from dlvm.codegen.cuda import barrier, shared_array, special_register
 from dlvm.codegen.loops import counted_loop, unravel
 from dlvm.codegen.scalar import I32, I64
 from dlvm.ir.types import DataType, TensorType
@@ -43,7 +43,6 @@ from dlvm.transforms.compute_generation import kernel_core
 if TYPE_CHECKING:
     from dlvm.codegen.kernel import KernelGen
 
-_SHARED = 3
 HALF = ir.HalfType()
 F32 = ir.FloatType()
 HALF2 = ir.VectorType(HALF, 2)
@@ -119,12 +118,7 @@ class MmaProduct:
 
     def shared(self, name: str, count: int) -> ir.Value:
         kg = self.kg
-        ty = ir.ArrayType(self.element, count)
-        g = ir.GlobalVariable(kg.module, ty, f"{kg.body.name}.{name}", addrspace=_SHARED)
-        g.linkage = "internal"
-        g.initializer = ir.Constant(ty, ir.Undefined)
-        g.align = 16
-        return kg.b.addrspacecast(g, S.PTR)
+        return shared_array(kg.b, f"{kg.body.name}.{name}", self.element, count)
 
     def emit(self) -> None:
         kg = self.kg

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from dlvm.codegen import scalar as S
-from dlvm.codegen.cuda import barrier, special_register
+from dlvm.codegen.cuda import barrier, shared_array, special_register
 from dlvm.codegen.loops import strided_loop, unravel
 from dlvm.codegen.scalar import I32, I64
 from dlvm.ir.types import DataType, TensorType
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from dlvm.codegen.kernel import KernelGen
 
 COMBINATORS = ("add", "multiply", "max", "min")
-_SHARED = 3
 WARP = 32
 
 
@@ -78,12 +77,7 @@ class BlockReduce:
         out = kg.bind_arguments()
         b = kg.b
         mt, vt = S.memory_type(dt), S.value_type(dt)
-        ty = ir.ArrayType(mt, self.threads)
-        g = ir.GlobalVariable(kg.module, ty, f"{kg.body.name}.partial", addrspace=_SHARED)
-        g.linkage = "internal"
-        g.initializer = ir.Constant(ty, ir.Undefined)
-        g.align = 16
-        partial = b.addrspacecast(g, S.PTR)
+        partial = shared_array(b, f"{kg.body.name}.partial", mt, self.threads)
 
         def wide(name: str) -> ir.Value:
             return b.zext(special_register(b, name), I64)

@@ -96,15 +96,11 @@ def _group(fn: Function, flat: list[int]) -> list[Any]:
     """Flat argument slots grouped per argument (a tuple argument as a nested list)."""
     ty = fn.type
     assert isinstance(ty, FunctionType)
-    out, k = [], 0
-    for t in ty.arguments:
-        n = len(flat_types(t))
-        out.append(_nest(canonical(t), flat[k : k + n]))
-        k += n
-    return out
+    return _nest(TupleType(tuple(ty.arguments)), flat)
 
 
 def _nest(t: Any, flat: list[int]) -> Any:
+    """The slots of a value of type t from its flattened slots (a tuple as a list)."""
     if isinstance(t, TupleType):
         parts, k = [], 0
         for e in t.elements:

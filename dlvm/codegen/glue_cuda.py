@@ -112,47 +112,27 @@ def struct_fields(n_tensors: int) -> list[str]:
 def helpers(name: str, n_tensors: int, spare: list[int], cuda: CudaGlue) -> list[str]:
     """glue_pull, glue_push, glue_cuda_open and glue_cuda_close."""
     model = f"{name}_model"
-    out = [
-        "/* The device's parameters and states copied to buf, when they are newer. */",
-        f"static dlrt_status glue_pull({model} *m) {{",
-    ]
-    if n_tensors:
-        out += [
-            "    size_t i;",
-            "    if (m->cuda == NULL || !m->host_stale)",
-            "        return DLRT_OK;",
-            f"    for (i = 0; i < {n_tensors}; ++i) {{",
-            "        dlrt_status s = dlrt_cuda_download(m->cuda, m->buf[i], m->dbuf[i],"
-            " glue_tensors[i].bytes);",
-            "        if (s != DLRT_OK)",
-            "            return s;",
-            "    }",
-        ]
+    out: list[str] = []
+    for fn, comment, copy, stale in (
+        ("glue_pull", "The device's parameters and states copied to buf, when they are newer.",
+         "dlrt_cuda_download(m->cuda, m->buf[i], m->dbuf[i],", " || !m->host_stale"),
+        ("glue_push", "buf copied to the device (after the host changed it).",
+         "dlrt_cuda_upload(m->cuda, m->dbuf[i], m->buf[i],", ""),
+    ):  # fmt: skip
+        out += [f"/* {comment} */", f"static dlrt_status {fn}({model} *m) {{"]
+        if n_tensors:
+            out += [
+                "    size_t i;",
+                f"    if (m->cuda == NULL{stale})",
+                "        return DLRT_OK;",
+                f"    for (i = 0; i < {n_tensors}; ++i) {{",
+                f"        dlrt_status s = {copy} glue_tensors[i].bytes);",
+                "        if (s != DLRT_OK)",
+                "            return s;",
+                "    }",
+            ]
+        out += ["    m->host_stale = 0;", "    return DLRT_OK;", "}", ""]
     out += [
-        "    m->host_stale = 0;",
-        "    return DLRT_OK;",
-        "}",
-        "",
-        "/* buf copied to the device (after the host changed it). */",
-        f"static dlrt_status glue_push({model} *m) {{",
-    ]
-    if n_tensors:
-        out += [
-            "    size_t i;",
-            "    if (m->cuda == NULL)",
-            "        return DLRT_OK;",
-            f"    for (i = 0; i < {n_tensors}; ++i) {{",
-            "        dlrt_status s = dlrt_cuda_upload(m->cuda, m->dbuf[i], m->buf[i],"
-            " glue_tensors[i].bytes);",
-            "        if (s != DLRT_OK)",
-            "            return s;",
-            "    }",
-        ]
-    out += [
-        "    m->host_stale = 0;",
-        "    return DLRT_OK;",
-        "}",
-        "",
         '/* Device N of "cuda:N" (checked by glue_is_cuda); -1 when N is too large. */',
         "static int glue_cuda_ordinal(const char *device) {",
         "    long n = 0;",

@@ -17,22 +17,7 @@ def counted_loop(
     """for (i = lo; i < hi; ++i) body(i); the builder ends after the loop."""
     lo_v = ir.Constant(I64, lo) if isinstance(lo, int) else lo
     hi_v = ir.Constant(I64, hi) if isinstance(hi, int) else hi
-    fn = b.function
-    pre = b.block
-    head = fn.append_basic_block(f"{name}.head")
-    inner = fn.append_basic_block(f"{name}.body")
-    done = fn.append_basic_block(f"{name}.done")
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64, name=name)
-    i.add_incoming(lo_v, pre)
-    b.cbranch(b.icmp_signed("<", i, hi_v), inner, done)
-    b.position_at_end(inner)
-    body(i)
-    nxt = b.add(i, ir.Constant(I64, 1), name=f"{name}.next", flags=["nsw"])
-    i.add_incoming(nxt, b.block)
-    b.branch(head)
-    b.position_at_end(done)
+    _loop(b, lo_v, hi_v, ir.Constant(I64, 1), body, name, counted=True)
 
 
 def strided_loop(
@@ -41,6 +26,15 @@ def strided_loop(
 ) -> None:  # fmt: skip
     """for (i = first; i < end; i += step) body(i), unsigned: a GPU thread's share of a range
     (first its thread index, step the number of threads)."""
+    _loop(b, first, end, step, body, name, counted=False)
+
+
+def _loop(
+    b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, step: ir.Value,
+    body: Callable[[ir.Value], None], name: str, counted: bool,
+) -> None:  # fmt: skip
+    """The loop both of those are: a counted one is signed, steps by 1 without overflow (what
+    LLVM's vectoriser recognises), a strided one unsigned."""
     fn = b.function
     pre = b.block
     head = fn.append_basic_block(f"{name}.head")
@@ -49,11 +43,16 @@ def strided_loop(
     b.branch(head)
     b.position_at_end(head)
     i = b.phi(I64, name=name)
-    i.add_incoming(first, pre)
-    b.cbranch(b.icmp_unsigned("<", i, end), inner, done)
+    i.add_incoming(lo, pre)
+    test = b.icmp_signed("<", i, hi) if counted else b.icmp_unsigned("<", i, hi)
+    b.cbranch(test, inner, done)
     b.position_at_end(inner)
     body(i)
-    i.add_incoming(b.add(i, step), b.block)
+    if counted:
+        nxt = b.add(i, step, name=f"{name}.next", flags=["nsw"])
+    else:
+        nxt = b.add(i, step)
+    i.add_incoming(nxt, b.block)
     b.branch(head)
     b.position_at_end(done)
 

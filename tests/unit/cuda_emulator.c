@@ -63,31 +63,48 @@ static float half_of(unsigned reg, int high) {
     return (float)h;
 }
 
-void dlemu_mma_m16n8k16(float *acc, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                        unsigned b0, unsigned b1) {
-    unsigned warp = linear / 32, lane = linear % 32, base = warp * 32;
+/* Publishes this lane's fragments to its warp and waits for every lane's; returns the index of
+ * the warp's lane 0 among the block's threads. */
+static unsigned exchange_fragments(unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                   unsigned b0, unsigned b1) {
     exchange_a[linear][0] = a0, exchange_a[linear][1] = a1;
     exchange_a[linear][2] = a2, exchange_a[linear][3] = a3;
     exchange_b[linear][0] = b0, exchange_b[linear][1] = b1;
-    pthread_barrier_wait(&warp_barrier[warp]);
-    unsigned group = lane / 4, tig = lane % 4;
+    pthread_barrier_wait(&warp_barrier[linear / 32]);
+    return linear / 32 * 32;
+}
+
+/* D = A·B + C for this lane's four elements of the 16 × 8 D (row g, plus 8 for e ≥ 2; column
+ * 2t + e mod 2), `depth` deep; a(base, row, k) and b(base, k, col) read the warp's fragments. */
+typedef float (*operand)(unsigned base, unsigned i, unsigned j);
+
+static void accumulate(float *acc, unsigned base, unsigned depth, operand a, operand b) {
+    unsigned lane = linear % 32, group = lane / 4, tig = lane % 4;
     for (int e = 0; e < 4; ++e) {
         unsigned row = group + (e >= 2 ? 8 : 0), col = tig * 2 + (e & 1);
         float sum = 0;
-        for (unsigned k = 0; k < 16; ++k) {
-            /* A[row][k]: lane (row % 8) * 4 + (k % 8) / 2, element (k % 2) + 2·(row ≥ 8) + 4·(k ≥ 8) */
-            unsigned ai = (k & 1) + (row >= 8 ? 2 : 0) + (k >= 8 ? 4 : 0);
-            unsigned alane = base + (row & 7) * 4 + (k & 7) / 2;
-            float a = half_of(exchange_a[alane][ai / 2], ai & 1);
-            /* B[k][col]: lane col * 4 + (k % 8) / 2, element (k % 2) + 2·(k ≥ 8) */
-            unsigned bi = (k & 1) + (k >= 8 ? 2 : 0);
-            unsigned blane = base + col * 4 + (k & 7) / 2;
-            float b = half_of(exchange_b[blane][bi / 2], bi & 1);
-            sum += a * b;
-        }
+        for (unsigned k = 0; k < depth; ++k)
+            sum += a(base, row, k) * b(base, k, col);
         acc[e] += sum;
     }
-    pthread_barrier_wait(&warp_barrier[warp]);
+    pthread_barrier_wait(&warp_barrier[linear / 32]); /* before the exchange is reused */
+}
+
+/* f16 m16n8k16: A[row][k] is element (k % 2) + 2·(row ≥ 8) + 4·(k ≥ 8) of lane
+ * (row % 8)·4 + (k % 8) / 2; B[k][col] element (k % 2) + 2·(k ≥ 8) of lane col·4 + (k % 8) / 2. */
+static float f16_a(unsigned base, unsigned row, unsigned k) {
+    unsigned i = (k & 1) + (row >= 8 ? 2 : 0) + (k >= 8 ? 4 : 0);
+    return half_of(exchange_a[base + (row & 7) * 4 + (k & 7) / 2][i / 2], i & 1);
+}
+
+static float f16_b(unsigned base, unsigned k, unsigned col) {
+    unsigned i = (k & 1) + (k >= 8 ? 2 : 0);
+    return half_of(exchange_b[base + col * 4 + (k & 7) / 2][i / 2], i & 1);
+}
+
+void dlemu_mma_m16n8k16(float *acc, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                        unsigned b0, unsigned b1) {
+    accumulate(acc, exchange_fragments(a0, a1, a2, a3, b0, b1), 16, f16_a, f16_b);
 }
 
 /* cvt.rna.tf32.f32: x with 10 bits of mantissa, rounded to nearest, ties away from zero. */
@@ -105,27 +122,19 @@ static float tf32_of(unsigned bits) {
     return f;
 }
 
-/* mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: A fragments a[0..3] (element i at row
- * g + 8·(i mod 2), column t + 4·(i / 2)), B fragments b[0..1] (row t + 4·i, column g). */
+/* tf32 m16n8k8: A[row][k] is element (row ≥ 8) + 2·(k ≥ 4) of lane (row % 8)·4 + k % 4;
+ * B[k][col] element (k ≥ 4) of lane col·4 + k % 4. */
+static float tf32_a(unsigned base, unsigned row, unsigned k) {
+    return tf32_of(exchange_a[base + (row & 7) * 4 + (k & 3)][(row >= 8) + 2 * (k >= 4)]);
+}
+
+static float tf32_b(unsigned base, unsigned k, unsigned col) {
+    return tf32_of(exchange_b[base + col * 4 + (k & 3)][k >= 4]);
+}
+
 void dlemu_mma_tf32(float *acc, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                     unsigned b0, unsigned b1) {
-    unsigned warp = linear / 32, lane = linear % 32, base = warp * 32;
-    exchange_a[linear][0] = a0, exchange_a[linear][1] = a1;
-    exchange_a[linear][2] = a2, exchange_a[linear][3] = a3;
-    exchange_b[linear][0] = b0, exchange_b[linear][1] = b1;
-    pthread_barrier_wait(&warp_barrier[warp]);
-    unsigned group = lane / 4, tig = lane % 4;
-    for (int e = 0; e < 4; ++e) {
-        unsigned row = group + (e >= 2 ? 8 : 0), col = tig * 2 + (e & 1);
-        float sum = 0;
-        for (unsigned k = 0; k < 8; ++k) {
-            float a = tf32_of(exchange_a[base + (row & 7) * 4 + (k & 3)][(row >= 8) + 2 * (k >= 4)]);
-            float b = tf32_of(exchange_b[base + col * 4 + (k & 3)][k >= 4]);
-            sum += a * b;
-        }
-        acc[e] += sum;
-    }
-    pthread_barrier_wait(&warp_barrier[warp]);
+    accumulate(acc, exchange_fragments(a0, a1, a2, a3, b0, b1), 8, tf32_a, tf32_b);
 }
 
 enum { MAX_POINTERS = 16 };
