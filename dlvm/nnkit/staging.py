@@ -83,7 +83,12 @@ class Staging:
 
 def spec_of(value: Any, where: str) -> TensorSpec:
     """The shape and element type a NumPy array (or a DLPack array) gives an argument."""
-    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif hasattr(value, "__dlpack__"):  # a framework's array: shape and dtype through DLPack
+        arr = np.from_dlpack(value)
+    else:
+        arr = np.asarray(value)
     kind = {"f": "f", "i": "i", "b": "bool"}.get(arr.dtype.kind)
     name = "bool" if kind == "bool" else f"{kind}{arr.dtype.itemsize * 8}" if kind else ""
     if name not in DATA_TYPES:

@@ -194,3 +194,25 @@ def test_tel_functions_are_called_from_staged_code():
     once = 2 / (1 + np.exp(-x))
     np.testing.assert_allclose(twice(x), 2 / (1 + np.exp(-once)), rtol=1e-6)
     assert twice.ir().count("apply @act(") == 2
+
+
+def test_dlpack_arrays_are_arguments_too():
+    class Exported:
+        """Only the DLPack protocol, as another framework's array would offer it."""
+
+        def __init__(self, a: np.ndarray) -> None:
+            self.a = a
+
+        def __dlpack__(self, stream=None):
+            return self.a.__dlpack__()
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    @dlvm.stage
+    def scale(v, s):
+        return v * s
+
+    v = np.arange(6, dtype=np.float32).reshape(2, 3)
+    two = np.array(2.0, np.float32)
+    np.testing.assert_array_equal(scale(Exported(v), Exported(two)), v * 2)
