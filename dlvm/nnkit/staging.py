@@ -338,7 +338,9 @@ class Compiled:
 
         module = copy.deepcopy(self.module)
         PassManager(True).run_pipeline(module, PIPELINES[2])
-        build_library(module, module_spec(module, "nnkit"), path)
+        # LLVM at -O2, where telc builds at -O3: a JIT's first call waits for it, and -O2 took
+        # a quarter less time (138 vs 180 ms on a 32x784x128 layer) for the same kernel speed.
+        build_library(module, module_spec(module, "nnkit"), path, opt=2)
 
     def model(self) -> Any:
         if self._model is None:
