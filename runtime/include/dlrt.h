@@ -207,8 +207,8 @@ dlrt_status dlrt_cuda_download(dlrt_cuda *c, void *host, const void *device, siz
 /* Device to device, ordered on the stream. */
 dlrt_status dlrt_cuda_copy(dlrt_cuda *c, void *device_dst, const void *device_src, size_t bytes);
 /* Launches the plan's steps in order on the stream; slots[k] is the device pointer of slot k. A
-   plan of several steps is captured as a CUDA graph for its pointers and launched whole from
-   then on ($DLRT_CUDA_GRAPHS=0: never). */
+   plan of several steps run a second time with the same pointers is captured as a CUDA graph
+   and launched whole from then on ($DLRT_CUDA_GRAPHS=0: never). */
 dlrt_status dlrt_cuda_run(dlrt_cuda *c, const dlrt_launch *steps, int32_t count,
                           void *const *slots);
 /* Waits for the stream's work; reports an error a kernel raised. */

@@ -429,26 +429,43 @@ static size_t gather(const dlrt_cuda *c, const dlrt_launch *steps, int32_t count
     return n;
 }
 
-/* The plan's graph for these pointers: found, or captured from its launches and kept in place
-   of the least recently used; NULL when it cannot be had (the caller launches one by one). */
+/* Keeps `pointers` in the least recently used entry (forgetting its graph): the entry. */
+static captured *remember(dlrt_cuda *c, const dlrt_launch *steps, int32_t count,
+                          void **pointers, size_t n) {
+    captured *oldest = &c->graphs[0];
+    for (int i = 1; i < GRAPHS; ++i)
+        if (c->graphs[i].used < oldest->used)
+            oldest = &c->graphs[i];
+    void **copy = malloc(n * sizeof *pointers);
+    if (copy == NULL)
+        return NULL;
+    forget(oldest);
+    memcpy(copy, pointers, n * sizeof *pointers);
+    *oldest = (captured){steps, count, n, copy, NULL, ++c->clock};
+    return oldest;
+}
+
+/* The plan's graph for these pointers, or NULL (the caller launches one by one). A set of
+   pointers is captured the second time it comes, not the first: a caller that passes new
+   device arrays on every call would otherwise pay a capture for each. */
 static captured *graph_for(dlrt_cuda *c, const dlrt_launch *steps, int32_t count,
                            void *const *slots, void **pointers, size_t n) {
-    captured *oldest = &c->graphs[0];
-    for (int i = 0; i < GRAPHS; ++i) {
-        captured *g = &c->graphs[i];
-        if (g->exec != NULL && g->steps == steps && g->count == count && g->n == n &&
-            memcmp(g->pointers, pointers, n * sizeof *pointers) == 0) {
-            g->used = ++c->clock;
-            return g;
-        }
-        if (g->used < oldest->used)
-            oldest = g;
+    captured *g = NULL;
+    for (int i = 0; i < GRAPHS && g == NULL; ++i) {
+        captured *e = &c->graphs[i];
+        if (e->pointers != NULL && e->steps == steps && e->count == count && e->n == n &&
+            memcmp(e->pointers, pointers, n * sizeof *pointers) == 0)
+            g = e;
     }
-    void **copy = malloc(n * sizeof *pointers);
-    if (copy == NULL || graph.BeginCapture(c->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != 0) {
-        free(copy);
+    if (g == NULL) { /* the first time: remembered, launched one by one */
+        remember(c, steps, count, pointers, n);
         return NULL;
     }
+    g->used = ++c->clock;
+    if (g->exec != NULL)
+        return g;
+    if (graph.BeginCapture(c->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != 0)
+        return NULL;
     dlrt_status launched = launch_all(c, steps, count, slots); /* recorded, not run */
     CUgraph captured_graph = NULL;
     CUgraphExec exec = NULL;
@@ -458,14 +475,11 @@ static captured *graph_for(dlrt_cuda *c, const dlrt_launch *steps, int32_t count
     if (captured_graph != NULL)
         graph.Destroy(captured_graph);
     if (rc != 0 || launched != DLRT_OK || exec == NULL) {
-        free(copy);
         dlrt_clear_error();
         return NULL;
     }
-    forget(oldest);
-    memcpy(copy, pointers, n * sizeof *pointers);
-    *oldest = (captured){steps, count, n, copy, exec, ++c->clock};
-    return oldest;
+    g->exec = exec;
+    return g;
 }
 
 dlrt_status dlrt_cuda_run(dlrt_cuda *c, const dlrt_launch *steps, int32_t count,

@@ -287,16 +287,21 @@ def test_a_plan_runs_as_one_cuda_graph(xor_library, on_fake_gpu, fake_driver, mo
     library, kernels = xor_library
     on_fake_gpu(kernels)
     with dlvm.load(library, device="cuda:0") as gpu:
-        first = gpu.infer(XOR_X)
+        first = gpu.infer(XOR_X)  # a new set of pointers: launched one by one, remembered
         before = counts(fake_driver)
         for _ in range(3):
             close(gpu.infer(XOR_X), first)
         kernels_run, *_, graphs = np.subtract(counts(fake_driver), before)
         assert graphs == 3 and kernels_run == 6  # its 2 kernels, captured once, launched whole
         before = counts(fake_driver)
-        for _ in range(3):  # new parameters swap buffers: one graph for each of the two sets
+        for _ in range(5):  # new parameters swap buffers: one graph for each of the two sets
             gpu.train_step(XOR_X, XOR_LABELS)
-        assert np.subtract(counts(fake_driver), before)[4] == 3
+        assert np.subtract(counts(fake_driver), before)[4] == 3  # steps 3, 4 and 5
+        before = counts(fake_driver)
+        for _ in range(3):  # new device arrays on every call: nothing is worth capturing
+            out = DeviceArray(fake_driver, np.zeros((4, 1), np.float32))
+            gpu.infer(DeviceArray(fake_driver, XOR_X), out=out)
+        assert np.subtract(counts(fake_driver), before)[4] == 0
     monkeypatch.setenv("DLVM_FAKE_CUDA_NO_GRAPHS", "1")  # a driver that refuses to capture
     with dlvm.load(library, device="cuda:0") as gpu:
         before = counts(fake_driver)
