@@ -7,10 +7,13 @@ file and a damaged one is made again instead of used."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tempfile
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: telc/, dlvm/, runtime/
 
 
 def cache_dir() -> Path:
@@ -33,6 +36,25 @@ def write_atomically(path: Path, data: bytes) -> None:
     finally:
         if os.path.exists(temp):
             os.unlink(temp)
+
+
+def compiler_files() -> list[Path]:
+    """The files that make up the compiler: a change to any of them changes every key that
+    depends on the compiler (telc's build cache, NNKit's compiled functions)."""
+    files = [*ROOT.glob("telc/**/*.py"), *ROOT.glob("telc/**/*.lark"), *ROOT.glob("dlvm/**/*.py")]
+    files += [*ROOT.glob("runtime/include/*"), *ROOT.glob("runtime/src/*")]
+    return sorted(f for f in files if f.is_file())
+
+
+@functools.cache
+def compiler_digest() -> str:
+    """SHA-256 of compiler_files(): each file's path and bytes, length-prefixed."""
+    h = hashlib.sha256()
+    for path in compiler_files():
+        for part in (path.relative_to(ROOT).as_posix().encode(), path.read_bytes()):
+            h.update(len(part).to_bytes(8, "little"))
+            h.update(part)
+    return h.hexdigest()
 
 
 def sha256(data: bytes) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlvm.artifacts import ROOT, compiler_digest, compiler_files  # noqa: F401 - re-exported
 from telc import __version__
 from telc.driver import BuildOptions
 from telc.program import Program
@@ -28,7 +29,6 @@ from telc.program import Program
 FORMAT = "telc-cache-1"
 META = "telc-cache.json"
 MAX_ENTRIES = 128  # least recently used entries beyond this are removed after each store
-ROOT = Path(__file__).resolve().parents[1]  # the checkout: telc/, dlvm/, runtime/
 
 
 def cache_root() -> Path:
@@ -39,20 +39,11 @@ def cache_root() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "telc"
 
 
-def compiler_files() -> list[Path]:
-    """The files that make up the compiler: a change to any of them changes every key."""
-    files = [*ROOT.glob("telc/**/*.py"), *ROOT.glob("telc/**/*.lark"), *ROOT.glob("dlvm/**/*.py")]
-    files += [*ROOT.glob("runtime/include/*"), *ROOT.glob("runtime/src/*")]
-    return sorted(f for f in files if f.is_file())
-
-
 @functools.cache
 def compiler_version() -> str:
-    """`telc 0.1.0+HASH`: the package version and a hash of compiler_files()."""
-    digest = _Digest()
-    for path in compiler_files():
-        digest.add(path.relative_to(ROOT).as_posix(), path.read_bytes())
-    return f"telc {__version__}+{digest.hex()[:12]}"
+    """`telc 0.1.0+HASH`: the package version and a hash of the compiler's files
+    (dlvm.artifacts.compiler_files)."""
+    return f"telc {__version__}+{compiler_digest()[:12]}"
 
 
 def build_key(

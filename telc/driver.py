@@ -97,7 +97,7 @@ class BuildOptions:
         fixed = [f"-O{self.level}", f"--target={self.target}", f"--cpu={self.cpu}"]
         if self.target == "cuda":
             fixed.append(f"--gpu={self.gpu}")
-        if self.tf32:
+        if self.tf32 and self.target == "cuda":  # --tf32 changes nothing on the CPU
             fixed.append("--tf32")
         return fixed + [f"-D {n}={v!r}" for n, v in sorted(self.defines)]
 

@@ -30,7 +30,7 @@ def dl_entry(
     out = []
     for i, t in enumerate(args):
         shape = ", ".join(map(str, t.shape)) or "0"
-        out.append(f"static const int64_t glue_dl_{_c(e.name)}_{i}[] = {{{shape}}};")
+        out.append(f"static const int64_t glue_dl_{c_identifier(e.name)}_{i}[] = {{{shape}}};")
     out += ['__attribute__((visibility("default")))', f"{dl_prototype(symbol, model)} {{"]
     if not n:  # nothing to check
         out += ["    (void)args;", f"    return {symbol}(m);", "}", ""]
@@ -49,14 +49,17 @@ def dl_entry(
     for i, t in enumerate(args):
         out += [
             f'    s = dlrt_dl_argument(fn, "{t.name}", args[{i}], {dtypes[i]},'
-            f" {len(t.shape)}, glue_dl_{_c(e.name)}_{i},",
+            f" {len(t.shape)}, glue_dl_{c_identifier(e.name)}_{i},",
             f"                         {ordinal}, &data[{i}], &dev[{i}]);",
             "    if (s != DLRT_OK)",
             "        return s;",
             f"    on_device |= dev[{i}];",
         ]
     if cuda and plan:
-        out += ["    if (on_device)", f"        return glue_{_c(e.name)}_cuda(m, data, dev);"]
+        out += [
+            "    if (on_device)",
+            f"        return glue_{c_identifier(e.name)}_cuda(m, data, dev);",
+        ]
     elif cuda:
         out += [
             "    if (on_device)",
@@ -69,7 +72,3 @@ def dl_entry(
     out.append(f"    return {symbol}({', '.join(['m', *casts])});")
     out += ["}", ""]
     return out
-
-
-def _c(name: str) -> str:
-    return c_identifier(name)

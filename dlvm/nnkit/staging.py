@@ -34,7 +34,16 @@ from dlvm.ir.literals import AggregateLiteral
 from dlvm.ir.printer import module_text
 from dlvm.ir.typerules import TypeRuleError, gradient_type
 from dlvm.ir.types import DATA_TYPES, FunctionType, TupleType
-from dlvm.ir.values import Argument, Block, Function, GradientDecl, LiteralValue, Module, Value
+from dlvm.ir.values import (
+    Argument,
+    Block,
+    ElementKey,
+    Function,
+    GradientDecl,
+    LiteralValue,
+    Module,
+    Value,
+)
 from dlvm.nnkit.tensor import Tensor, TensorSpec, emit, staging_error
 
 _state = threading.local()  # the Staging being built on this thread, if any
@@ -189,7 +198,7 @@ class Staged:
         assert isinstance(ty, FunctionType)
         result = ty.result
         if isinstance(result, TupleType):
-            return tuple(outer.emit("extract", [call.value], keys=(_key(i),))
+            return tuple(outer.emit("extract", [call.value], keys=(ElementKey(index=i),))
                          for i in range(len(result.elements)))  # fmt: skip
         return call
 
@@ -229,12 +238,6 @@ class Staged:
         if args and all(isinstance(a, TensorSpec) for a in args):
             return tuple(args)
         return self.specs(args)
-
-
-def _key(i: int) -> Any:
-    from dlvm.ir.values import ElementKey
-
-    return ElementKey(index=i)
 
 
 class Gradient(Staged):
@@ -305,7 +308,9 @@ class Compiled:
         Differentiation().run(module)
         self.module = module
         self.entry = entry
-        self.key = hashlib.sha256((self.raw + _compiler()).encode()).hexdigest()[:32]
+        # A changed compiler never reuses an old library.
+        key = self.raw + artifacts.compiler_digest()
+        self.key = hashlib.sha256(key.encode()).hexdigest()[:32]
         self._model: Any = None
 
     def library(self) -> Path:
@@ -365,19 +370,6 @@ class Compiled:
         from dlvm.codegen.llgen import compile_object
 
         return compile_object(schedule(copy.deepcopy(self.module)))[1]
-
-
-@functools.cache
-def _compiler() -> str:
-    """What a compiled library depends on besides its IR: a hash of the compiler's sources
-    (dlvm and the C runtime), so that a changed compiler never reuses an old library."""
-    root = Path(__file__).resolve().parents[2]
-    files = sorted([*root.glob("dlvm/**/*.py"), *root.glob("runtime/include/*"),
-                    *root.glob("runtime/src/*")])  # fmt: skip
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
-    return digest.hexdigest()
 
 
 def cache_dir() -> Path:

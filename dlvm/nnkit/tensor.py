@@ -37,20 +37,14 @@ def user_location() -> Location | None:
     path, line = frame.f_code.co_filename, frame.f_lineno
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            lines = f.read().splitlines(keepends=True)
     except OSError:
         return None
-    starts = [0]
-    for i, ch in enumerate(text):
-        if ch == "\n":
-            starts.append(i + 1)
-    if line - 1 >= len(starts):
+    if not 0 < line <= len(lines):
         return None
-    offset = starts[line - 1]
-    end = text.find("\n", offset)
-    body = text[offset : end if end >= 0 else len(text)]
-    indent = len(body) - len(body.lstrip())
-    return Location(Source(path, text), offset + indent, max(1, len(body.strip())))
+    body = lines[line - 1].rstrip("\r\n")
+    offset = sum(len(x) for x in lines[: line - 1]) + len(body) - len(body.lstrip())
+    return Location(Source(path, "".join(lines)), offset, max(1, len(body.strip())))
 
 
 def staging_error(message: str) -> StagingError:
