@@ -15,9 +15,8 @@ differentiated and compiled (the DLVM paper's embedded DSL; dlvm.nnkit.staging).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dlvm.ir.types import DataType
 from dlvm.nnkit.builtins import (
     cos,
     dot,
@@ -39,10 +38,26 @@ from dlvm.nnkit.builtins import (
 from dlvm.nnkit.control import cond, loop
 from dlvm.nnkit.external import functions
 from dlvm.nnkit.staging import Compiled, Gradient, Staged
-from dlvm.nnkit.tensor import StagingError, Tensor, TensorSpec
+from dlvm.nnkit.tensor import (
+    StagingError,
+    TensorSpec,
+    bool_,
+    f16,
+    f32,
+    f64,
+    i8,
+    i16,
+    i32,
+    i64,
+)
 
-f16, f32, f64 = DataType.F16, DataType.F32, DataType.F64
-i8, i16, i32, i64, bool_ = DataType.I8, DataType.I16, DataType.I32, DataType.I64, DataType.BOOL
+if TYPE_CHECKING:
+    # To a static type checker `Tensor[f32, 1, 784]` is `Annotated[f32, 1, 784]`: the type f32
+    # (a staged tensor of 32-bit floats, whose operators keep f32) with its shape as metadata,
+    # which only staging checks. At run time it is the TensorSpec that staging reads.
+    from typing import Annotated as Tensor
+else:
+    from dlvm.nnkit.tensor import Tensor
 
 
 def stage(fn: Callable[..., Any]) -> Staged:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
 from dlvm.ir.builder import Builder, constant
@@ -64,9 +64,23 @@ class TensorSpec:
 
 
 class Tensor:
-    """A symbolic tensor while a function is staged; `Tensor[f32, 1, 784]` as an annotation."""
+    """A symbolic tensor while a function is staged, an instance of the class of its element
+    type (`f32`, …, below); `Tensor[f32, 1, 784]` as an annotation.
+
+    For a static type checker `Tensor` is `typing.Annotated` (dlvm.nnkit says so), so that
+    `Tensor[f32, 1, 784]` is the type `f32` with its shape as metadata: the operators below,
+    typed on `Self`, then let a checker reject mixed element types (`f32 + f64`) and
+    non-tensors, while shapes are checked when the function is staged."""
 
     __array_priority__ = 1000  # NumPy defers to our operators: `2.0 * x` stays symbolic
+    element: ClassVar[DataType | None] = None  # of the classes f32, …
+
+    def __new__(cls, value: Value, staging: Staging) -> Tensor:
+        t = value.type
+        if cls is Tensor and isinstance(t, TensorType):
+            # a new tensor is an instance of its element type's class
+            return object.__new__(ELEMENT_CLASSES.get(t.dtype, Tensor))
+        return object.__new__(cls)
 
     def __init__(self, value: Value, staging: Staging) -> None:
         self.value = value
@@ -75,9 +89,11 @@ class Tensor:
     def __class_getitem__(cls, params: Any) -> TensorSpec:
         params = params if isinstance(params, tuple) else (params,)
         dtype, *shape = params
-        if not isinstance(dtype, DataType) or not all(isinstance(d, int) for d in shape):
+        element = getattr(dtype, "element", None)
+        if not isinstance(element, DataType) or not all(
+                isinstance(d, int) and not isinstance(d, bool) for d in shape):  # fmt: skip
             raise TypeError("annotate tensors as Tensor[dtype, dim, …], e.g. Tensor[f32, 1, 784]")
-        return TensorSpec(dtype, tuple(shape))
+        return TensorSpec(element, tuple(shape))
 
     @property
     def type(self) -> TensorType:
@@ -109,68 +125,119 @@ class Tensor:
     def emit(self, opname: str, *operands: Any, **attrs: Any) -> Tensor:
         return self.staging.emit(opname, [self.lift(o).value for o in operands], **attrs)
 
+    def same(self, opname: str, *operands: Any, **attrs: Any) -> Self:
+        """An instruction whose result has this tensor's element type."""
+        result = self.emit(opname, *operands, **attrs)
+        assert isinstance(result, type(self))
+        return result
+
+    def test(self, opname: str, *operands: Any) -> bool_:
+        """A comparison: a bool tensor."""
+        result = self.emit(opname, *operands)
+        assert isinstance(result, bool_)
+        return result
+
     # Operators ---------------------------------------------------------------------------------
 
-    def __add__(self, other: Any) -> Tensor:
-        return self.emit("add", self, other)
+    def __add__(self, other: Self | float) -> Self:
+        return self.same("add", self, other)
 
-    def __radd__(self, other: Any) -> Tensor:
-        return self.emit("add", other, self)
+    def __radd__(self, other: float) -> Self:
+        return self.same("add", other, self)
 
-    def __sub__(self, other: Any) -> Tensor:
-        return self.emit("subtract", self, other)
+    def __sub__(self, other: Self | float) -> Self:
+        return self.same("subtract", self, other)
 
-    def __rsub__(self, other: Any) -> Tensor:
-        return self.emit("subtract", other, self)
+    def __rsub__(self, other: float) -> Self:
+        return self.same("subtract", other, self)
 
-    def __mul__(self, other: Any) -> Tensor:
-        return self.emit("multiply", self, other)
+    def __mul__(self, other: Self | float) -> Self:
+        return self.same("multiply", self, other)
 
-    def __rmul__(self, other: Any) -> Tensor:
-        return self.emit("multiply", other, self)
+    def __rmul__(self, other: float) -> Self:
+        return self.same("multiply", other, self)
 
-    def __truediv__(self, other: Any) -> Tensor:
-        return self.emit("divide", self, other)
+    def __truediv__(self, other: Self | float) -> Self:
+        return self.same("divide", self, other)
 
-    def __rtruediv__(self, other: Any) -> Tensor:
-        return self.emit("divide", other, self)
+    def __rtruediv__(self, other: float) -> Self:
+        return self.same("divide", other, self)
 
-    def __pow__(self, other: Any) -> Tensor:
-        return self.emit("power", self, other)
+    def __pow__(self, other: Self | float) -> Self:
+        return self.same("power", self, other)
 
-    def __neg__(self) -> Tensor:
-        return self.emit("negate", self)
+    def __neg__(self) -> Self:
+        return self.same("negate", self)
 
-    def __matmul__(self, other: Any) -> Tensor:
-        return self.emit("dot", self, other)
+    def __matmul__(self, other: Self) -> Self:
+        return self.same("dot", self, other)
 
-    def __rmatmul__(self, other: Any) -> Tensor:
-        return self.emit("dot", other, self)
+    def __rmatmul__(self, other: Self) -> Self:
+        return self.same("dot", other, self)
 
     # Comparisons give bool tensors (== and != keep Python's meaning: identity).
-    def __lt__(self, other: Any) -> Tensor:
-        return self.emit("lessThan", self, other)
+    def __lt__(self, other: Self | float) -> bool_:
+        return self.test("lessThan", self, other)
 
-    def __le__(self, other: Any) -> Tensor:
-        return self.emit("lessThanOrEqual", self, other)
+    def __le__(self, other: Self | float) -> bool_:
+        return self.test("lessThanOrEqual", self, other)
 
-    def __gt__(self, other: Any) -> Tensor:
-        return self.emit("greaterThan", self, other)
+    def __gt__(self, other: Self | float) -> bool_:
+        return self.test("greaterThan", self, other)
 
-    def __ge__(self, other: Any) -> Tensor:
-        return self.emit("greaterThanOrEqual", self, other)
+    def __ge__(self, other: Self | float) -> bool_:
+        return self.test("greaterThanOrEqual", self, other)
 
     __hash__ = object.__hash__
 
     @property
-    def T(self) -> Tensor:  # noqa: N802 - NumPy's name
-        return self.emit("transpose", self)
+    def T(self) -> Self:  # noqa: N802 - NumPy's name
+        return self.same("transpose", self)
 
     def __bool__(self) -> bool:
         raise staging_error(
             "a staged tensor has no truth value while staging: use dlvm.cond for control flow "
             "on tensor values"
         )
+
+
+# The element types, as classes: `Tensor[f32, …]` names them, a staged tensor is an instance of
+# one, and a static type checker sees its operators keep it (class names as TEL spells types).
+class f16(Tensor):  # noqa: N801
+    element = DataType.F16
+
+
+class f32(Tensor):  # noqa: N801
+    element = DataType.F32
+
+
+class f64(Tensor):  # noqa: N801
+    element = DataType.F64
+
+
+class i8(Tensor):  # noqa: N801
+    element = DataType.I8
+
+
+class i16(Tensor):  # noqa: N801
+    element = DataType.I16
+
+
+class i32(Tensor):  # noqa: N801
+    element = DataType.I32
+
+
+class i64(Tensor):  # noqa: N801
+    element = DataType.I64
+
+
+class bool_(Tensor):  # noqa: N801
+    element = DataType.BOOL
+
+
+ELEMENT_CLASSES: dict[DataType, type[Tensor]] = {
+    c.element: c for c in (f16, f32, f64, i8, i16, i32, i64, bool_) if c.element is not None
+}
 
 
 def emit(builder: Builder, opname: str, operands: list[Value], **attrs: Any) -> Value:
