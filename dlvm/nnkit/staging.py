@@ -120,7 +120,13 @@ class Staged:
         self.name = fn.__name__
         signature = inspect.signature(fn)
         self.params = list(signature.parameters)
-        annotations = inspect.get_annotations(fn, eval_str=True)
+        try:
+            annotations = inspect.get_annotations(fn, eval_str=True)
+        except Exception as e:  # a string annotation naming what the module does not define
+            raise staging_error(
+                f"{self.name}(): cannot evaluate its annotations ({e}); string annotations "
+                "are evaluated in the function's module"
+            ) from None
         self.annotated = [annotations.get(p) for p in self.params]
         self.compiled: dict[tuple[TensorSpec, ...], Compiled] = {}
         self.fast: dict[tuple[Any, ...], Callable[..., Any]] = {}  # by the arrays' signature

@@ -9,6 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
+import dlvm
+from dlvm import nnkit as nk
+
 ROOT = Path(__file__).resolve().parents[2]
 
 WRONG = """\
@@ -71,11 +77,6 @@ def test_mistakes_are_reported_at_the_users_lines(tmp_path):
 
 
 def test_a_staged_tensor_is_an_instance_of_its_element_types_class(tmp_path, monkeypatch):
-    import numpy as np
-
-    import dlvm
-    from dlvm import nnkit as nk
-
     monkeypatch.setenv("DLVM_CACHE_DIR", str(tmp_path))
     seen = []
 
@@ -89,3 +90,16 @@ def test_a_staged_tensor_is_an_instance_of_its_element_types_class(tmp_path, mon
     assert seen == [nk.f64, nk.f64, nk.bool_]
     assert nk.Tensor[nk.i32, 2, 3] == nk.TensorSpec(nk.i32.element, (2, 3))
     np.testing.assert_array_equal(f(np.ones(2)), np.ones(2))
+
+
+def test_an_annotation_that_cannot_be_evaluated_is_a_located_error():
+    from dlvm.nnkit import f16  # a local name: invisible to string annotations
+
+    def f(x: nk.Tensor[f16, 2]):
+        return x
+
+    with pytest.raises(nk.StagingError) as e:
+        dlvm.stage(f)
+    text = str(e.value)
+    assert "test_nnkit_typing.py:" in text and "cannot evaluate its annotations" in text
+    assert "name 'f16' is not defined" in text and "dlvm.stage(f)" in text
