@@ -1,7 +1,9 @@
 """NNKit's JIT against JAX's jit on the same functions (issue 10): the first call (staging,
 compiling, loading; the compiler's own caches warm, the compiled-function cache empty) and the
-steady-state overhead of a call on a tiny input. Goals: first call ≤ JAX's, per-call overhead
-≤ 0.5× JAX's. Reports only; run in the benchmark's environment (bench/.venv, which has JAX)."""
+steady-state overhead of a call on a tiny input. The first call waits for the JIT's first tier
+(dlvm.nnkit.jit); the per-call overhead is measured once the optimised tier has taken over.
+Goals: first call ≤ JAX's, per-call overhead ≤ 0.5× JAX's. Reports only; run in the
+benchmark's environment (bench/.venv, which has JAX)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ def main() -> int:
         return a * c
 
     warm(tiny, tiny)
+    nk.wait_optimised()  # its optimised build (another process) is not part of a first call
 
     def layer_body(x, w, b):
         return nk.tanh(x @ w + b)
@@ -48,6 +51,7 @@ def main() -> int:
     rows.append(("first call: tanh(x @ w + b), 32x784x128", "ours", time.perf_counter() - t0))
     ours_tiny = dlvm.stage(tiny_body)
     ours_tiny(tiny, tiny)
+    nk.wait_optimised()  # the steady state: calls go to the -O2 libraries
     per_call = []
     for _ in range(RUNS):
         t0 = time.perf_counter()

@@ -11,7 +11,7 @@ import os
 import re
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -241,6 +241,36 @@ class Entry:
         self._check_overlap(arrays, pointers, outs, out_pointers)
         self.model._call(self._fn, *pointers, *out_pointers)
         return out
+
+    def direct(self) -> Callable[..., Any]:
+        """This entry as a function of NumPy arrays that already have exactly the inputs'
+        dtypes and shapes (the caller matched them: NNKit's JIT keys its calls on them), for
+        the least Python around the call: C-contiguous writable arrays go straight to the
+        library and the one output comes back new; anything else takes the full call."""
+        specs = self._output_specs
+        sizes = [int(np.prod(shape)) for _, shape in self._input_specs + specs]
+        if len(specs) != 1 or not specs[0][1] or not all(sizes):
+            return self  # several, 0-d or empty tensors: the general path
+        ((dtype, shape),) = specs
+        model, fn, full, lock = self.model, self._fn, self, self.model._lock
+        addressof, view, empty = ctypes.addressof, _BYTES.from_buffer, np.empty
+
+        def call(*args: Any) -> Any:
+            pointers = []
+            for a in args:
+                if not a.flags.carray:  # C-contiguous, aligned and writable
+                    return full(*args)
+                pointers.append(addressof(view(a)))
+            result = empty(shape, dtype)
+            with lock:
+                if model._handle is None:
+                    return full(*args)  # raises the closed model's error
+                status = fn(model._handle, *pointers, addressof(view(result)))  # type: ignore[arg-type]
+            if status:
+                model._check(status)
+            return result
+
+        return call
 
     def _call_dl(self, args: Sequence[Any], out: Any) -> Any:
         """The call through NAME_<entry>_dl, for arguments in GPU memory (DLPack kDLCUDA, such

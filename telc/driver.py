@@ -51,7 +51,7 @@ class OptLevel:
 # The one place telc's levels are defined (docs/telc.md shows them).
 OPT_LEVELS: dict[int, OptLevel] = {
     0: OptLevel(PIPELINES[0], 0, "differentiation only, LLVM unoptimised"),
-    1: OptLevel(PIPELINES[1], 1, "inlining and clean-up, LLVM -O1"),
+    1: OptLevel(PIPELINES[1], 1, "inlining and clean-up, LLVM clean-up"),
     2: OptLevel(PIPELINES[2], 3, "everything, to a fixpoint, LLVM -O3"),
 }
 DEFAULT_OPT_LEVEL = 2

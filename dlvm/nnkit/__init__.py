@@ -37,7 +37,8 @@ from dlvm.nnkit.builtins import (
 )
 from dlvm.nnkit.control import cond, loop
 from dlvm.nnkit.external import functions
-from dlvm.nnkit.staging import Compiled, Gradient, Staged
+from dlvm.nnkit.jit import Compiled, wait_optimised
+from dlvm.nnkit.staging import Gradient, Staged
 from dlvm.nnkit.tensor import (
     StagingError,
     TensorSpec,
@@ -92,5 +93,5 @@ __all__ = [
     "cos", "functions", "loop",
     "dot", "exp", "f16", "f32", "f64", "function", "gradient", "i8", "i16", "i32", "i64", "log",
     "max", "maximum", "mean", "minimum", "relu", "sigmoid", "sin", "softmax", "sqrt", "stage",
-    "sum", "tanh", "transpose",
+    "sum", "tanh", "transpose", "wait_optimised",
 ]  # fmt: skip

@@ -6,20 +6,16 @@ reads through DLPack), it runs once per signature of shapes and element types on
 tensors (dlvm.nnkit.tensor), which records every operation as an IR instruction: Python control
 flow on concrete values unrolls, and a staged function called from another becomes an `apply` of
 its own IR function. The module is then compiled as telc compiles a model (differentiation, the
--O2 pipeline, compute stages, LLVM) into a shared library, kept in memory for the process and on
-disk (under $DLVM_CACHE_DIR/nnkit, else ~/.cache/dlvm/nnkit) by a hash of the IR and the
-compiler, and called through dlvm.load. `dlvm.gradient` stages the IR gradient declaration of a
+-O2 pipeline, compute stages, LLVM) by dlvm.nnkit.jit, which caches the library in memory and
+on disk, and called through dlvm.load. `dlvm.gradient` stages the IR gradient declaration of a
 staged function: `[gradient @f wrt … keeping … seedable]`."""
 
 from __future__ import annotations
 
-import copy
 import functools
-import hashlib
 import inspect
 import os
-import shutil
-import tempfile
+import re
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -28,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from dlvm import artifacts
 from dlvm.ir.builder import Builder
 from dlvm.ir.literals import AggregateLiteral
 from dlvm.ir.printer import module_text
@@ -44,6 +39,7 @@ from dlvm.ir.values import (
     Module,
     Value,
 )
+from dlvm.nnkit.jit import Compiled
 from dlvm.nnkit.tensor import Tensor, TensorSpec, emit, staging_error
 
 _state = threading.local()  # the Staging being built on this thread, if any
@@ -105,6 +101,13 @@ def spec_of(value: Any, where: str) -> TensorSpec:
     return TensorSpec(DATA_TYPES[name], tuple(arr.shape))
 
 
+def ir_name(name: str) -> str:
+    """A Python function's name as an IR name: `<lambda>` is `lambda`, and what the IR's names
+    cannot spell (IR.md section 5: ASCII letters, digits, `_` and `.`) becomes `_`."""
+    name = re.sub(r"[^A-Za-z0-9_]+", "_", name.strip("<>")).strip("_") or "staged"
+    return name if not name[0].isdigit() else "_" + name
+
+
 def _numpy(dtype: Any) -> np.dtype:
     from dlvm.runtime import DType
 
@@ -160,10 +163,11 @@ class Staged:
         if key in staged:
             return staged[key]
         taken = {f.name for f in module.functions}
-        name, k = self.name, 0
+        base = ir_name(self.name)
+        name, k = base, 0
         while name in taken:
             k += 1
-            name = f"{self.name}_{k}"
+            name = f"{base}_{k}"
         outer = current()
         staging = Staging(module, name, list(zip(self.params, specs)))
         staged[key] = staging.fn
@@ -177,7 +181,7 @@ class Staged:
     def __call__(self, *args: Any) -> Any:
         # The steady state: NumPy arrays of a signature already compiled go straight to the
         # library's entry point (the per-call overhead is what a JIT is judged by).
-        key = tuple((a.shape, a.dtype) for a in args if type(a) is np.ndarray)
+        key = tuple([(a.shape, a.dtype) for a in args if type(a) is np.ndarray])
         fast = self.fast.get(key) if len(key) == len(args) else None
         if fast is not None:
             return fast(*args)
@@ -188,6 +192,8 @@ class Staged:
         result = compiled(*args)
         if len(key) == len(args):
             self.fast[key] = compiled.entry_call()
+            # The optimised library, when it comes, takes the fast path over.
+            compiled.on_upgrade(lambda: self.fast.__setitem__(key, compiled.entry_call()))
         return result
 
     def apply(self, outer: Staging | None, args: Sequence[Any]) -> Any:
@@ -209,7 +215,7 @@ class Staged:
         return call
 
     def module(self, specs: tuple[TensorSpec, ...]) -> Module:
-        module = Module(f"nnkit_{self.name}")
+        module = Module(f"nnkit_{ir_name(self.name)}")
         self.stage_into(module, specs)
         return module
 
@@ -293,91 +299,7 @@ class Gradient(Staged):
     def compile(self, specs: tuple[TensorSpec, ...]) -> Compiled:
         hit = self.compiled.get(specs)
         if hit is None:
-            module = Module(f"nnkit_{self.name}")
+            module = Module(f"nnkit_{ir_name(self.name)}")
             grad = self.stage_into(module, specs)
             hit = self.compiled[specs] = Compiled(module, grad.name, tuple_result=True)
         return hit
-
-
-class Compiled:
-    """A staged module compiled into a library (memory and disk cached) and its entry."""
-
-    # Libraries loaded in this process, by the hash of their IR: each compiled once.
-    loaded: dict[str, Any] = {}
-    hits = 0  # disk cache hits, for tests
-
-    def __init__(self, module: Module, entry: str, tuple_result: bool = False) -> None:
-        from dlvm.transforms.differentiation import Differentiation
-
-        self.tuple_result = tuple_result  # a gradient returns a tuple, as its IR type says
-        self.raw = module_text(module)
-        Differentiation().run(module)
-        self.module = module
-        self.entry = entry
-        # A changed compiler never reuses an old library.
-        key = self.raw + artifacts.compiler_digest()
-        self.key = hashlib.sha256(key.encode()).hexdigest()[:32]
-        self._model: Any = None
-
-    def library(self) -> Path:
-        """The shared library, from the disk cache or built into it."""
-        path = cache_dir() / self.key / "nnkit.so"
-        if path.is_file():
-            Compiled.hits += 1
-            return path
-        # Built in a private directory renamed into place whole: concurrent builds of one key
-        # never see half a library (the same key gives the same bytes, so either may win).
-        path.parent.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(dir=path.parent.parent, prefix=".build-"))
-        try:
-            self.build(work / "nnkit.so")
-            try:
-                os.replace(work, path.parent)
-            except OSError:
-                if not path.is_file():
-                    raise
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        return path
-
-    def build(self, path: Path) -> None:
-        """The library at `path` (and its header): the -O2 pipeline, compute stages, LLGen."""
-        from dlvm.codegen.build import build_library
-        from dlvm.codegen.spec import module_spec
-        from dlvm.transforms.pass_manager import PassManager
-        from dlvm.transforms.pipelines import PIPELINES
-
-        module = copy.deepcopy(self.module)
-        PassManager(True).run_pipeline(module, PIPELINES[2])
-        # LLVM at -O2, where telc builds at -O3: a JIT's first call waits for it, and -O2 took
-        # a quarter less time (138 vs 180 ms on a 32x784x128 layer) for the same kernel speed.
-        build_library(module, module_spec(module, "nnkit"), path, opt=2)
-
-    def model(self) -> Any:
-        if self._model is None:
-            import dlvm
-
-            model = Compiled.loaded.get(self.key)
-            if model is None:
-                model = Compiled.loaded[self.key] = dlvm.load(self.library())
-            self._model = model
-        return self._model
-
-    def entry_call(self) -> Callable[..., Any]:
-        """What a call with arrays comes down to: the library's entry point."""
-        return self if self.tuple_result else self.model().entries[self.entry]
-
-    def __call__(self, *args: Any) -> Any:
-        result = self.model().entries[self.entry](*args)
-        return (result,) if self.tuple_result and not isinstance(result, tuple) else result
-
-    def llvm(self) -> str:
-        from dlvm.codegen.build import schedule
-        from dlvm.codegen.llgen import compile_object
-
-        return compile_object(schedule(copy.deepcopy(self.module)))[1]
-
-
-def cache_dir() -> Path:
-    """Where compiled staged functions are kept: the compiler's own cache, under nnkit/."""
-    return artifacts.cache_dir() / "nnkit"

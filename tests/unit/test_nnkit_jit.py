@@ -1,0 +1,82 @@
+"""NNKit's two-tier JIT (dlvm.nnkit.jit): the first call runs the quickly compiled library, the
+optimised one built by another process takes over (from memory, the fast path and the disk
+cache), a failed optimised build leaves the first working with a warning, DLVM_JIT_TIERS=1
+builds the optimised library at once; and the direct call path of a loaded entry."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import dlvm
+from dlvm import nnkit as nk
+from dlvm.nnkit import jit
+
+A = np.arange(6, dtype=np.float32).reshape(2, 3)
+B = np.full((3, 2), 0.5, np.float32)
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """A cache of this test's own: nothing compiled before is found."""
+    monkeypatch.setenv("DLVM_CACHE_DIR", str(tmp_path / "cache"))
+    yield
+    nk.wait_optimised()
+
+
+def library_on_disk(f: nk.Staged) -> bool:
+    (compiled,) = f.compiled.values()
+    return (jit.cache_dir() / compiled.key / jit.LIBRARY).is_file()
+
+
+def test_the_optimised_library_takes_over_from_the_first():
+    f = dlvm.stage(lambda x, w: nk.tanh(x @ w) * 2.0)  # a lambda: staged as @lambda
+    np.testing.assert_allclose(f(A, B), np.tanh(A @ B) * 2, rtol=1e-6)
+    (compiled,) = f.compiled.values()
+    (key,) = f.fast
+    first, first_fast = jit.Compiled.loaded[compiled.key], f.fast[key]
+    nk.wait_optimised()
+    assert library_on_disk(f)
+    assert jit.Compiled.loaded[compiled.key] is not first  # the -O2 library, loaded
+    assert f.fast[key] is not first_fast  # and the fast path goes to it
+    np.testing.assert_allclose(f(A, B), np.tanh(A @ B) * 2, rtol=1e-6)
+    assert "func @lambda:" in f.ir(A, B)
+
+
+def test_a_failed_optimised_build_keeps_the_first_with_a_warning(monkeypatch):
+    monkeypatch.setattr(jit.sys, "executable", "/bin/false")
+    f = dlvm.stage(lambda x: x * 3.0)
+    with pytest.warns(RuntimeWarning, match="optimised build of @lambda failed.*exit status 1"):
+        np.testing.assert_array_equal(f(A), A * 3)
+        nk.wait_optimised()
+    assert not library_on_disk(f)
+    np.testing.assert_array_equal(f(A), A * 3)
+    monkeypatch.setattr(jit.sys, "executable", sys.executable)
+
+
+def test_one_tier_builds_the_optimised_library_on_the_first_call(monkeypatch):
+    monkeypatch.setenv("DLVM_JIT_TIERS", "1")
+    f = dlvm.stage(lambda x: x - 1.0)
+    np.testing.assert_array_equal(f(A), A - 1)
+    assert not jit.Upgrade.running and library_on_disk(f)
+
+
+def test_the_direct_path_falls_back_for_arrays_it_cannot_pass_as_they_are(tmp_path):
+    f = dlvm.stage(lambda x, w: x @ w)
+    expected = A @ B
+    np.testing.assert_allclose(f(A, B), expected)
+    nk.wait_optimised()
+    (fast,) = f.fast.values()
+    strided = np.zeros((3, 4), np.float32)[:, ::2]
+    strided[...] = B
+    readonly = B.copy()
+    readonly.flags.writeable = False
+    for w in (strided, readonly):
+        np.testing.assert_allclose(fast(A, w), expected)  # the full call converts them
+    model = jit.Compiled.loaded[next(iter(f.compiled.values())).key]
+    model.close()
+    with pytest.raises(ValueError, match="is closed"):
+        fast(A, B)
+    jit.Compiled.loaded.clear()
