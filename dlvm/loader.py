@@ -125,13 +125,27 @@ def _as_list(out: Any) -> list[Any]:
     return list(out) if isinstance(out, tuple) else [out]
 
 
-def _cuda_ordinal(value: Any) -> int | None:
+def cuda_ordinal(value: Any) -> int | None:
     """N when value is a DLPack array in the memory of GPU N (kDLCUDA), else None."""
     device = getattr(value, "__dlpack_device__", None)
     if device is None or isinstance(value, np.ndarray):
         return None
     kind, ordinal = device()
     return int(ordinal) if kind == DLDeviceType.CUDA else None
+
+
+def dlpack_type(value: Any) -> tuple[tuple[int, ...], DType]:
+    """The shape and element type of a DLPack array, read from its DLTensor: nothing is copied
+    or moved (for arrays in GPU memory); TypeError for an element type dlrt has not."""
+    keep: list[Any] = []
+    t = DLTensor.from_address(_capsule_tensor(value, keep))
+    shape = tuple(int(t.shape[i]) for i in range(t.ndim))
+    code = (t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    for dtype in DType:
+        dl = DLDataType.of(dtype)
+        if (dl.code, dl.bits, dl.lanes) == code:
+            return shape, dtype
+    raise TypeError(f"no DLVM element type for DLPack type code {code[0]} with {code[1]} bits")
 
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
@@ -207,9 +221,9 @@ class Entry:
         if kwargs or len(args) != len(self.inputs):
             args = tuple(self._bind(args, kwargs))
         for v in args:
-            if type(v) is not np.ndarray and _cuda_ordinal(v) is not None:
+            if type(v) is not np.ndarray and cuda_ordinal(v) is not None:
                 return self._call_dl(args, out)
-        if out is not None and any(_cuda_ordinal(o) is not None for o in _as_list(out)):
+        if out is not None and any(cuda_ordinal(o) is not None for o in _as_list(out)):
             return self._call_dl(args, out)
         arrays = list(args)  # holds converted arrays alive until the call returns
         pointers = []
@@ -281,7 +295,7 @@ class Entry:
         tensors = []
         where = f"{self.model.name}.{self.name}"
         for t, v in zip(self.inputs, args):
-            if _cuda_ordinal(v) is not None:
+            if cuda_ordinal(v) is not None:
                 tensors.append(_capsule_tensor(v, keep))
             else:
                 tensors.append(_host_tensor(t, t.convert(v, f"{where}: input"), keep))
@@ -292,10 +306,10 @@ class Entry:
         for t, o in zip(self.outputs, given):
             if o is None:
                 o = np.empty(t.shape, t.dtype)
-            elif _cuda_ordinal(o) is None:
+            elif cuda_ordinal(o) is None:
                 self._check_output(t, o)
             results.append(o)
-            if _cuda_ordinal(o) is not None:
+            if cuda_ordinal(o) is not None:
                 tensors.append(_capsule_tensor(o, keep))
             else:
                 tensors.append(_host_tensor(t, o, keep))

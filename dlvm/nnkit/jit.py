@@ -41,16 +41,19 @@ class Compiled:
     loaded: dict[str, Any] = {}
     hits = 0  # disk cache hits, for tests
 
-    def __init__(self, module: Module, entry: str, tuple_result: bool = False) -> None:
+    def __init__(
+        self, module: Module, entry: str, tuple_result: bool = False, cuda: bool = False
+    ) -> None:
         from dlvm.transforms.differentiation import Differentiation
 
         self.tuple_result = tuple_result  # a gradient returns a tuple, as its IR type says
+        self.cuda = cuda  # the library runs on CUDA GPUs too (in one tier: -O2)
         self.raw = module_text(module)
         Differentiation().run(module)
         self.module = module
         self.entry = entry
         # A changed compiler never reuses an old library.
-        key = self.raw + artifacts.compiler_digest()
+        key = self.raw + artifacts.compiler_digest() + (" cuda" if cuda else "")
         self.key = hashlib.sha256(key.encode()).hexdigest()[:32]
 
     def library(self) -> Path:
@@ -86,16 +89,20 @@ class Compiled:
         PassManager(True).run_pipeline(module, PIPELINES[2])
         # LLVM at -O2, where telc builds at -O3: -O2 took a quarter less time (138 vs 180 ms on
         # a 32x784x128 layer) for the same kernel speed.
-        build_library(module, module_spec(module, "nnkit"), path, opt=opt)
+        build_library(module, module_spec(module, "nnkit"), path, opt=opt, cuda=self.cuda)
 
-    def model(self) -> Any:
-        """The best library loaded for this IR: from memory, from the disk cache, or built."""
-        model = Compiled.loaded.get(self.key)
+    def model(self, device: str = "cpu") -> Any:
+        """The best library loaded for this IR on `device`: from memory, from the disk cache,
+        or built."""
+        slot = self.key if device == "cpu" else f"{self.key}@{device}"
+        model = Compiled.loaded.get(slot)
         if model is None:
             import dlvm
 
             path = cache_dir() / self.key / LIBRARY
-            if path.is_file():
+            if self.cuda:
+                model = dlvm.load(self.library(), device=device)
+            elif path.is_file():
                 Compiled.hits += 1
                 model = dlvm.load(path)
             elif os.environ.get("DLVM_JIT_TIERS", "2") == "1":
@@ -105,7 +112,7 @@ class Compiled:
                     self.build(Path(tmp) / LIBRARY, FIRST_TIER)
                     model = dlvm.load(Path(tmp) / LIBRARY)  # mapped: the file may go
                 Upgrade.start(self)
-            Compiled.loaded[self.key] = model
+            Compiled.loaded[slot] = model
         return model
 
     def entry_call(self) -> Callable[..., Any]:
@@ -122,8 +129,9 @@ class Compiled:
                 return
         callback()
 
-    def __call__(self, *args: Any) -> Any:
-        result = self.model().entries[self.entry](*args)
+    def __call__(self, *args: Any, device: str = "cpu", out: Any = None) -> Any:
+        entry = self.model(device).entries[self.entry]
+        result = entry(*args) if out is None else entry(*args, out=out)
         return (result,) if self.tuple_result and not isinstance(result, tuple) else result
 
     def llvm(self) -> str:

@@ -39,6 +39,7 @@ from dlvm.ir.values import (
     Module,
     Value,
 )
+from dlvm.loader import cuda_ordinal, dlpack_type
 from dlvm.nnkit.jit import Compiled
 from dlvm.nnkit.tensor import Tensor, TensorSpec, emit, staging_error
 
@@ -88,6 +89,12 @@ class Staging:
 
 def spec_of(value: Any, where: str) -> TensorSpec:
     """The shape and element type a NumPy array (or a DLPack array) gives an argument."""
+    if cuda_ordinal(value) is not None:  # in GPU memory: read from its DLTensor, not copied
+        try:
+            shape, dtype = dlpack_type(value)
+        except TypeError as e:
+            raise TypeError(f"{where}: {e}") from None
+        return TensorSpec(DATA_TYPES[dtype.name.lower()], shape)
     if isinstance(value, np.ndarray):
         arr = value
     elif hasattr(value, "__dlpack__"):  # a framework's array: shape and dtype through DLPack
@@ -99,6 +106,15 @@ def spec_of(value: Any, where: str) -> TensorSpec:
     if name not in DATA_TYPES:
         raise TypeError(f"{where}: no DLVM element type for NumPy's {arr.dtype}")
     return TensorSpec(DATA_TYPES[name], tuple(arr.shape))
+
+
+def device_of(values: Sequence[Any]) -> str:
+    """ "cuda:N" when arrays among `values` are in the memory of GPU N (DLPack kDLCUDA), else
+    "cpu"; TypeError for arrays on several GPUs."""
+    ordinals = {n for n in map(cuda_ordinal, values) if n is not None}
+    if len(ordinals) > 1:
+        raise TypeError(f"arguments on several GPUs ({', '.join(map(str, sorted(ordinals)))})")
+    return f"cuda:{ordinals.pop()}" if ordinals else "cpu"
 
 
 def ir_name(name: str) -> str:
@@ -117,6 +133,8 @@ def _numpy(dtype: Any) -> np.dtype:
 class Staged:
     """A Python function staged into DLVM IR and compiled on first call per signature."""
 
+    tuple_result = False  # whether a call returns a tuple whatever the IR's result type
+
     def __init__(self, fn: Callable[..., Any]) -> None:
         functools.update_wrapper(self, fn)
         self.py = fn
@@ -132,6 +150,7 @@ class Staged:
             ) from None
         self.annotated = [annotations.get(p) for p in self.params]
         self.compiled: dict[tuple[TensorSpec, ...], Compiled] = {}
+        self.compiled_cuda: dict[tuple[TensorSpec, ...], Compiled] = {}
         self.fast: dict[tuple[Any, ...], Callable[..., Any]] = {}  # by the arrays' signature
 
     def __repr__(self) -> str:
@@ -178,19 +197,27 @@ class Staged:
             _state.staging = outer
         return staging.fn
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, out: Any = None) -> Any:
+        """The function on arrays: NumPy arrays (or DLPack arrays in host memory) give NumPy
+        arrays; with arrays in GPU memory (CuPy, PyTorch CUDA tensors: DLPack kDLCUDA) it runs
+        on that GPU, compiled for CUDA, and its results come back as NumPy arrays unless `out`
+        gives arrays (on the GPU or not) to write them into, as dlvm.load's entries do."""
         # The steady state: NumPy arrays of a signature already compiled go straight to the
         # library's entry point (the per-call overhead is what a JIT is judged by).
         key = tuple([(a.shape, a.dtype) for a in args if type(a) is np.ndarray])
-        fast = self.fast.get(key) if len(key) == len(args) else None
+        fast = self.fast.get(key) if len(key) == len(args) and out is None else None
         if fast is not None:
             return fast(*args)
         outer = current()
         if any(isinstance(a, Tensor) for a in args) or outer is not None:
+            if out is not None:
+                raise staging_error(f"{self.name}(): out= is for calls on arrays, not staging")
             return self.apply(outer, args)
-        compiled = self.compile(self.specs(args))
-        result = compiled(*args)
-        if len(key) == len(args):
+        outs = out if isinstance(out, tuple) else () if out is None else (out,)
+        device = device_of([*args, *outs])
+        compiled = self.compile(self.specs(args), cuda=device != "cpu")
+        result = compiled(*args, device=device, out=out)
+        if len(key) == len(args) and out is None:
             self.fast[key] = compiled.entry_call()
             # The optimised library, when it comes, takes the fast path over.
             compiled.on_upgrade(lambda: self.fast.__setitem__(key, compiled.entry_call()))
@@ -214,16 +241,21 @@ class Staged:
                          for i in range(len(result.elements)))  # fmt: skip
         return call
 
-    def module(self, specs: tuple[TensorSpec, ...]) -> Module:
+    def staged(self, specs: tuple[TensorSpec, ...]) -> tuple[Module, str]:
+        """A module of its own with this function staged for `specs`, and the entry's name."""
         module = Module(f"nnkit_{ir_name(self.name)}")
-        self.stage_into(module, specs)
-        return module
+        return module, self.stage_into(module, specs).name
 
-    def compile(self, specs: tuple[TensorSpec, ...]) -> Compiled:
-        hit = self.compiled.get(specs)
+    def module(self, specs: tuple[TensorSpec, ...]) -> Module:
+        return self.staged(specs)[0]
+
+    def compile(self, specs: tuple[TensorSpec, ...], cuda: bool = False) -> Compiled:
+        """The compiled function for these argument types (for CUDA GPUs too with `cuda`)."""
+        table = self.compiled_cuda if cuda else self.compiled
+        hit = table.get(specs)
         if hit is None:
-            module = self.module(specs)
-            hit = self.compiled[specs] = Compiled(module, module.functions[0].name)
+            module, entry = self.staged(specs)
+            hit = table[specs] = Compiled(module, entry, self.tuple_result, cuda)
         return hit
 
     def ir(self, *args: Any) -> str:
@@ -255,6 +287,8 @@ class Staged:
 class Gradient(Staged):
     """`dlvm.gradient(f, …)`: the IR gradient declaration of staged function f, compiled."""
 
+    tuple_result = True  # the derivatives, then the kept results: a tuple, as its IR type says
+
     def __init__(self, of: Staged, wrt: Sequence[int] | None, seedable: bool,
                  keeping: Sequence[int], source: int | None = None) -> None:  # fmt: skip
         self.of = of
@@ -270,6 +304,7 @@ class Gradient(Staged):
             self.params.append("seed")
             self.annotated.append(None)
         self.compiled = {}
+        self.compiled_cuda = {}
         self.fast = {}
 
     def __repr__(self) -> str:
@@ -295,11 +330,3 @@ class Gradient(Staged):
         grad.declaration = GradientDecl(of, self.source, self.wrt, self.keeping, self.seedable)
         module.add_function(grad)
         return grad
-
-    def compile(self, specs: tuple[TensorSpec, ...]) -> Compiled:
-        hit = self.compiled.get(specs)
-        if hit is None:
-            module = Module(f"nnkit_{ir_name(self.name)}")
-            grad = self.stage_into(module, specs)
-            hit = self.compiled[specs] = Compiled(module, grad.name, tuple_result=True)
-        return hit

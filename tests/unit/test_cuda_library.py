@@ -309,3 +309,39 @@ def test_a_plan_runs_as_one_cuda_graph(xor_library, on_fake_gpu, fake_driver, mo
         close(gpu.infer(XOR_X), first)
         kernels_run, *_, graphs = np.subtract(counts(fake_driver), before)
         assert graphs == 0 and kernels_run == 4  # launched one by one
+
+
+def test_a_staged_function_runs_on_gpu_arrays(on_fake_gpu, fake_driver, tmp_path, monkeypatch):
+    """NNKit: arrays in GPU memory make the JIT compile the function for CUDA and run it on
+    their GPU, reading them in place; results come back to the host, or into `out=`."""
+    from dlvm import nnkit as nk
+    from dlvm.transforms.pass_manager import PassManager
+    from dlvm.transforms.pipelines import PIPELINES
+
+    monkeypatch.setenv("DLVM_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(3)
+    xh = rng.standard_normal((4, 8)).astype(np.float32)
+    wh = rng.standard_normal((8, 3)).astype(np.float32)
+    x, w = DeviceArray(fake_driver, xh), DeviceArray(fake_driver, wh)
+    f = dlvm.stage(lambda x, w: nk.tanh(x @ w) + 1.0)
+    compiled = f.compile(f.specs((x, w)), cuda=True)  # to emulate its kernels before the call
+    module = copy.deepcopy(compiled.module)
+    PassManager(True).run_pipeline(module, PIPELINES[2])
+    Emulator(schedule(module, cuda=True), tmp_path / "emu")
+    on_fake_gpu(tmp_path / "emu" / "kernels.so")
+    want = np.tanh(xh @ wh) + 1
+    before = transfers(fake_driver)
+    close(f(x, w), want)
+    launches, uploads, downloads, _ = np.subtract(transfers(fake_driver), before)
+    assert launches >= 1 and (uploads, downloads) == (0, 1)
+    y = DeviceArray(fake_driver, np.zeros((4, 3), np.float32))
+    before = transfers(fake_driver)
+    assert f(x, w, out=y) is y
+    assert list(np.subtract(transfers(fake_driver), before)[1:3]) == [0, 0]
+    close(y.numpy(), want)
+    close(f(xh, w), want)  # a host array beside a device one goes up
+    assert (f.compiled, list(f.compiled_cuda.values())) == ({}, [compiled])
+    unsigned = DeviceArray(fake_driver, np.zeros((4, 8), np.float32))
+    unsigned._managed.dl_tensor.dtype = rt.DLDataType(rt.DLDataTypeCode.UInt, 32, 1)
+    with pytest.raises(TypeError, match="argument 'x': no DLVM element type for DLPack type"):
+        f(unsigned, w)

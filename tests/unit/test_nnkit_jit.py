@@ -80,3 +80,16 @@ def test_the_direct_path_falls_back_for_arrays_it_cannot_pass_as_they_are(tmp_pa
     with pytest.raises(ValueError, match="is closed"):
         fast(A, B)
     jit.Compiled.loaded.clear()
+
+
+def test_arrays_on_several_gpus_are_refused():
+    class OnGpu:  # only what device_of reads of a CuPy array
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return (2, self.n)  # kDLCUDA
+
+    f = dlvm.stage(lambda x, y: x + y)
+    with pytest.raises(TypeError, match=r"arguments on several GPUs \(0, 1\)"):
+        f(OnGpu(0), OnGpu(1))
