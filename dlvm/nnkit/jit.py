@@ -142,29 +142,27 @@ class Compiled:
 
 
 class Upgrade:
-    """The second tier of one IR being built by another process, and the thread that waits for
-    it, loads the library and tells the listeners."""
+    """The second tier of one IR being built by another process, and the thread that starts
+    it, waits for it, loads the library and tells the listeners."""
 
     running: dict[str, Upgrade] = {}
     lock = threading.Lock()
+    # As many optimised builds at a time as there are CPUs: a loop over many new shapes
+    # queues them rather than starting a process for each at once.
+    slots = threading.BoundedSemaphore(max(1, len(os.sched_getaffinity(0))))
 
     def __init__(self, compiled: Compiled) -> None:
         self.key = compiled.key
         self.entry = compiled.entry
-        # Where the library will be, fixed now: the environment may change before it is there.
+        # Fixed now, the environment included: it may change before the build starts.
         self.path = cache_dir() / self.key / LIBRARY
-        self.listeners: list[Callable[[], None]] = []
-        job = json.dumps({"ir": compiled.raw, "entry": compiled.entry, "key": compiled.key})
-        env = dict(os.environ, DLVM_CACHE_DIR=str(artifacts.cache_dir()))
+        self.job = json.dumps({"ir": compiled.raw, "entry": compiled.entry, "key": compiled.key})
+        self.env = dict(os.environ, DLVM_CACHE_DIR=str(artifacts.cache_dir()))
         # The child imports this very dlvm, installed or not.
         root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, (root, env.get("PYTHONPATH"))))
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", "from dlvm.nnkit.jit import main; main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True, env=env,
-        )  # fmt: skip
-        self.thread = threading.Thread(target=self.finish, args=(job,), daemon=True)
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))
+        self.listeners: list[Callable[[], None]] = []
+        self.thread = threading.Thread(target=self.run, daemon=True)
 
     @classmethod
     def start(cls, compiled: Compiled) -> None:
@@ -174,27 +172,36 @@ class Upgrade:
             upgrade = cls.running[compiled.key] = Upgrade(compiled)
         upgrade.thread.start()
 
-    def finish(self, job: str) -> None:
-        _, errors = self.process.communicate(job)
+    def run(self) -> None:
         model = None
-        if self.process.returncode == 0 and self.path.is_file():
-            import dlvm
+        try:
+            with Upgrade.slots:
+                process = subprocess.run(
+                    [sys.executable, "-c", "from dlvm.nnkit.jit import main; main()"],
+                    input=self.job, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                    text=True, env=self.env,
+                )  # fmt: skip
+            why = process.stderr.strip() or f"exit status {process.returncode}"
+            if process.returncode == 0 and self.path.is_file():
+                import dlvm
 
-            model = dlvm.load(self.path)
-        else:
-            why = errors.strip() or f"exit status {self.process.returncode}"
-            warnings.warn(
-                f"NNKit: the optimised build of @{self.entry} failed, so it keeps its first "
-                f"compilation: {why}",
-                RuntimeWarning,
-                stacklevel=1,
-            )
-        with Upgrade.lock:
-            if model is not None:
-                Compiled.loaded[self.key] = model
-            del Upgrade.running[self.key]
-        for callback in self.listeners:
-            callback()
+                model = dlvm.load(self.path)
+        except Exception as e:  # whatever happens, the first tier goes on serving
+            why = f"{type(e).__name__}: {e}"
+        finally:
+            if model is None:
+                warnings.warn(
+                    f"NNKit: the optimised build of @{self.entry} failed, so it keeps its "
+                    f"first compilation: {why}",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
+            with Upgrade.lock:
+                if model is not None:
+                    Compiled.loaded[self.key] = model
+                del Upgrade.running[self.key]
+            for callback in self.listeners:
+                callback()
 
     @classmethod
     def wait(cls) -> None:

@@ -93,3 +93,12 @@ def test_arrays_on_several_gpus_are_refused():
     f = dlvm.stage(lambda x, y: x + y)
     with pytest.raises(TypeError, match=r"arguments on several GPUs \(0, 1\)"):
         f(OnGpu(0), OnGpu(1))
+
+
+def test_an_optimised_build_that_cannot_start_is_a_warning_not_a_hang(monkeypatch):
+    monkeypatch.setattr(jit.sys, "executable", "/nonexistent/python")
+    f = dlvm.stage(lambda x: x / 2.0)
+    with pytest.warns(RuntimeWarning, match="FileNotFoundError: .*/nonexistent/python"):
+        np.testing.assert_array_equal(f(A), A / 2)
+        nk.wait_optimised()  # returns: the build is over, failed
+    assert not jit.Upgrade.running
