@@ -18,6 +18,8 @@ from dlvm.ir.parse_tokens import (
     _INF,
     _PADMODES,
     _SPECIAL_LITERALS,
+    _STRING_OR_NL,
+    _USE_SPLITS,
     TokenReader,
     _Error,
     _Poisoned,
@@ -160,9 +162,9 @@ class BodyParser(TokenReader):
                 apos = self.pos
                 aty: Type
                 if self.kinds[apos] == L.USE:
-                    aname, _, aty = _split_use(self.texts[apos])
-                    aname = aname[1:]
-                    if aname[0].isdigit():
+                    use_name, aname, anonymous, _, aty = _split_use(self.texts[apos])
+                    if anonymous:
+                        aname = use_name[1:]
                         self.error(f"expected an argument (%name: type), found %{aname}", apos)
                     self.pos += 1
                 else:
@@ -186,12 +188,17 @@ class BodyParser(TokenReader):
                     self.skip_line()
                 return
         self.skip_newlines()
-        last = scope.fn.blocks[-1] if scope.fn.blocks else None
-        while (
-            last is not None and self.kinds[self.pos] not in (L.BLOCK, L.EOF) and not self.at("}")
-        ):
+        if not scope.fn.blocks:
+            return
+        last = scope.fn.blocks[-1]
+        kinds, texts = self.kinds, self.texts
+        while True:  # instructions to the next label or '}' (not a string: never in a line)
+            kind = kinds[self.pos]
+            if kind == L.BLOCK or kind == L.EOF or texts[self.pos] == "}":
+                return
             self.instruction(scope, last)
-            self.skip_newlines()
+            while kinds[self.pos] == L.NL:
+                self.pos += 1
 
     def define(self, scope: _FunctionScope, name: str, value: Value, pos: int) -> None:
         if name in scope.values or name in scope.poisoned:
@@ -204,54 +211,66 @@ class BodyParser(TokenReader):
 
     def instruction(self, scope: _FunctionScope, block: Block) -> None:
         start = self.pos
+        kinds, texts = self.kinds, self.texts
         result_name: str | None = None
         anon: tuple[int, int] | None = None
         text = ""  # the result's name as spelt, `%x` or `%B.I`
         position = (scope.block_index, scope.inst_index)
         scope.inst_index += 1
         try:
-            if self.kinds[start] == L.DEF:
-                text = self.texts[start][:-1].rstrip(" \t")
-                if not text[1].isdigit():
-                    result_name = text[1:]
+            if kinds[start] == L.DEF:
+                result = _DEF_SPLITS.get(texts[start])
+                if result is None:
+                    result = self.split_def(start)
+                text, result_name, anon = result
+                if result_name is not None:
                     if result_name in scope.values or result_name in scope.poisoned:
                         raise _Error(f"{text} is already defined in @{scope.fn.name}",
                                      self.offsets[start], len(text))  # fmt: skip
-                else:
-                    b, _, i = text[1:].partition(".")
-                    try:
-                        anon = (int(b), int(i))
-                    except ValueError:
-                        self.too_long(start)
-                    expected = position
-                    if anon != expected:
-                        raise _Error(
-                            f"anonymous name {text} does not match its position; "
-                            f"it must be %{expected[0]}.{expected[1]}",
-                            self.offsets[start],
-                            len(text),
-                        )
-                self.pos += 1
-            op_pos = self.pos
-            opname = self.expect_kind(L.WORD, "an instruction")
-            op = lookup(opname)
-            if op is None:
-                self.error(f"unknown instruction '{opname}'{_suggest(opname)}", op_pos)
-            arity = _PLAIN_OPERANDS.get(op.syntax)
-            if arity is not None:  # `$0` or `$0, $1`: most instructions, so a direct path
+                elif anon != position:
+                    raise _Error(
+                        f"anonymous name {text} does not match its position; "
+                        f"it must be %{position[0]}.{position[1]}",
+                        self.offsets[start],
+                        len(text),
+                    )
+                self.pos = op_pos = start + 1
+            else:
+                op_pos = start
+            if kinds[op_pos] != L.WORD:
+                self.error(f"expected an instruction, found {self.describe()}")
+            opname = texts[op_pos]
+            self.pos = op_pos + 1
+            entry = _OPCODES.get(opname)
+            if entry is None:
+                op = lookup(opname)
+                if op is None:
+                    self.error(f"unknown instruction '{opname}'{_suggest(opname)}", op_pos)
+                entry = _OPCODES[opname] = (op, _PLAIN_OPERANDS.get(op.syntax, 0))
+            op, arity = entry
+            if arity:  # `$0` or `$0, $1` (see _PLAIN_OPERANDS): most instructions, directly
                 attrs: dict[str, Any] = {}
-                operands: list[Value] = [self.use(scope)]
-                if arity == 2:
-                    if self.texts[self.pos] != "," or self.kinds[self.pos] != L.PUNCT:
+                first = self.use(scope)
+                if arity == 1:
+                    operands: list[Value] = [first]
+                    types = [first.type]
+                else:
+                    if texts[self.pos] != "," or kinds[self.pos] != L.PUNCT:
                         self.error(f"expected ',', found {self.describe()}")
                     self.pos += 1
-                    operands.append(self.use(scope))
+                    second = self.use(scope)
+                    operands = [first, second]
+                    types = [first.type, second.type]
             else:
                 operands = []
                 attrs = dict.fromkeys(op.attr_kinds)
                 self.pieces(op.pieces, op, operands, attrs, scope)
+                types = [v.type for v in operands]
             end_pos = self.pos
-            self.expect_newline()
+            if kinds[end_pos] == L.NL:  # self.expect_newline, inlined
+                self.pos = end_pos + 1
+            else:
+                self.expect_newline()
             if op.name != "literal":
                 for v in operands:
                     if v.__class__ is LiteralValue:
@@ -260,7 +279,7 @@ class BodyParser(TokenReader):
                         except TypeRuleError as e:
                             self.error(f"{e}", op_pos)
             try:
-                ty = op.infer([v.type for v in operands], attrs)
+                ty = op.rule(types, attrs)  # op.infer, without its call
             except TypeRuleError as e:
                 end = self.offsets[end_pos - 1] + len(self.texts[end_pos - 1])
                 raise _Error(
@@ -300,6 +319,22 @@ class BodyParser(TokenReader):
             self._poison(scope, result_name, anon)
             self._finish_line(start)
 
+    def split_def(self, pos: int) -> tuple[str, str | None, tuple[int, int] | None]:
+        """A DEF token's name as spelt, and either the name without its sigil or the numbers of
+        an anonymous `%B.I`."""
+        text = self.texts[pos][:-1].rstrip(" \t")
+        if not text[1].isdigit():
+            result: tuple[str, str | None, tuple[int, int] | None] = (text, text[1:], None)
+        else:
+            b, _, i = text[1:].partition(".")
+            try:
+                result = (text, None, (int(b), int(i)))
+            except ValueError:
+                self.too_long(pos)
+        if len(_DEF_SPLITS) < 65536:
+            _DEF_SPLITS[self.texts[pos]] = result
+        return result
+
     def _finish_line(self, start: int) -> None:
         # Errors found after the instruction's newline was consumed must not skip the next line.
         if not (self.pos > start and self.kinds[self.pos - 1] == L.NL):
@@ -319,10 +354,15 @@ class BodyParser(TokenReader):
         attrs: dict[str, Any],
         scope: _FunctionScope,
     ) -> None:
+        kinds, texts = self.kinds, self.texts
         for idx, p in enumerate(pieces):
             kind = p.kind
             if kind == "word":
-                self.expect(p.text)
+                pos = self.pos
+                if texts[pos] == p.text and kinds[pos] not in _STRING_OR_NL:  # self.expect, inlined
+                    self.pos = pos + 1
+                else:
+                    self.expect(p.text)
             elif kind == "operand":
                 mode = p.text
                 if mode == "name":
@@ -337,7 +377,7 @@ class BodyParser(TokenReader):
                     ty = self.type_()
                     operands[p.index] = self.resolve(text, pos, ty, scope, ty_pos)
                 else:
-                    operands.append(self.use(scope, aggregate=mode == "literal"))
+                    operands.append(self.use(scope))  # `literal` too: checked afterwards
             elif kind == "operands":
                 stop = _next_word(pieces, idx)
                 if not self.at(stop):
@@ -439,18 +479,22 @@ class BodyParser(TokenReader):
 
     # Uses ------------------------------------------------------------------------------------
 
-    def use(self, scope: _FunctionScope | None, aggregate: bool = True) -> Value:
+    def use(self, scope: _FunctionScope | None) -> Value:
         pos = self.pos
         kind = self.kinds[pos]
         text = self.texts[pos]
         ty: Type
         if kind == L.USE:
             self.pos = pos + 1
-            name, ty_start, ty = _split_use(text)
-            name_kind = L.ANON if name[1].isdigit() else L.LOCAL
-            start = self.offsets[pos]
-            return self.resolve(name, pos, ty, scope, pos, name_kind, start + ty_start,
-                                len(text) - ty_start)  # fmt: skip
+            name, key, anonymous, ty_start, ty = _USE_SPLITS.get(text) or _split_use(text)
+            # Most uses name a value already defined: look it up here, without resolve's
+            # generality (a poisoned name, a forward use and a mismatch go through resolve).
+            if scope is not None and not scope.poisoned:
+                v = (scope.anon_text if anonymous else scope.values).get(key)
+                if v is not None and v.type is ty:
+                    return v
+            return self.resolve(name, pos, ty, scope, pos, L.ANON if anonymous else L.LOCAL,
+                                self.offsets[pos] + ty_start, len(text) - ty_start)  # fmt: skip
         if kind in (L.LOCAL, L.ANON, L.GLOBAL):
             self.pos = ty_pos = pos + 2
             if self.texts[pos + 1] != ":":  # only a PUNCT token reads ':'
@@ -521,19 +565,16 @@ class BodyParser(TokenReader):
     def literal_payload(self, scope: _FunctionScope | None) -> Any:
         kind = self.kinds[self.pos]
         text = self.texts[self.pos]
-        if kind == L.INT:
-            try:
-                value: int | float = int(text)
-            except ValueError:
-                self.too_long(self.pos)
+        if kind == L.INT or kind == L.FLOAT:
+            # Number literals are values: one object per spelling (INT and FLOAT spellings
+            # differ), shared by every use.
+            lit = _NUMBERS.get(text)
+            if lit is None:
+                lit = self.number_literal(kind, text)
+                if len(_NUMBERS) < 65536:
+                    _NUMBERS[text] = lit
             self.pos += 1
-            return ScalarLiteral(value)
-        if kind == L.FLOAT:
-            value = float(text)
-            if value in (_INF, -_INF) and text != "-inf":
-                self.error(f"float literal {text} is out of range")
-            self.pos += 1
-            return ScalarLiteral(value)
+            return lit
         if kind == L.WORD:
             if text in ("inf", "nan"):
                 self.pos += 1
@@ -568,6 +609,17 @@ class BodyParser(TokenReader):
             self.error("expected a value, found a type")
         self.error(f"expected a value (%name, @name or a literal), found {self.describe()}")
 
+    def number_literal(self, kind: str, text: str) -> ScalarLiteral:
+        if kind == L.INT:
+            try:
+                return ScalarLiteral(int(text))
+            except ValueError:
+                self.too_long(self.pos)
+        value = float(text)
+        if value in (_INF, -_INF) and text != "-inf":
+            self.error(f"float literal {text} is out of range")
+        return ScalarLiteral(value)
+
     def use_list(self, close: str, scope: _FunctionScope | None) -> tuple[Value, ...]:
         items: list[Value] = []
         while not self.at(close):
@@ -580,7 +632,13 @@ class BodyParser(TokenReader):
     # Types -----------------------------------------------------------------------------------
 
 
-_PLAIN_OPERANDS = {"$0": 1, "$0, $1": 2}
+# Templates of operands alone, read without the template walk (a `$0:literal` use reads as any
+# other; only the checks after it differ).
+_PLAIN_OPERANDS = {"$0": 1, "$0:literal": 1, "$0, $1": 2}
+_NUMBERS: dict[str, ScalarLiteral] = {}  # number literals by spelling
+# An opcode's declaration and its number of plain operands (0: read through its template).
+_OPCODES: dict[str, tuple[OpDef, int]] = {}
+_DEF_SPLITS: dict[str, tuple[str, str | None, tuple[int, int] | None]] = {}  # see split_def
 
 
 def _next_word(pieces: tuple[Piece, ...], idx: int) -> str:

@@ -13,6 +13,7 @@ from dlvm.ir.literals import (
     ZERO,
 )
 from dlvm.ir.ops import OPS
+from dlvm.ir.typerules import tensor_type
 from dlvm.ir.types import (
     DATA_TYPES,
     STACK,
@@ -51,27 +52,29 @@ class _Poisoned(Exception):
     """A use of a value whose definition already failed: skip quietly."""
 
 
-_TENSOR_CACHE: dict[str, TensorType] = {}
+_TENSOR_CACHE: dict[str, TensorType] = {}  # by the spelling of a TENSOR token
 
 
 def _tensor_token(text: str) -> TensorType:
     ty = _TENSOR_CACHE.get(text)
     if ty is None:
         parts = text[1:-1].split()
-        dims = tuple(int(p) for p in parts[:-1:2])
-        ty = TensorType(dims, DATA_TYPES[parts[-1]])
-        _TENSOR_CACHE[text] = ty
+        ty = tensor_type(tuple(int(p) for p in parts[:-1:2]), DATA_TYPES[parts[-1]])
+        if len(_TENSOR_CACHE) < 65536:
+            _TENSOR_CACHE[text] = ty
     return ty
 
 
-_USE_TYPES: dict[str, TensorType] = {}
+_SCALAR_TYPES = {text: tensor_type((), dt) for text, dt in DATA_TYPES.items()}
+
+# A USE token's parts: its name (`%x` or `%B.I`), the key its definition is found by (`x` among
+# named values, `%B.I` among anonymous ones), whether it is anonymous, the offset of its type
+# within the token, and the type.
+UseSplit = tuple[str, str, bool, int, TensorType]
+_USE_SPLITS: dict[str, UseSplit] = {}
 
 
-_USE_SPLITS: dict[str, tuple[str, int, TensorType]] = {}
-
-
-def _split_use(text: str) -> tuple[str, int, TensorType]:
-    """A USE token's name, the offset of its type within the token, and the type."""
+def _split_use(text: str) -> UseSplit:
     split = _USE_SPLITS.get(text)  # a value is usually used several times, spelt the same
     if split is None:
         split = _split_use_text(text)
@@ -80,17 +83,16 @@ def _split_use(text: str) -> tuple[str, int, TensorType]:
     return split
 
 
-def _split_use_text(text: str) -> tuple[str, int, TensorType]:
+def _split_use_text(text: str) -> UseSplit:
     colon = text.index(":")
     start = colon + 1
     while text[start] in " \t":
         start += 1
     tytext = text[start:]
-    ty = _USE_TYPES.get(tytext)
-    if ty is None:
-        ty = _tensor_token(tytext) if tytext[0] == "<" else TensorType((), DATA_TYPES[tytext])
-        _USE_TYPES[tytext] = ty
-    return text[:colon], start, ty
+    ty = _tensor_token(tytext) if tytext[0] == "<" else _SCALAR_TYPES[tytext]
+    name = text[:colon]
+    anonymous = text[1].isdigit()
+    return name, name if anonymous else name[1:], anonymous, start, ty
 
 
 class TokenReader:
@@ -108,6 +110,7 @@ class TokenReader:
         self.pending_callee: list[tuple[str, int]] = []
         self.depth = 0  # nesting of the type or literal being parsed
         self._line_starts: list[int] | None = None
+        self._declaration_lines: list[int] | None = None
 
     # Token helpers ---------------------------------------------------------------------------
 
@@ -223,10 +226,10 @@ class TokenReader:
             self.pos += 1
             return ty
         if kind == L.WORD:
-            dt = DATA_TYPES.get(text)
-            if dt is not None:
+            scalar = _SCALAR_TYPES.get(text)
+            if scalar is not None:
                 self.pos += 1
-                return TensorType((), dt)
+                return scalar
             if text == "void":
                 self.pos += 1
                 return VOID
@@ -260,7 +263,7 @@ class TokenReader:
             if dt is None:
                 self.error(f"unknown data type '{word}'", dpos)
             self.expect(">")
-            return TensorType(tuple(dims), dt)
+            return tensor_type(tuple(dims), dt)
         if text == "[" and kind == L.PUNCT:
             self.pos += 1
             n = self.int_("an array size")

@@ -35,6 +35,7 @@ from dlvm.ir.values import (
 )
 
 _Nominal = TypeVar("_Nominal", bound=NominalType)
+_DECLARING = frozenset(["struct", "enum", "type", "func", "var"])
 
 
 class Parser(BodyParser):
@@ -110,12 +111,20 @@ class Parser(BodyParser):
             self._line_starts = starts
         return self._line_starts
 
+    def declaration_lines(self) -> list[int]:
+        """The line starts that begin with struct, enum, type, func or var (a few among many
+        lines of instructions), computed once for the scans below."""
+        if self._declaration_lines is None:
+            texts = self.texts
+            self._declaration_lines = [i for i in self.line_starts() if texts[i] in _DECLARING]
+        return self._declaration_lines
+
     def prescan(self) -> None:
         """Declares nominal types, function signatures and global variables so they may be used
         before they appear."""
         kinds, texts = self.kinds, self.texts
         n = len(kinds)
-        for i in self.line_starts():
+        for i in self.declaration_lines():
             if i >= n - 2:
                 continue
             t = texts[i]
@@ -127,7 +136,7 @@ class Parser(BodyParser):
                 ty = cls(name)
                 ty.loc = self.loc(self.offsets[i + 1], len(texts[i + 1]))
                 self.types[name] = ty
-        for i in self.line_starts():
+        for i in self.declaration_lines():
             if i >= n - 2 or texts[i] not in ("func", "var"):
                 continue
             if kinds[i + 1] != L.GLOBAL:
@@ -156,7 +165,7 @@ class Parser(BodyParser):
         its declaration already has its fields, cases or target. Returns where each starts."""
         kinds, texts = self.kinds, self.texts
         save, starts = self.pos, set()
-        for i in self.line_starts():
+        for i in self.declaration_lines():
             if i >= len(kinds) - 1 or kinds[i] != L.WORD or kinds[i + 1] != L.TYPE:
                 continue
             if texts[i] not in ("struct", "enum", "type"):

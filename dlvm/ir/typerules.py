@@ -7,15 +7,23 @@ instruction; the parser, builder and verifier all call it through the declaratio
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-from dlvm.ir.literals import AggregateLiteral, EnumLiteral, ScalarLiteral, StructLiteral
+from dlvm.ir.literals import (
+    AggregateLiteral,
+    EnumLiteral,
+    ScalarLiteral,
+    SpecialLiteral,
+    StructLiteral,
+)
 from dlvm.ir.types import (
     BOOL,
     I64,
     STACK,
     VOID,
     ArrayType,
+    Base,
     BoxType,
     DataType,
     EnumType,
@@ -33,6 +41,10 @@ from dlvm.ir.types import (
 )
 from dlvm.ir.values import ElementKey, LiteralValue
 
+# The rules run for every instruction the parser reads and the verifier checks: they compare a
+# data type's base directly, as DataType's is_* properties look the Base member up every time.
+_BOOL, _INT, _FLOAT = Base.BOOL, Base.INT, Base.FLOAT
+
 
 class TypeRuleError(Exception):
     """An instruction's operands or attributes do not fit its type rule."""
@@ -42,7 +54,30 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
+# One TensorType object per shape and data type: results built here are shared, so comparing a
+# result with the type a use or an instruction states is usually an identity test.
+_TENSOR_TYPES: dict[tuple[tuple[int, ...], str], TensorType] = {}
+
+
+def tensor_type(shape: tuple[int, ...], dtype: DataType) -> TensorType:
+    """The shared TensorType of `shape` and `dtype`."""
+    key = (shape, dtype.text)  # hashes in C, unlike the dataclass or the enum
+    try:
+        ty = _TENSOR_TYPES.get(key)
+    except TypeError:  # an unhashable shape (a list): not shared
+        return TensorType(shape, dtype)
+    if ty is None:
+        ty = TensorType(shape, dtype)
+        # Only plain int dimensions are shared: a numpy or bool one equals its int but is not
+        # what a later caller would expect back.
+        if len(_TENSOR_TYPES) < 65536 and all(d.__class__ is int for d in shape):
+            _TENSOR_TYPES[key] = ty
+    return ty
+
+
 def tensor(ty: Type, what: str = "operand") -> TensorType:
+    if ty.__class__ is TensorType:  # the common case, without canonical's alias walk
+        return ty  # type: ignore[return-value]
     t = canonical(ty)
     if not isinstance(t, TensorType):
         raise TypeRuleError(f"{what} must be a tensor, found {ty}")
@@ -52,6 +87,8 @@ def tensor(ty: Type, what: str = "operand") -> TensorType:
 def _broadcast(*tys: TensorType) -> tuple[int, ...]:
     shape = tys[0].shape
     for t in tys[1:]:
+        if t.shape == shape:
+            continue
         out = broadcast_shapes(shape, t.shape)
         if out is None:
             shapes = " and ".join(str(x) for x in tys)
@@ -78,14 +115,14 @@ def _check_dims(dims: tuple[int, ...], rank: int, what: str = "dimension") -> No
 
 def unary_float(ops: list[Type], attrs: dict[str, Any]) -> Type:
     t = tensor(ops[0])
-    if not t.dtype.is_float:
+    if t.dtype.base is not _FLOAT:
         raise TypeRuleError(f"operand must have a float data type, found {t.dtype}")
     return ops[0]
 
 
 def unary_numeric(ops: list[Type], attrs: dict[str, Any]) -> Type:
     t = tensor(ops[0])
-    if not t.dtype.is_numeric:
+    if t.dtype.base is _BOOL:
         raise TypeRuleError(f"operand must be numeric, found {t.dtype}")
     return ops[0]
 
@@ -93,21 +130,21 @@ def unary_numeric(ops: list[Type], attrs: dict[str, Any]) -> Type:
 def binary_numeric(ops: list[Type], attrs: dict[str, Any]) -> Type:
     a, b = tensor(ops[0], "left operand"), tensor(ops[1], "right operand")
     _same_dtype(a, b)
-    if not a.dtype.is_numeric:
+    if a.dtype.base is _BOOL:
         raise TypeRuleError(f"operands must be numeric, found {a.dtype}")
-    return TensorType(_broadcast(a, b), a.dtype)
+    return tensor_type(_broadcast(a, b), a.dtype)
 
 
 def binary_bool(ops: list[Type], attrs: dict[str, Any]) -> Type:
     a, b = tensor(ops[0], "left operand"), tensor(ops[1], "right operand")
-    if not (a.dtype.is_bool and b.dtype.is_bool):
+    if a.dtype.base is not _BOOL or b.dtype.base is not _BOOL:
         raise TypeRuleError(f"operands must be bool, found {a.dtype} and {b.dtype}")
-    return TensorType(_broadcast(a, b), DataType.BOOL)
+    return tensor_type(_broadcast(a, b), DataType.BOOL)
 
 
 def unary_bool(ops: list[Type], attrs: dict[str, Any]) -> Type:
     t = tensor(ops[0])
-    if not t.dtype.is_bool:
+    if t.dtype.base is not _BOOL:
         raise TypeRuleError(f"operand must be bool, found {t.dtype}")
     return ops[0]
 
@@ -115,12 +152,12 @@ def unary_bool(ops: list[Type], attrs: dict[str, Any]) -> Type:
 def compare(ops: list[Type], attrs: dict[str, Any]) -> Type:
     a, b = tensor(ops[0], "left operand"), tensor(ops[1], "right operand")
     _same_dtype(a, b)
-    return TensorType(_broadcast(a, b), DataType.BOOL)
+    return tensor_type(_broadcast(a, b), DataType.BOOL)
 
 
 def compare_ordered(ops: list[Type], attrs: dict[str, Any]) -> Type:
     result = compare(ops, attrs)
-    if not tensor(ops[0]).dtype.is_numeric:
+    if tensor(ops[0]).dtype.base is _BOOL:
         raise TypeRuleError("ordered comparison needs numeric operands")
     return result
 
@@ -128,9 +165,9 @@ def compare_ordered(ops: list[Type], attrs: dict[str, Any]) -> Type:
 def select(ops: list[Type], attrs: dict[str, Any]) -> Type:
     a, b, flags = tensor(ops[0]), tensor(ops[1]), tensor(ops[2], "flags")
     _same_dtype(a, b)
-    if not flags.dtype.is_bool:
+    if flags.dtype.base is not _BOOL:
         raise TypeRuleError(f"select flags must be bool, found {flags.dtype}")
-    return TensorType(_broadcast(a, b, flags), a.dtype)
+    return tensor_type(_broadcast(a, b, flags), a.dtype)
 
 
 # Casts and shapes --------------------------------------------------------------------------
@@ -143,7 +180,7 @@ def data_type_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
         raise TypeRuleError(
             f"cannot cast {t.dtype} to {to} (within one base; only floats may narrow)"
         )
-    return t.with_dtype(to)
+    return tensor_type(t.shape, to)
 
 
 def bit_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
@@ -160,12 +197,12 @@ def bit_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
 def dot(ops: list[Type], attrs: dict[str, Any]) -> Type:
     a, b = tensor(ops[0], "left operand"), tensor(ops[1], "right operand")
     _same_dtype(a, b)
-    if not a.dtype.is_numeric:
+    if a.dtype.base is _BOOL:
         raise TypeRuleError("operands must be numeric")
     if a.rank == 1 and b.rank == 1:
         if a.shape != b.shape:
             raise TypeRuleError(f"vectors must have equal shapes, found {a} and {b}")
-        return TensorType((), a.dtype)
+        return tensor_type((), a.dtype)
     if a.rank < 2 or a.rank != b.rank:
         raise TypeRuleError(f"operands must have equal rank >= 2, found {a} and {b}")
     if a.shape[:-2] != b.shape[:-2]:
@@ -174,12 +211,12 @@ def dot(ops: list[Type], attrs: dict[str, Any]) -> Type:
         raise TypeRuleError(
             f"inner dimensions differ: {a} has {a.shape[-1]} columns, {b} has {b.shape[-2]} rows"
         )
-    return TensorType(a.shape[:-1] + (b.shape[-1],), a.dtype)
+    return tensor_type(a.shape[:-1] + (b.shape[-1],), a.dtype)
 
 
 def transpose(ops: list[Type], attrs: dict[str, Any]) -> Type:
     t = tensor(ops[0])
-    return t.with_shape(tuple(reversed(t.shape)))
+    return tensor_type(tuple(reversed(t.shape)), t.dtype)
 
 
 def reverse(ops: list[Type], attrs: dict[str, Any]) -> Type:
@@ -206,7 +243,7 @@ def concatenate(ops: list[Type], attrs: dict[str, Any]) -> Type:
         total += t.shape[axis]
     shape = list(first.shape)
     shape[axis] = total
-    return first.with_shape(tuple(shape))
+    return tensor_type(tuple(shape), first.dtype)
 
 
 def slice_(ops: list[Type], attrs: dict[str, Any]) -> Type:
@@ -216,19 +253,24 @@ def slice_(ops: list[Type], attrs: dict[str, Any]) -> Type:
         raise TypeRuleError("cannot slice a scalar")
     if not 0 <= lo <= hi < t.shape[0]:
         raise TypeRuleError(f"slice range {lo} upto {hi} is out of bounds for {t}")
-    return t.with_shape((hi - lo + 1,) + t.shape[1:])
+    return tensor_type((hi - lo + 1,) + t.shape[1:], t.dtype)
+
+
+@cache
+def _declared_ops() -> dict[str, Any]:
+    from dlvm.ir.ops import OPS  # ops.py imports this module: bound at the first use
+
+    return OPS
 
 
 def _combinator(comb: Any, dtype: DataType) -> None:
-    from dlvm.ir.ops import OPS
-
     if isinstance(comb, str):
-        op = OPS.get(comb)
+        op = _declared_ops().get(comb)
         if op is None or op.family not in ("binary", "boolean"):
             raise TypeRuleError(f"'{comb}' is not a binary operation")
-        if op.family == "boolean" and not dtype.is_bool:
+        if op.family == "boolean" and dtype.base is not _BOOL:
             raise TypeRuleError(f"combinator '{comb}' needs bool data, found {dtype}")
-        if op.family == "binary" and not dtype.is_numeric:
+        if op.family == "binary" and dtype.base is _BOOL:
             raise TypeRuleError(f"combinator '{comb}' needs numeric data, found {dtype}")
         return
     fty = canonical(comb.type)
@@ -254,7 +296,7 @@ def reduce(ops: list[Type], attrs: dict[str, Any]) -> Type:
     _init(ops[1], t.dtype)
     dims = attrs["dims"]
     _check_dims(dims, t.rank)
-    return t.with_shape(tuple(d for i, d in enumerate(t.shape) if i not in dims))
+    return tensor_type(tuple(d for i, d in enumerate(t.shape) if i not in dims), t.dtype)
 
 
 def scan(ops: list[Type], attrs: dict[str, Any]) -> Type:
@@ -325,7 +367,7 @@ def pad_shape(ops: list[Type], attrs: dict[str, Any]) -> Type:
     i = attrs["index"]
     if not 0 <= i <= t.rank:
         raise TypeRuleError(f"padShape index {i} is out of range for rank {t.rank}")
-    return t.with_shape(t.shape[:i] + (1,) + t.shape[i:])
+    return tensor_type(t.shape[:i] + (1,) + t.shape[i:], t.dtype)
 
 
 def squeeze_shape(ops: list[Type], attrs: dict[str, Any]) -> Type:
@@ -333,13 +375,13 @@ def squeeze_shape(ops: list[Type], attrs: dict[str, Any]) -> Type:
     i = attrs["index"]
     if not 0 <= i < t.rank or t.shape[i] != 1:
         raise TypeRuleError(f"squeezeShape index {i} must name a dimension of size 1 in {t}")
-    return t.with_shape(t.shape[:i] + t.shape[i + 1 :])
+    return tensor_type(t.shape[:i] + t.shape[i + 1 :], t.dtype)
 
 
 def shape_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
     t = tensor(ops[0])
     shape = attrs["shape"]
-    new = t.with_shape(shape)
+    new = tensor_type(tuple(shape), t.dtype)
     if new.unit_count != t.unit_count:
         raise TypeRuleError(f"cannot cast {t} to {shape_text(shape)}: element counts differ")
     return new
@@ -348,7 +390,7 @@ def shape_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
 def random(ops: list[Type], attrs: dict[str, Any]) -> Type:
     lo, hi = tensor(ops[0], "lower bound"), tensor(ops[1], "upper bound")
     _same_dtype(lo, hi)
-    if lo.shape or hi.shape or not lo.dtype.is_numeric:
+    if lo.shape or hi.shape or lo.dtype.base is _BOOL:
         raise TypeRuleError("random bounds must be numeric scalars")
     return TensorType(attrs["shape"], lo.dtype)
 
@@ -362,7 +404,7 @@ def shape_of(ops: list[Type], attrs: dict[str, Any]) -> Type:
     t = tensor(ops[0])
     if not t.rank:
         raise TypeRuleError("a scalar has no shape to take (its rank is 0)")
-    return TensorType((t.rank,), DataType.I64)
+    return tensor_type((t.rank,), DataType.I64)
 
 
 def unit_count_of(ops: list[Type], attrs: dict[str, Any]) -> Type:
@@ -382,7 +424,7 @@ def element_type(ty: Type, key: ElementKey) -> Type:
     t = canonical(ty)
     if key.value is not None:
         kt = canonical(key.value.type)
-        if not (isinstance(kt, TensorType) and not kt.shape and kt.dtype.is_int):
+        if not (isinstance(kt, TensorType) and not kt.shape and kt.dtype.base is _INT):
             raise TypeRuleError(f"a value key must be an integer scalar, found {key.value.type}")
     if isinstance(t, StructType):
         if key.field is None:
@@ -574,9 +616,28 @@ def copy(ops: list[Type], attrs: dict[str, Any]) -> Type:
 # Literals ------------------------------------------------------------------------------------
 
 
+def _check_scalar_literal(lit: ScalarLiteral, t: TensorType) -> None:
+    v = lit.value
+    base = t.dtype.base
+    if isinstance(v, bool):
+        ok = base is _BOOL
+    else:
+        ok = base is not _BOOL if isinstance(v, int) else base is _FLOAT
+    if not ok:
+        raise TypeRuleError(f"literal {lit} does not fit data type {t.dtype}")
+
+
 def check_literal_operand(value: Any, aggregate_ok: bool) -> None:
     """Checks that a literal use fits its type; outside `literal`, only scalars may appear."""
     lit, ty = value.literal, value.type
+    # The common case directly: a scalar literal with a tensor type it may have here.
+    if (
+        lit.__class__ is ScalarLiteral
+        and ty.__class__ is TensorType
+        and (aggregate_ok or not ty.shape)
+    ):
+        _check_scalar_literal(lit, ty)
+        return
     t = canonical(ty)
     if not aggregate_ok and (lit.elements() or (isinstance(t, TensorType) and t.shape)):
         raise TypeRuleError(
@@ -586,16 +647,11 @@ def check_literal_operand(value: Any, aggregate_ok: bool) -> None:
     if isinstance(lit, ScalarLiteral):
         if not isinstance(t, TensorType):
             raise TypeRuleError(f"scalar literal {lit} cannot have type {ty}")
-        v = lit.value
-        ok = (
-            t.dtype.is_bool
-            if isinstance(v, bool)
-            else (t.dtype.is_numeric if isinstance(v, int) else t.dtype.is_float)
-        )
-        if not ok:
-            raise TypeRuleError(f"literal {lit} does not fit data type {t.dtype}")
+        _check_scalar_literal(lit, t)
         return
-    word = str(lit)
+    # Only a special literal can spell one of these words (str() of an aggregate would write
+    # out every element).
+    word = str(lit) if isinstance(lit, SpecialLiteral) else ""
     if word == "undefined":
         return
     if word == "zero":
@@ -622,7 +678,7 @@ def check_literal_operand(value: Any, aggregate_ok: bool) -> None:
         if lit.kind == "tensor":
             if not isinstance(t, TensorType) or not t.shape:
                 raise TypeRuleError(f"a tensor literal needs a tensor type, found {ty}")
-            expect(lit.items, [t.with_shape(t.shape[1:])] * t.shape[0])
+            expect(lit.items, [tensor_type(t.shape[1:], t.dtype)] * t.shape[0])
         elif lit.kind == "tuple":
             if not isinstance(t, TupleType):
                 raise TypeRuleError(f"a tuple literal needs a tuple type, found {ty}")

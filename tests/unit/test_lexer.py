@@ -1,0 +1,75 @@
+"""The lexer's two paths give the same tokens: the fast one (one findall, for text without
+comments) and the exact loop (one match at a time), on modules, on lines wrapped at every place a
+line may wrap, and with the cache of token kinds cold or warm."""
+
+import glob
+import random
+import re
+from pathlib import Path
+
+from ir_examples import module_for
+
+from dlvm.ir import lexer as L
+from dlvm.ir.ops import OPS
+
+
+def _bases() -> list[str]:
+    texts = [module_for(op) for op in sorted(OPS)]
+    texts += [Path(p).read_text(encoding="utf-8") for p in sorted(glob.glob("samples/ir/*.dl"))]
+    texts += [Path(p).read_text(encoding="utf-8") for p in sorted(glob.glob("tests/**/*.dl"))]
+    return [re.sub(r"//[^\r\n]*", "", t) for t in texts]  # the fast path takes no comments
+
+
+def _wrapped(text: str, rng: random.Random) -> str:
+    """Newlines (and blank lines, CRLF, lone CR) before or after joinable tokens."""
+    for _ in range(rng.randint(1, 6)):
+        places = [m.start() for m in re.finditer(r"->|[,()\[\]<>{}=x]", text)]
+        if not places:
+            break
+        i = rng.choice(places)
+        if rng.random() < 0.5:
+            i += 2 if text.startswith("->", i) else 1
+        newline = rng.choice(["\n", "\r\n", "\r", "\n\n", "\n  \n\t", " \n   "])
+        text = text[:i] + newline + text[i:]
+    return text
+
+
+def _same(text: str) -> None:
+    assert L._tokenize_fast(text) == L._tokenize_loop(text), text
+
+
+def test_fast_path_matches_the_exact_loop():
+    rng = random.Random(0)
+    for base in _bases():
+        _same(base)
+        _same(base.replace("\n", "\r\n"))
+        _same(_wrapped(base, rng))
+    for text in ["", "\n\n", "  x", "%", "% x", "-inf-", "a\r\n)", "a,\n\n)", "x\n->", '"a\n']:
+        _same(text)
+
+
+def test_kinds_do_not_depend_on_what_was_seen_before():
+    text = _bases()[0]
+    warm = L.tokenize(text)
+    saved = dict(L._KIND_OF)
+    try:
+        L._KIND_OF.clear()
+        L._KIND_OF.update({"": L.NL})
+        assert L.tokenize(text) == warm
+    finally:
+        L._KIND_OF.clear()
+        L._KIND_OF.update(saved)
+
+
+def test_comments_and_wraps_vanish():
+    kinds, texts, _ = L.tokenize("a, // c\n\n  b // d\n)\nc\n")
+    assert list(zip(kinds, texts)) == [
+        (L.WORD, "a"),
+        (L.PUNCT, ","),
+        (L.WORD, "b"),
+        (L.PUNCT, ")"),
+        (L.NL, ""),
+        (L.WORD, "c"),
+        (L.NL, ""),
+        (L.EOF, ""),
+    ]
