@@ -111,7 +111,7 @@ class Compiled:
                 with tempfile.TemporaryDirectory(prefix="dlvm-nnkit-") as tmp:
                     self.build(Path(tmp) / LIBRARY, FIRST_TIER)
                     model = dlvm.load(Path(tmp) / LIBRARY)  # mapped: the file may go
-                Upgrade.start(self)
+                OptimisedBuild.start(self)
             Compiled.loaded[slot] = model
         return model
 
@@ -119,13 +119,13 @@ class Compiled:
         """What a call with arrays comes down to: the library's entry point."""
         return self if self.tuple_result else self.model().entries[self.entry].direct()
 
-    def on_upgrade(self, callback: Callable[[], None]) -> None:
+    def on_optimised(self, callback: Callable[[], None]) -> None:
         """Calls `callback` once the optimised library replaces the first tier's (at once if
         that has happened, or needs not)."""
-        with Upgrade.lock:
-            upgrade = Upgrade.running.get(self.key)
-            if upgrade is not None:
-                upgrade.listeners.append(callback)
+        with OptimisedBuild.lock:
+            build = OptimisedBuild.running.get(self.key)
+            if build is not None:
+                build.listeners.append(callback)
                 return
         callback()
 
@@ -141,15 +141,17 @@ class Compiled:
         return compile_object(schedule(copy.deepcopy(self.module)))[1]
 
 
-class Upgrade:
-    """The second tier of one IR being built by another process, and the thread that starts
-    it, waits for it, loads the library and tells the listeners."""
+class OptimisedBuild:
+    """The second tier (the optimised build) of one IR, made by another process, and the
+    thread that starts it, waits for it, loads the library and tells the listeners."""
 
-    running: dict[str, Upgrade] = {}
+    running: dict[str, OptimisedBuild] = {}
     lock = threading.Lock()
     # As many optimised builds at a time as there are CPUs: a loop over many new shapes
     # queues them rather than starting a process for each at once.
-    slots = threading.BoundedSemaphore(max(1, len(os.sched_getaffinity(0))))
+    slots = threading.BoundedSemaphore(
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    )
 
     def __init__(self, compiled: Compiled) -> None:
         self.key = compiled.key
@@ -169,13 +171,13 @@ class Upgrade:
         with cls.lock:
             if compiled.key in cls.running:
                 return
-            upgrade = cls.running[compiled.key] = Upgrade(compiled)
-        upgrade.thread.start()
+            build = cls.running[compiled.key] = OptimisedBuild(compiled)
+        build.thread.start()
 
     def run(self) -> None:
         model = None
         try:
-            with Upgrade.slots:
+            with OptimisedBuild.slots:
                 process = subprocess.run(
                     [sys.executable, "-c", "from dlvm.nnkit.jit import main; main()"],
                     input=self.job, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -196,10 +198,10 @@ class Upgrade:
                     RuntimeWarning,
                     stacklevel=1,
                 )
-            with Upgrade.lock:
+            with OptimisedBuild.lock:
                 if model is not None:
                     Compiled.loaded[self.key] = model
-                del Upgrade.running[self.key]
+                del OptimisedBuild.running[self.key]
             for callback in self.listeners:
                 callback()
 
@@ -217,7 +219,7 @@ class Upgrade:
 
 def wait_optimised() -> None:
     """Waits until every staged function compiled so far runs its optimised (-O2) library."""
-    Upgrade.wait()
+    OptimisedBuild.wait()
 
 
 def main() -> None:

@@ -220,7 +220,7 @@ class Staged:
         if len(key) == len(args) and out is None:
             self.fast[key] = compiled.entry_call()
             # The optimised library, when it comes, takes the fast path over.
-            compiled.on_upgrade(lambda: self.fast.__setitem__(key, compiled.entry_call()))
+            compiled.on_optimised(lambda: self.fast.__setitem__(key, compiled.entry_call()))
         return result
 
     def apply(self, outer: Staging | None, args: Sequence[Any]) -> Any:

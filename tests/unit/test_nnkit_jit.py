@@ -60,7 +60,7 @@ def test_one_tier_builds_the_optimised_library_on_the_first_call(monkeypatch):
     monkeypatch.setenv("DLVM_JIT_TIERS", "1")
     f = dlvm.stage(lambda x: x - 1.0)
     np.testing.assert_array_equal(f(A), A - 1)
-    assert not jit.Upgrade.running and library_on_disk(f)
+    assert not jit.OptimisedBuild.running and library_on_disk(f)
 
 
 def test_the_direct_path_falls_back_for_arrays_it_cannot_pass_as_they_are(tmp_path):
@@ -101,4 +101,4 @@ def test_an_optimised_build_that_cannot_start_is_a_warning_not_a_hang(monkeypatc
     with pytest.warns(RuntimeWarning, match="FileNotFoundError: .*/nonexistent/python"):
         np.testing.assert_array_equal(f(A), A / 2)
         nk.wait_optimised()  # returns: the build is over, failed
-    assert not jit.Upgrade.running
+    assert not jit.OptimisedBuild.running
