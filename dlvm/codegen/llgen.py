@@ -22,12 +22,13 @@ from dlvm.ir.values import Function, Module
 TRIPLE = "x86_64-unknown-linux-gnu"
 
 
-def llvm_module(module: Module) -> ir.Module:
-    """The LLVM IR of every function: kernels and host functions (`dl_<name>`)."""
-    return _generate(module)[0]
+def llvm_module(module: Module, compact: bool = False) -> ir.Module:
+    """The LLVM IR of every function: kernels and host functions (`dl_<name>`); `compact`
+    kernels trade some speed for less code (KernelGen.compact)."""
+    return _generate(module, compact)[0]
 
 
-def _generate(module: Module) -> tuple[ir.Module, list[list[ir.Function]]]:
+def _generate(module: Module, compact: bool = False) -> tuple[ir.Module, list[list[ir.Function]]]:
     """The LLVM module, and its functions grouped as dlvm.codegen.parallel may split them: a
     kernel's entry with its body; a host function with the kernels it runs on its own thread,
     which LLVM inlines into it; each other kernel alone."""
@@ -43,6 +44,7 @@ def _generate(module: Module) -> tuple[ir.Module, list[list[ir.Function]]]:
             continue
         if fn.compute:
             kg = kernels[fn] = KernelGen(m, fn, "k." + host_symbol(fn.name)[3:], rt)
+            kg.compact = compact
             kg.emit()
             if kg.core.opcode == "dot":
                 disable_unrolling(kg.body)
@@ -112,13 +114,20 @@ def optimise(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> Non
 
 # Level 1's passes. Our kernels are vectorised and register-blocked as they are generated, so
 # what LLVM's -O1 adds to them is mostly clean-up: these passes gave the same kernel speed as
-# its -O1 (44 against 45 us on NNKit's 32x784x128 layer; -O2 gives 37) in a quarter of the time
-# (11-20 ms against 41), which is what a first compile (NNKit's JIT) waits for.
+# its -O1 (44 against 45 us on NNKit's 32x784x128 layer, 560 against 780 us on 256 rows; -O2
+# gives 37 and 300, vectorising the loops that pack b) in a quarter of the time (11-20 ms
+# against 41), which is what a first compile (NNKit's JIT) waits for.
 CLEAN_UP = ("always_inliner", "sroa", "instruction_combine", "simplify_cfg")
 
 
+def compact(opt: int) -> bool:
+    """Whether LLVM level `opt` compiles compact kernels: at 1 and below, where the build's
+    time counts most (NNKit's first tier: a third less LLVM time on a 32x784x128 layer)."""
+    return opt <= 1
+
+
 def _optimised(module: Module, cpu: str, opt: int) -> tuple[llvm.TargetMachine, llvm.ModuleRef]:
-    return _optimised_text(str(llvm_module(module)), cpu, opt)
+    return _optimised_text(str(llvm_module(module, compact(opt))), cpu, opt)
 
 
 def _optimised_text(text: str, cpu: str, opt: int) -> tuple[llvm.TargetMachine, llvm.ModuleRef]:
@@ -142,7 +151,7 @@ def object_files(
     """The object code of a scheduled module for a library, compiled in parts side by side
     (dlvm.codegen.parallel), `jobs` at a time (default: the CPUs this process may use): the
     functions of compile_object, except that LLVM does not inline across parts."""
-    m, units = _generate(module)
+    m, units = _generate(module, compact(opt))
     texts = split(m, units, part_count(units))
     work = [functools.partial(_object, text, cpu, opt) for text in texts]
     return run_forked(work, jobs if jobs is not None else _cpus())

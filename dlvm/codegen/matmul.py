@@ -163,12 +163,20 @@ class MatMul:
     def tiles(self, begin: ir.Value, end: ir.Value, tile: Callable[[ir.Value, int], None]) -> None:
         """tile(i0, rows) over rows [begin, end): full tiles, then the leftover rows as shorter
         tiles of 8, 4, 2 and 1 rows (each size its own straight-line code: four sizes rather
-        than one per count keep the kernel small, and so LLVM fast)."""
+        than one per count keep the kernel small, and so LLVM fast); in a compact kernel,
+        tiles of one row each."""
         b, rows = self.b, self.tile.rows
         tiles = b.udiv(b.sub(end, begin), ir.Constant(I64, rows))
         counted_loop(b, 0, tiles, lambda q: tile(b.add(begin, b.mul(q, ir.Constant(I64, rows))),
                                                  rows), name="tile")  # fmt: skip
         i0 = b.add(begin, b.mul(tiles, ir.Constant(I64, rows)))
+        if self.kg.compact:  # two more copies of the micro-kernel rather than four
+            fours = b.udiv(b.sub(end, i0), ir.Constant(I64, 4))
+            counted_loop(b, 0, fours, lambda q: tile(b.add(i0, b.mul(q, ir.Constant(I64, 4))),
+                                                     4), name="four")  # fmt: skip
+            counted_loop(b, b.add(i0, b.mul(fours, ir.Constant(I64, 4))), end,
+                         lambda i: tile(i, 1), name="row")  # fmt: skip
+            return
         rest = b.sub(end, i0)
         for size in (8, 4, 2, 1):
             if size >= rows:

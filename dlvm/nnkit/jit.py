@@ -89,7 +89,8 @@ class Compiled:
         PassManager(True).run_pipeline(module, PIPELINES[2])
         # LLVM at -O2, where telc builds at -O3: -O2 took a quarter less time (138 vs 180 ms on
         # a 32x784x128 layer) for the same kernel speed.
-        build_library(module, module_spec(module, "nnkit"), path, opt=opt, cuda=self.cuda)
+        build_library(module, module_spec(module, "nnkit"), path, opt=opt, cuda=self.cuda,
+                      quick_link=opt == FIRST_TIER)  # fmt: skip
 
     def model(self, device: str = "cpu") -> Any:
         """The best library loaded for this IR on `device`: from memory, from the disk cache,

@@ -102,3 +102,20 @@ def test_an_optimised_build_that_cannot_start_is_a_warning_not_a_hang(monkeypatc
         np.testing.assert_array_equal(f(A), A / 2)
         nk.wait_optimised()  # returns: the build is over, failed
     assert not jit.OptimisedBuild.running
+
+
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 5, 3), (5, 7, 9), (13, 300, 40), (19, 1100, 70), (33, 784, 128), (47, 64, 300)]
+)
+def test_the_first_tiers_compact_products_compute_what_numpy_does(tmp_path, m, k, n):
+    """The first tier's kernels are compact (LLVM level 1: leftover rows in tiles of 4, then
+    of 1): every count of leftover rows, one slice of k or several, packed b or not."""
+    rng = np.random.default_rng(m * k * n)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    f = dlvm.stage(lambda x, w: x @ w)
+    compiled = f.compile(f.specs((x, w)))
+    compiled.build(tmp_path / "first.so", jit.FIRST_TIER)
+    with dlvm.load(tmp_path / "first.so") as model:
+        got = model.entries[compiled.entry](x, w)
+    np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4 * np.sqrt(k))
