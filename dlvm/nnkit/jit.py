@@ -1,8 +1,9 @@
 """NNKit's just-in-time compiler: a staged module compiled into a shared library as telc builds
 a model, in two tiers.
 
-The first call of a new signature waits only for the first tier: LLVM's clean-up pipeline and
-code generation at -O1 (dlvm.codegen.llgen CLEAN_UP), into a private directory, loaded at once.
+The first call of a new signature waits only for the first tier: LLVM at telc -O1's level
+(dlvm.codegen.llgen: clean-up passes, compact kernels, code generation at -O1), linked with gold
+where it is installed, into a private directory, loaded at once.
 Meanwhile another Python process builds the second tier, the library at LLVM -O2, into the disk
 cache ($DLVM_CACHE_DIR/nnkit, else ~/.cache/dlvm/nnkit, keyed by a hash of the IR and of the
 compiler); when it is there, a thread of this process loads it and calls go to it from then on.
@@ -211,7 +212,7 @@ class OptimisedBuild:
         """Until every optimised build started so far is loaded (or has failed)."""
         while True:
             with cls.lock:
-                threads = [u.thread for u in cls.running.values()]
+                threads = [build.thread for build in cls.running.values()]
             if not threads:
                 return
             for t in threads:
@@ -238,7 +239,10 @@ def main() -> None:
         sys.exit("the staged IR prints differently once parsed again: not cached")
     if compiled.key != job["key"]:
         sys.exit("the compiler's files changed since the staging process started: not cached")
-    compiled.library()
+    try:
+        compiled.library()
+    except Exception as e:  # told to the staging process in one line, as its warning
+        sys.exit(f"{type(e).__name__}: {e}")
 
 
 def cache_dir() -> Path:
