@@ -79,7 +79,7 @@ class KernelGen:
         self.bound: dict[Value, ir.Value] = {}
         self.literal_count = 0
         # Smaller code over faster code (LLVM level 1 and below, where a build's time counts
-        # most): a product's leftover rows go one at a time (dlvm.codegen.matmul.tiles).
+        # most): a product's leftover rows go in tiles of 4, then of 1 (matmul.MatMul.tiles).
         self.compact = False
         # The body's range counts output elements rather than rows of the output's first
         # dimension (every root but scan; a product one element at a time): set for GPU

@@ -164,7 +164,7 @@ class MatMul:
         """tile(i0, rows) over rows [begin, end): full tiles, then the leftover rows as shorter
         tiles of 8, 4, 2 and 1 rows (each size its own straight-line code: four sizes rather
         than one per count keep the kernel small, and so LLVM fast); in a compact kernel,
-        tiles of one row each."""
+        looped tiles of 4 rows, then of 1."""
         b, rows = self.b, self.tile.rows
         tiles = b.udiv(b.sub(end, begin), ir.Constant(I64, rows))
         counted_loop(b, 0, tiles, lambda q: tile(b.add(begin, b.mul(q, ir.Constant(I64, rows))),
