@@ -272,8 +272,7 @@ class Staged:
         model's: the function is its entry point (docs/c-abi.md)."""
         compiled = self.compile(self.specs_or_given(args))
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        compiled.build(target)
+        compiled.build(target)  # makes the directory, or raises BuildError saying why not
         return target
 
     def specs_or_given(self, args: Sequence[Any]) -> tuple[TensorSpec, ...]:

@@ -9,6 +9,7 @@ import pytest
 
 import dlvm
 from dlvm import nnkit as nk
+from dlvm.codegen.build import BuildError
 from dlvm.nnkit import StagingError, Tensor, f32, tanh
 
 RNG = np.random.default_rng(0)
@@ -219,3 +220,42 @@ def test_dlpack_arrays_are_arguments_too():
     v = np.arange(6, dtype=np.float32).reshape(2, 3)
     two = np.array(2.0, np.float32)
     np.testing.assert_array_equal(scale(Exported(v), Exported(two)), v * 2)
+
+
+ONES = np.ones(3, np.float32)
+MISUSES = [
+    # (the call, the exception, what its message says); StagingErrors name this file's line.
+    (lambda: dlvm.stage(lambda x, y: x + y)(ONES), TypeError, r"takes 2 arguments, got 1"),
+    (lambda: dlvm.stage(lambda x: x * 2.0)("hi"), TypeError,
+     r"argument 'x': no DLVM element type for NumPy's <U2"),
+    (lambda: dlvm.stage(lambda x: x + "s")(ONES), StagingError,
+     r"cannot combine a staged tensor with str"),
+    (lambda: dlvm.stage(lambda x: [x])(ONES), StagingError,
+     r"must return tensors it computed, not \[<staged tensor <3 x f32>>\]"),
+    (lambda: dlvm.stage(lambda x: dlvm.cond(x, lambda: x, lambda: x))(ONES), StagingError,
+     r"dlvm.cond needs a scalar bool tensor"),
+    (lambda: dlvm.cond(None, lambda: 1, lambda: 2), StagingError,
+     r"dlvm.cond is for staged functions"),
+    (lambda: dlvm.stage(lambda x: dlvm.loop(x, lambda v: nk.sum(v) > 1.0, nk.sum))(ONES),
+     StagingError, r"dlvm.loop's body must keep the state's types: <3 x f32> became f32"),
+    (lambda: dlvm.gradient(lambda x: x), TypeError, r"gradient\(\) needs a staged function"),
+    (lambda: dlvm.gradient(dlvm.stage(lambda x: nk.sum(x)), wrt=(3,))(ONES), StagingError,
+     r"'wrt 3' is out of range: the function takes 1 argument"),
+    (lambda: dlvm.gradient(dlvm.stage(lambda x: nk.sum(x)), seedable=True)(ONES), TypeError,
+     r"takes 2 arguments \(the last a seed\)"),
+    (lambda: dlvm.stage(lambda x: nk.tanh(2.0))(ONES), StagingError,
+     r"tanh: expected a staged tensor, got float"),
+    (lambda: dlvm.stage(lambda x: nk.sum(x, 5))(ONES), StagingError,
+     r"dimension 5 is out of range for rank 1"),
+    (lambda: Tensor[float, 3], TypeError, r"annotate tensors as Tensor\[dtype, dim, …\]"),
+    (lambda: dlvm.stage(lambda x: x * 2.0).export("/proc/no/lib.so", ONES), BuildError,
+     r"cannot write"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("call,error,message", MISUSES)
+def test_every_misuse_is_a_clear_error(call, error, message):
+    with pytest.raises(error, match=message) as e:
+        call()
+    if error is StagingError:
+        assert "test_nnkit.py:" in str(e.value) and ": error: " in str(e.value)
