@@ -215,9 +215,13 @@ class Staged:
             return self.apply(outer, args)
         outs = out if isinstance(out, tuple) else () if out is None else (out,)
         device = device_of([*args, *outs])
-        compiled = self.compile(self.specs(args), cuda=device != "cpu")
+        specs = self.specs(args)
+        compiled = self.compile(specs, cuda=device != "cpu")
         result = compiled(*args, device=device, out=out)
-        if len(key) == len(args) and out is None:
+        # Only arrays the library takes as they are go the fast way, which converts nothing:
+        # an f64 array for an f32 annotation (or a byte-swapped one) takes the full call.
+        exact = all(a.dtype == _numpy(s.dtype) for a, s in zip(args, specs))
+        if len(key) == len(args) and out is None and exact:
             self.fast[key] = compiled.entry_call()
             # The optimised library, when it comes, takes the fast path over.
             compiled.on_optimised(lambda: self.fast.__setitem__(key, compiled.entry_call()))

@@ -119,3 +119,20 @@ def test_the_first_tiers_compact_products_compute_what_numpy_does(tmp_path, m, k
     with dlvm.load(tmp_path / "first.so") as model:
         got = model.entries[compiled.entry](x, w)
     np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def test_arrays_that_need_converting_never_take_the_fast_path():
+    """An f32 function called with f64 or byte-swapped f32 arrays converts them on every call:
+    the fast path, which passes arrays as they are, is only for exact dtypes."""
+
+    def body(x: nk.Tensor[nk.f32, 2, 3]):
+        return x * 2.0
+
+    f = dlvm.stage(body)
+    wide, swapped = A.astype(np.float64), A.astype(">f4")
+    for _ in range(3):
+        np.testing.assert_array_equal(f(wide), A * 2)
+        np.testing.assert_array_equal(f(swapped), A * 2)
+    assert f.fast == {}
+    np.testing.assert_array_equal(f(A), A * 2)
+    assert len(f.fast) == 1
