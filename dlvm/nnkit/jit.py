@@ -57,9 +57,13 @@ class Compiled:
         key = self.raw + artifacts.compiler_digest() + (" cuda" if cuda else "")
         self.key = hashlib.sha256(key.encode()).hexdigest()[:32]
 
+    def cached(self) -> Path:
+        """Where the disk cache keeps this IR's -O2 library."""
+        return cache_dir() / self.key / LIBRARY
+
     def library(self) -> Path:
         """The -O2 library, from the disk cache or built into it."""
-        path = cache_dir() / self.key / LIBRARY
+        path = self.cached()
         if path.is_file():
             Compiled.hits += 1
             return path
@@ -101,12 +105,11 @@ class Compiled:
         if model is None:
             import dlvm
 
-            path = cache_dir() / self.key / LIBRARY
             if self.cuda:
                 model = dlvm.load(self.library(), device=device)
-            elif path.is_file():
+            elif self.cached().is_file():
                 Compiled.hits += 1
-                model = dlvm.load(path)
+                model = dlvm.load(self.cached())
             elif os.environ.get("DLVM_JIT_TIERS", "2") == "1":
                 model = dlvm.load(self.library())
             else:
@@ -159,7 +162,7 @@ class OptimisedBuild:
         self.key = compiled.key
         self.entry = compiled.entry
         # Fixed now, the environment included: it may change before the build starts.
-        self.path = cache_dir() / self.key / LIBRARY
+        self.path = compiled.cached()
         self.job = json.dumps({"ir": compiled.raw, "entry": compiled.entry, "key": compiled.key})
         self.env = dict(os.environ, DLVM_CACHE_DIR=str(artifacts.cache_dir()))
         # The child imports this very dlvm, installed or not.

@@ -28,7 +28,7 @@ def own_cache(tmp_path, monkeypatch):
 
 def library_on_disk(f: nk.Staged) -> bool:
     (compiled,) = f.compiled.values()
-    return (jit.cache_dir() / compiled.key / jit.LIBRARY).is_file()
+    return compiled.cached().is_file()
 
 
 def test_the_optimised_library_takes_over_from_the_first():
