@@ -220,8 +220,8 @@ class Staged:
         result = compiled(*args, device=device, out=out)
         # Only arrays the library takes as they are go the fast way, which converts nothing:
         # an f64 array for an f32 annotation (or a byte-swapped one) takes the full call.
-        exact = all(a.dtype == _numpy(s.dtype) for a, s in zip(args, specs))
-        if len(key) == len(args) and out is None and exact:
+        arrays = len(key) == len(args)  # NumPy arrays, every one
+        if arrays and out is None and all(a.dtype == _numpy(s.dtype) for a, s in zip(args, specs)):
             self.fast[key] = compiled.entry_call()
             # The optimised library, when it comes, takes the fast path over.
             compiled.on_optimised(lambda: self.fast.__setitem__(key, compiled.entry_call()))
