@@ -461,6 +461,11 @@ def _entry_comment(e: EntrySpec) -> str:
     return f"/* {c_comment(e.name)} ({e.kind}): {what}. */"
 
 
+def check_spec(spec: LibrarySpec) -> None:
+    """Raises SpecError when the C ABI cannot express `spec`; a build checks this first."""
+    _Layout(spec)
+
+
 def glue_source(spec: LibrarySpec, cuda: CudaGlue | None = None) -> str:
     """The C11 glue implementing docs/c-abi.md section 1 over the model's host functions; with
     `cuda`, models can also be created on "cuda:N" (dlvm.codegen.glue_cuda)."""
