@@ -1,4 +1,4 @@
-"""The cases of the CPU benchmark (issue 8), their inputs (seeded, so every process, the
+"""The cases of the CPU benchmark, their inputs (seeded, so every process, the
 OpenBLAS worker included, times the same numbers) and our side of each: a library built by
 telc's pipeline and loaded with dlvm.load."""
 

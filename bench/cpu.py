@@ -1,4 +1,4 @@
-"""The CPU benchmark of issue 8: libraries built by telc against NumPy (OpenBLAS as installed,
+"""The CPU benchmark: libraries built by telc against NumPy (OpenBLAS as installed,
 and with OPENBLAS_CORETYPE=SkylakeX, its AVX-512 kernels, in a process of its own), PyTorch,
 JAX and ONNX Runtime, measured side by side in one run, interleaved in blocks so that drift hits
 every contender alike. Prints medians, minimums and our/peer ratios of the medians (below 1 we

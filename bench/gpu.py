@@ -1,4 +1,4 @@
-"""The GPU benchmark (issue 9): libraries built by telc for CUDA against PyTorch eager,
+"""The GPU benchmark: libraries built by telc for CUDA against PyTorch eager,
 torch.compile and JAX on the same GPU, in one run: MLP 784-512-256-10 inference at batch 1 and
 4096, its SGD train step at batch 4096, the chain tanh(a*x + b) * sigmoid(x) on 256M floats
 (with the device-to-device copy bandwidth it is held to), and an 8192^3 f32 matrix product
@@ -32,7 +32,7 @@ CHAIN_N = 1 << 28  # 256M floats: 1 GiB in, 1 GiB out
 MATMUL_N = 8192
 BATCHES = {"mlp_b1": 1, "mlp_b4096": 4096, "train_b4096": 4096}
 RATE = 0.01
-# (case, peer, ours/peer time at most): the issue's goals.
+# (case, peer, ours/peer time at most): the goals the CUDA path is held to.
 GOALS = [
     ("train_b4096", "best", 0.8),
     ("mlp_b1", "torch", 0.5),

@@ -1,4 +1,4 @@
-"""NNKit's JIT against JAX's jit on the same functions (issue 10): the first call (staging,
+"""NNKit's JIT against JAX's jit on the same functions: the first call (staging,
 compiling, loading; the compiler's own caches warm, the compiled-function cache empty) and the
 steady-state overhead of a call on a tiny input. The first call waits for the JIT's first tier
 (dlvm.nnkit.jit); the per-call overhead is measured once the optimised tier has taken over.

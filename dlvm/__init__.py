@@ -28,7 +28,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # The loader (ctypes and NumPy) and NNKit are imported on first use, so `import dlvm.ir`
-    # stays free of both (STYLE.md layering).
+    # stays free of both (docs/architecture.md, "Layering").
     if name in _LOADER:
         from dlvm import loader
 

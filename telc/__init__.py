@@ -1,3 +1,3 @@
-"""telc: the TEL compiler driver (the frontend lands with the TEL issue)."""
+"""telc: the TEL compiler driver (TEL → DLVM IR → native library)."""
 
 __version__ = "0.1.0"

@@ -166,7 +166,7 @@ _codegen = _options(
         default="cpu",
         show_default=True,
         help="What to generate code for: cpu, or cuda (the CPU code and CUDA kernels beside it; "
-        "for now up to --emit ptx, not yet a library).",
+        'models created on "cuda:N" run there).',
     ),
     click.option(
         "--gpu",

@@ -1,4 +1,4 @@
-"""Memory instructions in host code (IR.md section 4, dlvm/interp/memory.py): allocations,
+"""Memory instructions in host code (docs/ir.md, "Memory"; dlvm/interp/memory.py): allocations,
 boxes and their reference counts, loads, stores, element pointers, copies, and `trap`.
 
 Memory holds values in their layout (dlvm.codegen.layout), zeroed when allocated as the

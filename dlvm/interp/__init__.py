@@ -1,4 +1,4 @@
-"""The reference interpreter: the semantic oracle for DLVM IR (IR.md sections 2-5)."""
+"""The reference interpreter: the semantic oracle for DLVM IR (docs/ir.md)."""
 
 from dlvm.interp.errors import InterpreterError
 from dlvm.interp.interpreter import Interpreter, run_function

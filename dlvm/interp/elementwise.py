@@ -1,7 +1,7 @@
 """Elementwise instructions as tables, one row per operation: unary and binary arithmetic,
 boolean logic and comparisons, plus select and the casts.
 
-Broadcasting follows IR.md section 2 (a scalar operand, or equal ranks with dims equal or 1),
+Broadcasting follows docs/ir.md ("Types") (a scalar operand, or equal ranks with dims equal or 1),
 which is a special case of NumPy's, so the table functions broadcast by themselves. Every result
 is cast to the instruction's dtype (f64 for every float in float64 mode).
 """

@@ -1,4 +1,4 @@
-"""Tokens of the textual IR (IR.md section 5).
+"""Tokens of the textual IR (docs/ir.md, "Textual format").
 
 Newlines are tokens, except where a line may wrap: after `,` `(` `=` `->` `<` `[` `{` `x` and
 before `->` `)` `]` `>` `,`. Blank lines and `//` comments vanish; a newline token's text is

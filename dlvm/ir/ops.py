@@ -1,4 +1,4 @@
-"""The instruction set, each instruction declared once (IR.md section 4).
+"""The instruction set, each instruction declared once (docs/ir.md, "Instructions").
 
 A declaration holds the name, the textual syntax template, the result-type rule, the effects and
 differentiability. The parser, printer, builder and verifier read it; the interpreter and the

@@ -1,4 +1,4 @@
-"""Reads the textual IR (IR.md section 5) into a Module.
+"""Reads the textual IR (docs/ir.md, "Textual format") into a Module.
 
 Instructions are parsed through their declaration's syntax template. Errors are located
 diagnostics; an error inside an instruction skips to the end of its line and parsing goes on, so

@@ -1,4 +1,4 @@
-"""The textual form of modules, byte for byte as IR.md section 5 specifies.
+"""The textual form of modules, byte for byte as docs/ir.md ("Textual format") specifies.
 
 Instructions print through their declaration's syntax template, so there is no per-instruction
 printing code. Anonymous names `%B.I` are recomputed from positions at every print.

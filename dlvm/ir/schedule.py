@@ -1,4 +1,4 @@
-"""How a function runs, decided at stage schedule (DESIGN.md section 2), printed as one line
+"""How a function runs, decided at stage schedule (docs/ir.md, "Stages"), printed as one line
 before `func`: `[schedule cpu parallel 1 vectorize 8 grain 4096]` for a compute function,
 `[schedule host]` for a host function (whose frame dlvm/codegen/frame.py plans). The first word
 is the target; then `key value` pairs, a value being an integer or integers joined by `x`

@@ -1,4 +1,4 @@
-"""Result-type rules of the instructions (IR.md section 4), one function per rule.
+"""Result-type rules of the instructions (docs/ir.md, "Instructions"), one function per rule.
 
 Each rule takes the operand types and the attributes and returns the result type, or raises
 `TypeRuleError` with a message saying what is wrong. ops.py attaches one rule to each
@@ -713,7 +713,7 @@ def gradient_type(
     keeping: tuple[int, ...],
     seedable: bool,
 ) -> FunctionType:
-    """The type `[gradient @f from S wrt … keeping … seedable]` must declare (IR.md section 5):
+    """The type `[gradient @f from S wrt … keeping … seedable]` must declare (docs/ir.md, "Textual format"):
     `(args… [, seed]) -> (d_wrt…, kept…)`, derivatives first, always a tuple."""
     from dlvm.ir.types import is_differentiable
 

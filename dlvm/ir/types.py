@@ -1,4 +1,4 @@
-"""DLVM types (IR.md section 2): data types, tensors, aggregates, nominal types, pointers.
+"""DLVM types (docs/ir.md, "Types"): data types, tensors, aggregates, nominal types, pointers.
 
 Structural types are frozen dataclasses compared by value; struct, enum and alias types are
 nominal identity objects. `canonical` expands transparent aliases; `same_type` compares types the
@@ -57,8 +57,8 @@ class DataType(enum.Enum):
         return self.base is not Base.BOOL
 
     def can_cast_to(self, other: DataType) -> bool:
-        """Casts stay within one base (IR.md section 2). Integers and bools never narrow;
-        floats may, beyond IR.md, because the adjoint of a widening cast is the narrowing one
+        """Casts stay within one base (docs/ir.md, "Types"). Integers and bools never narrow;
+        floats may, unlike the original DLVM, because the adjoint of a widening cast is the narrowing one
         (and mixed precision needs it)."""
         if self.base is not other.base:
             return False

@@ -119,7 +119,7 @@ def device_of(values: Sequence[Any]) -> str:
 
 def ir_name(name: str) -> str:
     """A Python function's name as an IR name: `<lambda>` is `lambda`, and what the IR's names
-    cannot spell (IR.md section 5: ASCII letters, digits, `_` and `.`) becomes `_`."""
+    cannot spell (docs/ir.md, "Textual format": ASCII letters, digits, `_` and `.`) becomes `_`."""
     name = re.sub(r"[^A-Za-z0-9_]+", "_", name.strip("<>")).strip("_") or "staged"
     return name if not name[0].isdigit() else "_" + name
 

@@ -1,4 +1,4 @@
-"""dlopt: runs IR passes over `.dl` files (IR.md section 8) and can run a function.
+"""dlopt: runs IR passes over `.dl` files (docs/ir.md, "Passes") and can run a function.
 
     dlopt FILE… [-O0|-O1|-O2] [-p PASS…] [--print-ir] [-o OUT…] [--print-after PASS…] [--no-verify]
     dlopt FILE --run @f --args ARG…
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             report([Diagnostic(f"refusing to write over the input {path}")])
             return EXIT_USAGE
     try:
-        # Differentiation always runs first (IR.md section 8); naming it adds nothing.
+        # Differentiation always runs first (docs/ir.md, "Passes"); naming it adds nothing.
         passes = [Differentiation] + [
             p for p in PassManager.resolve(args.passes) if p is not Differentiation
         ]

@@ -15,7 +15,7 @@ and loop passes expect, after the original DLVM's pass of that name.
    exits are dedicated.
 
 New blocks take fresh copies of their target's argument names and just pass them on. Fresh
-names follow IR.md: `name`, then `name_0`, `name_1`… among every block, argument and
+names follow docs/ir.md: `name`, then `name_0`, `name_1`… among every block, argument and
 instruction name of the function.
 """
 

@@ -1,5 +1,5 @@
 """compute-scheduling (CS): gives every function a schedule (dlvm.ir.schedule) and sets stage
-schedule (DESIGN.md section 2).
+schedule (docs/ir.md, "Stages").
 
 A `[compute]` function gets `[schedule cpu parallel P vectorize W grain G]`: P outer loops of
 its loop nest are split across the runtime's threads when the kernel does enough work to pay

@@ -8,8 +8,7 @@ MAX_INSTRUCTIONS instructions once its own calls are inlined or is called from o
 (a gradient called by its training step: the copy replaces the call, so nothing grows). An
 `extract` from a tuple the inlined body built (`literal (…)`) becomes the element itself, so that
 tuple-returning callees leave no tuple traffic behind. Multi-block callees are left
-alone for now; inlining them means splitting the caller's block at the call (a later
-extension). Functions are visited bottom-up (callees first) and each call site once, so every
+alone: inlining them would mean splitting the caller's block at the call. Functions are visited bottom-up (callees first) and each call site once, so every
 call left after a run is one of a callee that fails the conditions above, and a second run
 changes nothing. Callees stay in the module: whether a function is an entry point is decided
 elsewhere, and dead-function removal is not this pass's business.

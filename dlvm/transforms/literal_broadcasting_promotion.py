@@ -17,7 +17,7 @@ from dlvm.ir.types import as_tensor, same_type, scalar
 from dlvm.ir.values import Function, Instruction, LiteralValue, Value
 from dlvm.transforms.pass_base import FunctionPass
 
-# The instruction families whose operands broadcast (IR.md section 2).
+# The instruction families whose operands broadcast (docs/ir.md, "Types").
 BROADCASTING = frozenset({"binary", "boolean", "compare", "select"})
 
 

@@ -48,7 +48,7 @@ def type_text(shape: Shape) -> str:
 
 
 def broadcast(a: Shape, b: Shape) -> Shape | None:
-    """IR.md broadcasting: a scalar fits anything, otherwise equal ranks, dims equal or 1."""
+    """Broadcasting (docs/ir.md): a scalar fits anything, otherwise equal ranks, dims equal or 1."""
     if not a:
         return b
     if not b:

@@ -1,4 +1,4 @@
-"""NNKit's annotations are usable by a static type checker (issue 10): mypy accepts every
+"""NNKit's annotations are usable by a static type checker: mypy accepts every
 example of docs/nnkit.md, sees `Tensor[f32, 1, 784]` as a staged f32 tensor, and reports mixed
 element types and non-tensor arguments at the user's lines, before anything is staged."""
 
