@@ -1,5 +1,11 @@
 """Strict layering (STYLE.md): only dlvm/codegen imports llvmlite, only dlvm/runtime.py and
-dlvm/loader.py import ctypes, and telc reaches the IR through dlvm.ir only."""
+dlvm/loader.py import ctypes, and telc reaches the IR through dlvm.ir only; and the code
+generator's modules import each other without a cycle.
+
+Each rule is a function over a map from module names to what they import: the tests apply it
+to the real tree and to a small planted violation, which it must report."""
+
+from __future__ import annotations
 
 import ast
 import pathlib
@@ -78,3 +84,94 @@ def test_telc_front_end_builds_ir_through_the_builder_only():
             and not n.startswith(("dlvm.ir", "dlvm.diagnostics", "dlvm.artifacts"))
         }
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+# The code generator's import graph --------------------------------------------------------------
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def run_time_imports(path: pathlib.Path) -> set[str]:
+    """Every name a module imports when it runs, at its top or inside a function (an import
+    deferred into a function hides a cycle, it does not remove one); not those under
+    `if TYPE_CHECKING:`, which never run. `from m import n` is recorded as `m.n`."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and ast.unparse(child.test).endswith("TYPE_CHECKING"):
+                for other in child.orelse:
+                    visit_node(other)
+                continue
+            visit_node(child)
+
+    def visit_node(node: ast.AST) -> None:
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        visit(node)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return found
+
+
+def import_graph(package: str) -> dict[str, set[str]]:
+    """The modules of `package` and, for each, the modules of `package` it imports."""
+    modules = {module_name(p): p for p in python_files(*package.split("."))}
+
+    def owner(name: str) -> str | None:  # `m.n` is module m.n, or name n of module m
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    return {
+        m: {o for n in run_time_imports(p) if (o := owner(n)) is not None and o != m}
+        for m, p in modules.items()
+    }
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of the graph as the modules along it (the first repeated at the end), or None."""
+    state: dict[str, str] = {}  # "open" while on the current path, then "done"
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = "open"
+        path.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == "open":
+                return path[path.index(n) :] + [n]
+            if n not in state and (cycle := visit(n)) is not None:
+                return cycle
+        path.pop()
+        state[m] = "done"
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (cycle := visit(m)) is not None:
+            return cycle
+    return None
+
+
+def test_the_code_generator_imports_without_a_cycle():
+    """Kernels, NVPTX primitives and the CUDA module are layered: cuda.py assembles the
+    kernels (cuda_kernel.py and the cuda_*.py it picks from), which build on nvptx.py."""
+    graph = import_graph("dlvm.codegen")
+    assert "dlvm.codegen.cuda" in graph and graph["dlvm.codegen.nvptx"]
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_a_planted_import_cycle_is_found():
+    """What the CUDA generator had before nvptx.py: the primitives in cuda.py, which imports the
+    kernel generators, which import the primitives."""
+    graph = import_graph("dlvm.codegen")
+    graph["dlvm.codegen.nvptx"].add("dlvm.codegen.cuda")
+    cycle = find_cycle(graph)
+    assert cycle is not None and cycle[0] == cycle[-1]
+    assert {"dlvm.codegen.cuda", "dlvm.codegen.nvptx", "dlvm.codegen.cuda_kernel"} <= set(cycle)
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
