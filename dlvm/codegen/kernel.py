@@ -32,8 +32,8 @@ from dlvm.codegen.llvm_types import (
 )
 from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, unravel
 from dlvm.codegen.matmul import MatMul
-from dlvm.interp.reductions import window_padding
 from dlvm.ir.literals import AggregateLiteral, ScalarLiteral, SpecialLiteral
+from dlvm.ir.typerules import window_padding
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
 from dlvm.transforms.compute_generation import kernel_core

@@ -306,6 +306,19 @@ def scan(ops: list[Type], attrs: dict[str, Any]) -> Type:
     return ops[0]
 
 
+def window_padding(n: int, d: int, s: int, out: int, mode: str) -> tuple[int, int]:
+    """(low, high) padding of one axis of a reduceWindow, for the padding mode that gave it `out`
+    windows (reduce_window below): none pads nothing; half pads `(out-1)·s + d - n` in all, the
+    smaller half low (XLA/TensorFlow SAME); full pads d-1 on both sides. The interpreter, the
+    adjoint and the code generator all pad by it."""
+    if mode == "none":
+        return (0, 0)
+    if mode == "half":
+        total = max((out - 1) * s + d - n, 0)
+        return (total // 2, total - total // 2)
+    return (d - 1, d - 1)
+
+
 def reduce_window(ops: list[Type], attrs: dict[str, Any]) -> Type:
     t = tensor(ops[0])
     if not t.shape:
