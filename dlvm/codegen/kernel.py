@@ -33,9 +33,9 @@ from dlvm.codegen.llvm_types import (
 from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, unravel
 from dlvm.codegen.matmul import MatMul
 from dlvm.ir.literals import AggregateLiteral, ScalarLiteral, SpecialLiteral
-from dlvm.ir.typerules import window_padding
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
+from dlvm.ir.windows import window_padding
 from dlvm.transforms.compute_generation import kernel_core
 
 TASK = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])

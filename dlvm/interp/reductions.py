@@ -15,8 +15,8 @@ import numpy as np
 from dlvm.interp.elementwise import BINARY
 from dlvm.interp.errors import InterpreterError
 from dlvm.interp.registry import impl
-from dlvm.ir.typerules import window_padding
 from dlvm.ir.values import Function
+from dlvm.ir.windows import window_padding
 
 Array = np.ndarray
 Combinator = Callable[[Array, Array], Array]

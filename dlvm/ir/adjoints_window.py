@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dlvm.ir.literals import AggregateLiteral, ScalarLiteral
-from dlvm.ir.typerules import window_padding
 from dlvm.ir.types import TensorType, canonical
 from dlvm.ir.values import Instruction, LiteralValue, Value
+from dlvm.ir.windows import window_padding
 
 Pairs = list[tuple[Value, Value]]
 

@@ -187,11 +187,12 @@ def test_reduce_window(mode, comb, dims, strides):
 
 @pytest.mark.parametrize("mode", ["none", "half", "full"])
 def test_window_padding_gives_the_type_rules_window_count(mode):
-    """One definition of the padding modes (dlvm.ir.typerules.window_padding), which the
-    interpreter, the adjoint and the code generator pad by: the padded axis holds exactly the
-    windows the type rule counts."""
-    from dlvm.ir.typerules import reduce_window, window_padding
+    """One definition of the padding modes (dlvm.ir.windows), which the type rule counts
+    windows by and the interpreter, the adjoint and the code generator pad by: the padded axis
+    holds exactly the windows the type rule counts."""
+    from dlvm.ir.typerules import reduce_window
     from dlvm.ir.types import DataType, TensorType
+    from dlvm.ir.windows import window_padding
 
     for n, d, s in itertools.product(range(1, 10), range(1, 5), range(1, 4)):
         attrs = {"comb": "add", "dims": (d,), "strides": (s,), "padding": mode}
