@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from irgen import IRGen  # noqa: E402
 
-from dlvm.analysis.manager import invalidate  # noqa: E402
 from dlvm.ir import module_text, parse_module  # noqa: E402
+from dlvm.ir.analysis_cache import invalidate  # noqa: E402
 from dlvm.ir.values import Module  # noqa: E402
 from dlvm.ir.verifier import verify  # noqa: E402
 from dlvm.transforms.common_subexpression_elimination import (  # noqa: E402

@@ -19,7 +19,7 @@ from typing import Any
 
 from dlvm.diagnostics import BuildFailure
 from dlvm.ir.printer import module_text
-from dlvm.tools.driver import read_text
+from dlvm.sources import read_text
 from telc.ast import dump
 from telc.cache import Cache, CacheError, build_key, install, write_atomically
 from telc.driver import (

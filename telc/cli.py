@@ -19,7 +19,8 @@ from rich.console import Console
 
 from dlvm.codegen.gpus import DEFAULT_GPU, GPUS
 from dlvm.diagnostics import BuildFailure, DiagnosticError
-from dlvm.tools.driver import EXIT_INPUT, EXIT_USAGE, read_text, report
+from dlvm.sources import read_text
+from dlvm.tools.driver import EXIT_INPUT, EXIT_USAGE, report
 from telc import __version__
 from telc.cache import Cache, compiler_version, write_atomically
 from telc.demo import demo

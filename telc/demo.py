@@ -174,7 +174,7 @@ def run(
     out: Path, epochs: int = 30, seed: int = 0, cpu: str = "native", console: Console | None = None
 ) -> Report:
     """The whole demo into directory OUT, told step by step on CONSOLE (None: silently)."""
-    import dlvm  # the loader: ctypes and NumPy only
+    from dlvm.loader import load  # ctypes and NumPy only
 
     say, clock = _Steps(console), _Clock()
     with say.status("building digits.so") as status:
@@ -188,7 +188,7 @@ def run(
     say.step("data", text, clock.lap("data"))
 
     checkpoint = out / "digits.safetensors"
-    with dlvm.load(built.library, seed=seed) as model:
+    with load(built.library, seed=seed) as model:
         with say.progress(epochs) as after_epoch:
             history = train(model, data, epochs, seed, after_epoch)
         say.step("train", _trained(history, n_train, batch_size(model)), clock.lap("train"))
@@ -202,7 +202,7 @@ def run(
     )
     say.step("save", f"{_shown(checkpoint)} ({_size(checkpoint)})")
 
-    with dlvm.load(built.library, seed=seed + 1) as fresh:  # other initial parameters
+    with load(built.library, seed=seed + 1) as fresh:  # other initial parameters
         fresh.load(checkpoint)
         reloaded = predict(fresh, data.x_test)
     same = predictions.tobytes() == reloaded.tobytes()

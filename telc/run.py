@@ -127,26 +127,26 @@ def execute(
     """Creates the model of `library` on `device` with parameters from `seed` (or the
     `checkpoint`), runs the entry on the inputs read from their files, saves the parameters to
     `save` if given; the entry and its outputs."""
-    import dlvm
+    from dlvm.loader import LibraryError, load
 
     try:
-        model = dlvm.load(library, device=device, seed=seed)
+        model = load(library, device=device, seed=seed)
     except (OSError, ValueError) as e:
         raise RunError(f"cannot load {library}: {e}") from None
-    except dlvm.LibraryError as e:
+    except LibraryError as e:
         raise RunError(f"cannot create the model on {device}: {e.message}") from None
     entry = choose_entry(model, entry_name)
     arrays = read_inputs(entry, inputs)
     if checkpoint:
         try:
             model.load(checkpoint)
-        except dlvm.LibraryError as e:
+        except LibraryError as e:
             raise RunError(f"cannot load parameters from {checkpoint}: {e.message}") from None
     outputs = run_entry(entry, arrays, steps, step_done)
     if save:
         try:
             model.save(save)
-        except dlvm.LibraryError as e:
+        except LibraryError as e:
             raise RunError(f"cannot save parameters to {save}: {e.message}") from None
     return entry, outputs
 

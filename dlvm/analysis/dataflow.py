@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from dlvm.analysis.manager import analysis
+from dlvm.ir.analysis_cache import analysis
 from dlvm.ir.values import Function, Instruction, LiteralValue, Value
 
 

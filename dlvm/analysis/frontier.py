@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dlvm.analysis.dominance import DominatorTree
-from dlvm.analysis.manager import analysis
 from dlvm.analysis.postdominance import PostDominatorTree
+from dlvm.ir.analysis_cache import analysis
+from dlvm.ir.dominance import DominatorTree
 from dlvm.ir.values import Block, Function
 
 

@@ -6,8 +6,8 @@ uses at the end of the predecessor, so a successor's arguments are never live ou
 
 from __future__ import annotations
 
-from dlvm.analysis.cfg import CFG
-from dlvm.analysis.manager import analysis
+from dlvm.ir.analysis_cache import analysis
+from dlvm.ir.cfg import CFG
 from dlvm.ir.values import Block, Function, Instruction, Value
 
 

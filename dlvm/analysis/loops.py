@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from dlvm.analysis.cfg import CFG
-from dlvm.analysis.dominance import DominatorTree
-from dlvm.analysis.manager import analysis
+from dlvm.ir.analysis_cache import analysis
+from dlvm.ir.cfg import CFG
+from dlvm.ir.dominance import DominatorTree
 from dlvm.ir.values import Argument, Block, Function, Instruction, Value
 
 

@@ -4,9 +4,9 @@ block (a block with no successors) flows into, so functions with several returns
 
 from __future__ import annotations
 
-from dlvm.analysis.cfg import CFG
-from dlvm.analysis.dominance import _idoms
-from dlvm.analysis.manager import analysis
+from dlvm.ir.analysis_cache import analysis
+from dlvm.ir.cfg import CFG
+from dlvm.ir.dominance import _idoms
 from dlvm.ir.values import Block, Function
 
 

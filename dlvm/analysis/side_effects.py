@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlvm.analysis.manager import analysis
+from dlvm.ir.analysis_cache import analysis
 from dlvm.ir.values import EXTERN, Function, Instruction, Module
 
 

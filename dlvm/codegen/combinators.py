@@ -7,7 +7,8 @@ from __future__ import annotations
 from dlvm.ir.types import TensorType
 from dlvm.ir.values import Function
 
-_INLINE_FAMILIES = {"unary", "binary", "boolean", "compare", "select", "cast"}
+# Inlined besides the elementwise instructions (OpDef.elementwise) and literals.
+_INLINE_FAMILIES = {"cast"}
 
 
 def not_inlinable(fn: Function, active: frozenset[Function] = frozenset()) -> str | None:
@@ -30,6 +31,8 @@ def not_inlinable(fn: Function, active: frozenset[Function] = frozenset()) -> st
             why = not_inlinable(callee, active | {fn})
             if why is not None:
                 return why
-        elif inst.op.family not in _INLINE_FAMILIES and inst.opcode != "literal":
+        elif not (
+            inst.op.elementwise or inst.op.family in _INLINE_FAMILIES or inst.opcode == "literal"
+        ):
             return f"'{inst.opcode}' in @{fn.name} is not an elementwise instruction"
     return None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -21,54 +20,14 @@ from pathlib import Path
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from dlvm.codegen.cuda_kernel import CudaKernelGen
+from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.gpus import DEFAULT_GPU, GPUS
-from dlvm.codegen.scalar import I32, CodegenError
+from dlvm.codegen.nvptx import kernel_symbol
 from dlvm.ir.schedule import Schedule
 from dlvm.ir.values import Function, Module
 
 TRIPLE = "nvptx64-nvidia-cuda"
-
-_SREG = "llvm.nvvm.read.ptx.sreg."
-
-
-def kernel_symbol(fn: Function) -> str:
-    """The PTX entry of a [compute] function: a C identifier (PTX allows no '.')."""
-    return "dlk_" + re.sub(r"[^A-Za-z0-9_]", "_", fn.name)
-
-
-def special_register(b: ir.IRBuilder, name: str) -> ir.Value:
-    """A PTX special register as i32: `tid.x`, `ntid.y`, `ctaid.z`, `nctaid.x`…"""
-    fname = _SREG + name
-    fn = b.module.globals.get(fname) or ir.Function(b.module, ir.FunctionType(I32, []), fname)
-    return b.call(fn, [])
-
-
-def barrier(b: ir.IRBuilder) -> None:
-    """`bar.sync 0`: every thread of the block waits until all have arrived."""
-    fname = "llvm.nvvm.barrier0"
-    fn = b.module.globals.get(fname) or ir.Function(
-        b.module, ir.FunctionType(ir.VoidType(), []), fname
-    )
-    b.call(fn, [])
-
-
-SHARED = 3  # NVPTX's address space of a block's shared memory
-
-
-def shared_array(b: ir.IRBuilder, name: str, element: ir.Type, count: int) -> ir.Value:
-    """A block's shared-memory array of `count` elements (a module global), as a generic
-    pointer."""
-    ty = ir.ArrayType(element, count)
-    g = ir.GlobalVariable(b.module, ty, name, addrspace=SHARED)
-    g.linkage = "internal"
-    g.initializer = ir.Constant(ty, ir.Undefined)
-    g.align = 16
-    return b.addrspacecast(g, ir.PointerType())
-
-
-def mark_kernel(fn: ir.Function) -> None:
-    """Makes fn a PTX entry (`.entry`), callable by cuLaunchKernel."""
-    fn.calling_convention = "ptx_kernel"
 
 
 @dataclass(frozen=True)
@@ -106,8 +65,6 @@ def _xyz(sched: Schedule, key: str) -> tuple[int, int, int]:
 def device_module(module: Module) -> tuple[ir.Module, list[Launch]]:
     """The LLVM module of every [compute] function of a module scheduled for CUDA, and their
     launches in module order."""
-    from dlvm.codegen.cuda_kernel import CudaKernelGen  # it imports this module
-
     if module.stage != "schedule":
         raise CodegenError(f"code generation needs stage schedule, found stage {module.stage}")
     m = ir.Module(name=module.name + ".cuda")

@@ -15,10 +15,9 @@ import math
 
 from llvmlite import ir
 
-from dlvm.codegen import scalar as S
 from dlvm.codegen.cuda_matmul import TiledProduct
+from dlvm.codegen.llvm_types import I64, constant
 from dlvm.codegen.loops import unravel
-from dlvm.codegen.scalar import I64
 from dlvm.ir.types import TensorType
 
 
@@ -70,7 +69,7 @@ class ConvolutionTiles(TiledProduct):
         inside, index = kg.clamp([oc, c, *taps], self.k_t.shape)
         inside = b.and_(inside, b.icmp_unsigned("<", i, self._c(self.m)))
         inside = b.and_(inside, b.icmp_unsigned("<", r, self._c(self.k)))
-        return b.select(inside, kg.elem(self.kernel, index), S.constant(self.dt, 0))
+        return b.select(inside, kg.elem(self.kernel, index), constant(self.dt, 0))
 
     def right(self, r: ir.Value, j: ir.Value) -> ir.Value:
         kg, b, c_ = self.kg, self.kg.b, self._c
@@ -89,7 +88,7 @@ class ConvolutionTiles(TiledProduct):
             at.append(q)
         channel = b.add(b.mul(self.group, c_(self.cin_g)), c)
         inside, index = kg.clamp([batch, channel, *at], self.x_t.shape)
-        return b.select(b.and_(ok, inside), kg.elem(self.x, index), S.constant(self.dt, 0))
+        return b.select(b.and_(ok, inside), kg.elem(self.x, index), constant(self.dt, 0))
 
     def output_index(self, i: ir.Value, j: ir.Value) -> list[ir.Value]:
         b = self.kg.b

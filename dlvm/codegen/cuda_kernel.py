@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from dlvm.codegen.cuda import kernel_symbol, mark_kernel, special_register
 from dlvm.codegen.cuda_conv import ConvolutionTiles
 from dlvm.codegen.cuda_matmul import TiledProduct, tiled
 from dlvm.codegen.cuda_mma import MmaProduct, tensor_cores
 from dlvm.codegen.cuda_reduce import BlockReduce, cooperative
 from dlvm.codegen.kernel import KernelGen
+from dlvm.codegen.llvm_types import I64, PTR
 from dlvm.codegen.loops import strided_loop
-from dlvm.codegen.scalar import I64, PTR
+from dlvm.codegen.nvptx import kernel_symbol, mark_kernel, special_register
 from dlvm.ir.values import Function
 
 

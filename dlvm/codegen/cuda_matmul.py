@@ -21,10 +21,18 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from dlvm.codegen import scalar as S
-from dlvm.codegen.cuda import barrier, shared_array, special_register
+from dlvm.codegen.elementwise import binary
+from dlvm.codegen.errors import CodegenError
+from dlvm.codegen.llvm_types import (
+    I64,
+    constant,
+    load_element,
+    memory_type,
+    store_element,
+    value_type,
+)
 from dlvm.codegen.loops import counted_loop, unravel
-from dlvm.codegen.scalar import I64
+from dlvm.codegen.nvptx import barrier, shared_array, special_register
 from dlvm.ir.types import TensorType
 from dlvm.ir.values import Function
 from dlvm.transforms.compute_generation import kernel_core
@@ -51,7 +59,7 @@ class TiledProduct:
         threads = self.tx * self.ty
         if self.bm % self.ty or self.bn % self.tx or (self.bm * self.bk) % threads or (
                 self.bk * self.bn) % threads:  # fmt: skip
-            raise S.CodegenError(
+            raise CodegenError(
                 f"@{kg.fn.name}: {sched}: the tile must be whole multiples of the block"
             )
         core = kg.core
@@ -88,7 +96,7 @@ class TiledProduct:
         kg, b = self.kg, self.kg.b
         kg.memo.clear()
         inside, (ci, cj) = kg.clamp([i, j], shape)
-        return b.select(inside, kg.elem(v, [*self.batch, ci, cj]), S.constant(self.dt, 0))
+        return b.select(inside, kg.elem(v, [*self.batch, ci, cj]), constant(self.dt, 0))
 
     def output_index(self, i: ir.Value, j: ir.Value) -> list[ir.Value]:
         """Where element (i, j) of the z-th product goes in the output."""
@@ -97,13 +105,13 @@ class TiledProduct:
     def shared(self, name: str, count: int) -> ir.Value:
         """A shared-memory array of `count` elements, as a generic pointer."""
         kg = self.kg
-        return shared_array(kg.b, f"{kg.body.name}.{name}", S.memory_type(self.dt), count)
+        return shared_array(kg.b, f"{kg.body.name}.{name}", memory_type(self.dt), count)
 
     def emit(self) -> None:
         kg = self.kg
         out = kg.bind_arguments()
         b = kg.b
-        dt, mt = self.dt, S.memory_type(self.dt)
+        dt, mt = self.dt, memory_type(self.dt)
         bm, bn, bk, tx_n, ty_n = self.bm, self.bn, self.bk, self.tx, self.ty
         a_tile = self.shared("a", bk * (bm + 1))
         b_tile = self.shared("b", bk * bn)
@@ -120,8 +128,8 @@ class TiledProduct:
         col0 = b.mul(reg("ctaid.x"), c(bn))
         self.start(reg("ctaid.z"))
         rows, cols = bm // ty_n, bn // tx_n
-        acc = [[kg.alloca(S.value_type(dt)) for _ in range(cols)] for _ in range(rows)]
-        zero = S.constant(dt, 0)
+        acc = [[kg.alloca(value_type(dt)) for _ in range(cols)] for _ in range(rows)]
+        zero = constant(dt, 0)
         for line in acc:
             for slot in line:
                 b.store(zero, slot)
@@ -136,20 +144,20 @@ class TiledProduct:
                 flat = b.add(thread, c(e * threads))
                 r, q = b.udiv(flat, c(bk)), b.urem(flat, c(bk))
                 v = self.left(b.add(row0, r), b.add(p0, q))
-                S.store_element(b, v, element(a_tile, b.add(b.mul(q, c(bm + 1)), r)), dt)
+                store_element(b, v, element(a_tile, b.add(b.mul(q, c(bm + 1)), r)), dt)
             for e in range(bk * bn // threads):  # b: consecutive threads along columns
                 flat = b.add(thread, c(e * threads))
                 q, j = b.udiv(flat, c(bn)), b.urem(flat, c(bn))
                 v = self.right(b.add(p0, q), b.add(col0, j))
-                S.store_element(b, v, element(b_tile, b.add(b.mul(q, c(bn)), j)), dt)
+                store_element(b, v, element(b_tile, b.add(b.mul(q, c(bn)), j)), dt)
             barrier(b)
 
             def step(p: ir.Value) -> None:  # a loop LLVM unrolls: the IR stays small
                 a_row = b.add(b.mul(p, c(bm + 1)), ty)
                 b_row = b.add(b.mul(p, c(bn)), tx)
-                xs = [S.load_element(b, element(a_tile, b.add(a_row, c(i * ty_n))), dt)
+                xs = [load_element(b, element(a_tile, b.add(a_row, c(i * ty_n))), dt)
                       for i in range(rows)]  # fmt: skip
-                ys = [S.load_element(b, element(b_tile, b.add(b_row, c(j * tx_n))), dt)
+                ys = [load_element(b, element(b_tile, b.add(b_row, c(j * tx_n))), dt)
                       for j in range(cols)]  # fmt: skip
                 for i, x in enumerate(xs):
                     for j, y in enumerate(ys):
@@ -178,7 +186,7 @@ class TiledProduct:
 def _multiply_add(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value, dt) -> ir.Value:
     """x·y + z, one fused multiply-add for floats (llvm.fmuladd)."""
     if not dt.is_float:
-        return S.binary(b, "add", S.binary(b, "multiply", x, y, dt), z, dt)
+        return binary(b, "add", binary(b, "multiply", x, y, dt), z, dt)
     suffix = {16: "f16", 32: "f32", 64: "f64"}[dt.bits]
     fname = f"llvm.fmuladd.{suffix}"
     fn = b.module.globals.get(fname) or ir.Function(

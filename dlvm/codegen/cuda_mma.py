@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from dlvm.codegen import scalar as S
-from dlvm.codegen.cuda import barrier, shared_array, special_register
+from dlvm.codegen.errors import CodegenError
+from dlvm.codegen.llvm_types import I32, I64, PTR, constant
 from dlvm.codegen.loops import counted_loop, unravel
-from dlvm.codegen.scalar import I32, I64
+from dlvm.codegen.nvptx import barrier, shared_array, special_register
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Function
 from dlvm.transforms.compute_generation import kernel_core
@@ -73,7 +73,7 @@ def mma_function(module: ir.Module, tf32: bool = False) -> ir.Function:
     fn = module.globals.get(name)
     if fn is not None:
         return fn
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [S.PTR] + [I32] * 6), name)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] + [I32] * 6), name)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -105,7 +105,7 @@ class MmaProduct:
         assert isinstance(t, TensorType) and sched is not None
         self.tf32 = sched.get("tf32") == 1
         if t.dtype is not (DataType.F32 if self.tf32 else DataType.F16):
-            raise S.CodegenError(f"@{kg.fn.name}: {sched}: not for a product of {t.dtype}")
+            raise CodegenError(f"@{kg.fn.name}: {sched}: not for a product of {t.dtype}")
         self.t = t
         self.element = F32 if self.tf32 else HALF
         self.a, self.b = core.operands
@@ -114,7 +114,7 @@ class MmaProduct:
         self.m, self.n, self.k = t.shape[-2], t.shape[-1], a_t.shape[-1]
         self.batch_shape = t.shape[:-2]
         if sched.get_all("tile") != (64, 64, 16) or sched.get("block") != 128:
-            raise S.CodegenError(f"@{kg.fn.name}: {sched}: mma needs block 128 tile 64 x 64 x 16")
+            raise CodegenError(f"@{kg.fn.name}: {sched}: mma needs block 128 tile 64 x 64 x 16")
 
     def shared(self, name: str, count: int) -> ir.Value:
         kg = self.kg
@@ -145,7 +145,7 @@ class MmaProduct:
         for slot in acc.values():
             for e in range(4):
                 b.store(ir.Constant(F32, 0.0), self.at(slot, e))
-        zero = S.constant(self.t.dtype, 0)
+        zero = constant(self.t.dtype, 0)
 
         def operand(v, i: ir.Value, j: ir.Value, shape: tuple[int, int]) -> ir.Value:
             kg.memo.clear()

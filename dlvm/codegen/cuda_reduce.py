@@ -18,10 +18,18 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from dlvm.codegen import scalar as S
-from dlvm.codegen.cuda import barrier, shared_array, special_register
+from dlvm.codegen.errors import CodegenError
+from dlvm.codegen.llvm_types import (
+    I32,
+    I64,
+    constant,
+    load_element,
+    memory_type,
+    store_element,
+    value_type,
+)
 from dlvm.codegen.loops import strided_loop, unravel
-from dlvm.codegen.scalar import I32, I64
+from dlvm.codegen.nvptx import barrier, shared_array, special_register
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Function
 from dlvm.transforms.compute_generation import kernel_core
@@ -43,13 +51,13 @@ def cooperative(fn: Function) -> bool:
 def identity(comb: str, dt: DataType) -> ir.Constant:
     """The element x with comb(x, y) = y for every y."""
     if comb == "add":
-        return S.constant(dt, 0)
+        return constant(dt, 0)
     if comb == "multiply":
-        return S.constant(dt, 1)
+        return constant(dt, 1)
     if dt.is_float:
-        return S.constant(dt, -math.inf if comb == "max" else math.inf)
+        return constant(dt, -math.inf if comb == "max" else math.inf)
     bound = 1 << (dt.bits - 1)
-    return S.constant(dt, -bound if comb == "max" else bound - 1)
+    return constant(dt, -bound if comb == "max" else bound - 1)
 
 
 class BlockReduce:
@@ -62,12 +70,12 @@ class BlockReduce:
         assert sched is not None and root is kg.core
         self.threads = sched.get("block", 1)
         if self.threads & (self.threads - 1) or self.threads < WARP:
-            raise S.CodegenError(f"@{kg.fn.name}: {sched}: the block must be a power of 2 ≥ 32")
+            raise CodegenError(f"@{kg.fn.name}: {sched}: the block must be a power of 2 ≥ 32")
         self.comb = root.attrs["comb"]
         t, src_t = root.type, root.operands[0].type
         assert isinstance(t, TensorType) and isinstance(src_t, TensorType)
         if not isinstance(self.comb, str) or self.comb not in COMBINATORS or t.dtype.is_bool:
-            raise S.CodegenError(f"@{kg.fn.name}: a block reduction by {self.comb} of {t.dtype}")
+            raise CodegenError(f"@{kg.fn.name}: a block reduction by {self.comb} of {t.dtype}")
         self.t, self.src_t = t, src_t
         self.dims = sorted(root.attrs["dims"])
         self.kept = [d for d in range(src_t.rank) if d not in self.dims]
@@ -76,7 +84,7 @@ class BlockReduce:
         kg, t, dt = self.kg, self.t, self.t.dtype
         out = kg.bind_arguments()
         b = kg.b
-        mt, vt = S.memory_type(dt), S.value_type(dt)
+        mt, vt = memory_type(dt), value_type(dt)
         partial = shared_array(b, f"{kg.body.name}.partial", mt, self.threads)
 
         def wide(name: str) -> ir.Value:
@@ -105,25 +113,25 @@ class BlockReduce:
                 b.store(kg.combine(self.comb, b.load(slot), kg.elem(src, full), dt), slot)
 
             strided_loop(b, tid, ir.Constant(I64, length), block, share, "r")
-            S.store_element(b, b.load(slot), cell(tid), dt)
+            store_element(b, b.load(slot), cell(tid), dt)
             barrier(b)
             shuffle = dt.bits == 32
             half = self.threads // 2
             while half >= (WARP if shuffle else 1):
                 with b.if_then(b.icmp_unsigned("<", tid, ir.Constant(I64, half))):
-                    mine = S.load_element(b, cell(tid), dt)
-                    other = S.load_element(b, cell(b.add(tid, ir.Constant(I64, half))), dt)
-                    S.store_element(b, kg.combine(self.comb, mine, other, dt), cell(tid), dt)
+                    mine = load_element(b, cell(tid), dt)
+                    other = load_element(b, cell(b.add(tid, ir.Constant(I64, half))), dt)
+                    store_element(b, kg.combine(self.comb, mine, other, dt), cell(tid), dt)
                 barrier(b)
                 half //= 2
             if shuffle:
                 with b.if_then(b.icmp_unsigned("<", tid, ir.Constant(I64, WARP))):
-                    v = S.load_element(b, cell(tid), dt)
+                    v = load_element(b, cell(tid), dt)
                     for delta in (16, 8, 4, 2, 1):
                         v = kg.combine(self.comb, v, _shuffle_down(b, v, delta), dt)
                     b.store(v, slot)
             else:
-                b.store(S.load_element(b, cell(ir.Constant(I64, 0)), dt), slot)
+                b.store(load_element(b, cell(ir.Constant(I64, 0)), dt), slot)
             with b.if_then(b.icmp_unsigned("==", tid, ir.Constant(I64, 0))):
                 kg.memo.clear()
                 result = kg.combine(self.comb, kg.elem(init, []), b.load(slot), dt)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from dlvm.codegen import scalar as S
+from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.frame import ALIGN
 from dlvm.codegen.host_aggregates import AggregateOps
 from dlvm.codegen.host_memory import MemoryOps
@@ -29,7 +29,7 @@ from dlvm.codegen.host_values import (
 )
 from dlvm.codegen.kernel import tensor_type
 from dlvm.codegen.layout import enum_case
-from dlvm.codegen.scalar import I32, I64, PTR, CodegenError
+from dlvm.codegen.llvm_types import I32, I64, PTR, load_element
 from dlvm.ir.types import EnumType, FunctionType, canonical
 from dlvm.ir.values import Block, Function, Instruction, Successor, Value
 
@@ -140,7 +140,7 @@ class HostGen(AggregateOps, MemoryOps, TensorOps):
 
     def i_conditional(self, inst: Instruction) -> None:
         b = self.b
-        c = S.load_element(b, self.value(inst.operands[0]), tensor_type(inst.operands[0]).dtype)
+        c = load_element(b, self.value(inst.operands[0]), tensor_type(inst.operands[0]).dtype)
         yes = self.llfn.append_basic_block("then")
         no = self.llfn.append_basic_block("else")
         b.cbranch(c, yes, no)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from dlvm.codegen import scalar as S
+from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.host_values import (
     STATUS_INVALID_ARGUMENT,
     STATUS_OUT_OF_MEMORY,
@@ -21,7 +21,7 @@ from dlvm.codegen.host_values import (
     nbytes,
 )
 from dlvm.codegen.layout import element_offsets
-from dlvm.codegen.scalar import I32, I64, PTR, CodegenError
+from dlvm.codegen.llvm_types import I1, I32, I64, PTR
 from dlvm.ir.types import (
     ArrayType,
     BoxType,
@@ -146,7 +146,7 @@ class MemoryOps(HostBase):
         s = self.not_null(self.word(src), "source pointer")
         d = self.not_null(self.word(dst), "destination pointer")
         size = self.b.mul(self.count(count, "copy"), ir.Constant(I64, nbytes(pointee(src))))
-        self.b.call(self.rt.memmove, [d, s, size, ir.Constant(S.I1, 0)])
+        self.b.call(self.rt.memmove, [d, s, size, ir.Constant(I1, 0)])
 
     def i_trap(self, inst: Instruction) -> None:
         """Ends the call with DLRT_ERR_TRAP and the interpreter's message."""

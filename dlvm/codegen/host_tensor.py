@@ -8,11 +8,11 @@ import math
 
 from llvmlite import ir
 
-from dlvm.codegen import scalar as S
+from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.host_values import STATUS_INVALID_ARGUMENT, HostBase, nbytes
 from dlvm.codegen.kernel import tensor_type
+from dlvm.codegen.llvm_types import I64, load_element, memory_type, store_element, value_type
 from dlvm.codegen.loops import counted_loop, linear_index, loop_nest
-from dlvm.codegen.scalar import I64, CodegenError
 from dlvm.ir.types import TensorType, TupleType, canonical
 from dlvm.ir.values import Instruction
 
@@ -40,8 +40,8 @@ class TensorOps(HostBase):
         out = self.new_value(t, inst)
         self.values[inst] = out
         lo_p, hi_p = (self.value(v) for v in inst.operands)
-        lo = S.load_element(b, lo_p, t.dtype)
-        hi = S.load_element(b, hi_p, t.dtype)
+        lo = load_element(b, lo_p, t.dtype)
+        hi = load_element(b, hi_p, t.dtype)
         # dl_context is { ptr arena; u64 seed; u64 counter }: three 8-byte words.
         seed_p = b.gep(self.ctx, [ir.Constant(I64, 1)], source_etype=I64)
         count_p = b.gep(self.ctx, [ir.Constant(I64, 2)], source_etype=I64)
@@ -49,11 +49,11 @@ class TensorOps(HostBase):
         b.store(b.add(counter, ir.Constant(I64, 1)), count_p)
         key = mix(b, b.add(b.load(seed_p, typ=I64), b.mul(counter, ir.Constant(I64, _GOLDEN))))
         draw = self._uniform_real(lo, hi, t) if t.dtype.is_float else self._uniform_int(lo, hi, t)
-        mt = S.memory_type(t.dtype)
+        mt = memory_type(t.dtype)
 
         def fill(i: ir.Value) -> None:
             z = mix(b, b.xor(key, b.mul(i, ir.Constant(I64, _ODD))))
-            S.store_element(b, draw(z), b.gep(out, [i], source_etype=mt), t.dtype)
+            store_element(b, draw(z), b.gep(out, [i], source_etype=mt), t.dtype)
 
         counted_loop(b, 0, math.prod(t.shape), fill, name="rand")
 
@@ -62,7 +62,7 @@ class TensorOps(HostBase):
         wide = [b.fpext(x, ir.DoubleType()) if t.dtype.bits < 64 else x for x in (lo, hi)]
         message = "random range [%g, %g) is empty"
         self.fail_if(b.fcmp_ordered("<", hi, lo), STATUS_INVALID_ARGUMENT, message, *wide)
-        vt = S.value_type(t.dtype)
+        vt = value_type(t.dtype)
         bits = 24 if t.dtype.bits <= 32 else 53
         scale = ir.Constant(vt, 2.0**-bits)
         span = b.fsub(hi, lo)
@@ -81,7 +81,7 @@ class TensorOps(HostBase):
         message = "random range [%lld, %lld) is empty"
         self.fail_if(b.icmp_signed("<=", hi, lo), STATUS_INVALID_ARGUMENT, message, *wide)
         span = b.zext(b.sub(wide[1], wide[0]), I128)
-        vt = S.value_type(t.dtype)
+        vt = value_type(t.dtype)
 
         def draw(z: ir.Value) -> ir.Value:
             high = b.lshr(b.mul(b.zext(z, I128), span), ir.Constant(I128, 64))
@@ -131,7 +131,7 @@ class TensorOps(HostBase):
         kept = [d for d in range(len(xt.shape)) if d not in dims]
         out = self.new_value(t, inst)
         self.values[inst] = out
-        mt, size = S.memory_type(t.dtype), t.dtype.size
+        mt, size = memory_type(t.dtype), t.dtype.size
         src, init_p = self.value(x), self.value(init)
         result = self.new_value(t.with_shape(()))
 

@@ -15,10 +15,10 @@ from typing import Any, TypeAlias
 
 from llvmlite import ir
 
-from dlvm.codegen import scalar as S
+from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.frame import ALIGN, FramePlan, builds, storage_size
 from dlvm.codegen.layout import element_offsets, enum_case, layout
-from dlvm.codegen.scalar import I8, I32, I64, PTR, CodegenError
+from dlvm.codegen.llvm_types import I1, I8, I32, I64, PTR, constant, load_element, memory_type
 from dlvm.codegen.spec import host_symbol
 from dlvm.ir.literals import AggregateLiteral, EnumLiteral, ScalarLiteral, StructLiteral
 from dlvm.ir.types import (
@@ -82,9 +82,9 @@ class Runtime:
             box_create=fn("dlrt_box_create", PTR, [I64]),
             box_retain=fn("dlrt_box_retain", void, [PTR]),
             box_release=fn("dlrt_box_release", void, [PTR]),
-            memcpy=fn("llvm.memcpy.p0.p0.i64", void, [PTR, PTR, I64, S.I1]),
-            memmove=fn("llvm.memmove.p0.p0.i64", void, [PTR, PTR, I64, S.I1]),
-            memset=fn("llvm.memset.p0.i64", void, [PTR, I8, I64, S.I1]),
+            memcpy=fn("llvm.memcpy.p0.p0.i64", void, [PTR, PTR, I64, I1]),
+            memmove=fn("llvm.memmove.p0.p0.i64", void, [PTR, PTR, I64, I1]),
+            memset=fn("llvm.memset.p0.i64", void, [PTR, I8, I64, I1]),
             error=ir.Function(m, ir.FunctionType(I32, [I32, PTR], var_arg=True), "dlrt_error"),
         )
 
@@ -196,7 +196,7 @@ class HostBase:
 
     def copy(self, dst: ir.Value, src: ir.Value, size: int | ir.Value) -> None:
         n = ir.Constant(I64, size) if isinstance(size, int) else size
-        self.b.call(self.rt.memcpy, [dst, src, n, ir.Constant(S.I1, 0)])
+        self.b.call(self.rt.memcpy, [dst, src, n, ir.Constant(I1, 0)])
 
     def copy_value(self, dst: HostValue, src: HostValue, t: Type) -> None:
         for d, s, tt in zip(flatten(dst), flatten(src), flat_types(t)):
@@ -205,7 +205,7 @@ class HostBase:
 
     def zero(self, ptr: ir.Value, size: int | ir.Value) -> None:
         n = ir.Constant(I64, size) if isinstance(size, int) else size
-        self.b.call(self.rt.memset, [ptr, ir.Constant(I8, 0), n, ir.Constant(S.I1, 0)])
+        self.b.call(self.rt.memset, [ptr, ir.Constant(I8, 0), n, ir.Constant(I1, 0)])
 
     def word(self, v: Value) -> ir.Value:
         """The address (or handle) a pointer, box, function or stack value holds."""
@@ -280,8 +280,8 @@ class HostBase:
             return [self.value(item) for item in value.items]
         if isinstance(value, ScalarLiteral):
             assert isinstance(t, TensorType)
-            mt = S.memory_type(t.dtype)
-            c = S.constant(t.dtype, value.value)
+            mt = memory_type(t.dtype)
+            c = constant(t.dtype, value.value)
             one = ir.Constant(I8, c.constant) if t.dtype.is_bool else c
             if not t.shape:
                 return self.constant(mt, one)
@@ -354,7 +354,7 @@ class HostBase:
             raise CodegenError(f"@{self.fn.name}: a field key indexes a struct only")
         kt = canonical(key.value.type)
         assert isinstance(kt, TensorType)
-        raw = S.load_element(self.b, self.value(key.value), kt.dtype)
+        raw = load_element(self.b, self.value(key.value), kt.dtype)
         i = self.b.sext(raw, I64) if kt.dtype.bits < 64 else raw
         if bound is not None:
             self.check_index(i, *bound)

@@ -11,8 +11,8 @@ from dlvm.ir.types import TensorType, Type
 from dlvm.ir.values import Function, Instruction, Value
 from dlvm.transforms.compute_generation import is_pointwise
 
-# Instructions that read each operand of their own shape at exactly the index they compute.
-_ELEMENTWISE_FAMILIES = {"unary", "binary", "boolean", "compare", "select"}
+# Instructions that read each operand of their own shape at exactly the index they compute:
+# the elementwise ones (OpDef.elementwise), and these.
 _ELEMENTWISE_OPS = {"dataTypeCast"}
 
 
@@ -71,7 +71,7 @@ def _same_layout(a: Type, b: Type) -> bool:
 def _reads_at_index(user: Instruction, v: Value) -> bool:
     """Whether user reads v only at the index it computes: an elementwise instruction of v's
     shape with v among its operands (and not inside a literal, read elsewhere)."""
-    elementwise = user.op.family in _ELEMENTWISE_FAMILIES or user.opcode in _ELEMENTWISE_OPS
+    elementwise = user.op.elementwise or user.opcode in _ELEMENTWISE_OPS
     t, u = v.type, user.type
     same_shape = isinstance(t, TensorType) and isinstance(u, TensorType) and t.shape == u.shape
     direct = sum(x is v for x in user.operands)

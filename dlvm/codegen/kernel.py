@@ -15,17 +15,27 @@ from collections.abc import Callable
 import numpy as np
 from llvmlite import ir
 
-from dlvm.codegen import scalar as S
 from dlvm.codegen.combinators import not_inlinable
+from dlvm.codegen.elementwise import binary, cast, compare, unary
+from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.host_values import Runtime
 from dlvm.codegen.inplace import aligned_inputs
+from dlvm.codegen.llvm_types import (
+    I1,
+    I64,
+    PTR,
+    constant,
+    load_element,
+    memory_type,
+    store_element,
+    value_type,
+)
 from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, unravel
 from dlvm.codegen.matmul import MatMul
-from dlvm.codegen.scalar import I64, PTR, CodegenError
-from dlvm.interp.reductions import window_padding
 from dlvm.ir.literals import AggregateLiteral, ScalarLiteral, SpecialLiteral
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
+from dlvm.ir.windows import window_padding
 from dlvm.transforms.compute_generation import kernel_core
 
 TASK = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
@@ -207,11 +217,11 @@ class KernelGen:
         self.check_combinator(comb)
         dims = sorted(root.attrs["dims"])
         kept = [d for d in range(len(st.shape)) if d not in dims]
-        if not self.flat and dims and kept and kept[-1] == len(st.shape) - 1 and S.value_type(
-                t.dtype) == S.memory_type(t.dtype):  # fmt: skip
+        if not self.flat and dims and kept and kept[-1] == len(st.shape) - 1 and value_type(
+                t.dtype) == memory_type(t.dtype):  # fmt: skip
             self.reduce_rows(out, begin, end, dims, kept)
             return
-        acc_slot = self.alloca(S.value_type(t.dtype))
+        acc_slot = self.alloca(value_type(t.dtype))
 
         def at(out_idx: list[ir.Value]) -> None:
             self.memo.clear()
@@ -263,9 +273,9 @@ class KernelGen:
                     for d, i in zip(dims, red_idx):
                         full[d] = i
                     address = self.address(out, [*outer, j], t)
-                    acc = S.load_element(b, address, t.dtype)
+                    acc = load_element(b, address, t.dtype)
                     x = self.elem(src, full)
-                    S.store_element(b, self.combine(comb, acc, x, t.dtype), address, t.dtype)
+                    store_element(b, self.combine(comb, acc, x, t.dtype), address, t.dtype)
 
                 counted_loop(b, j0, j1, col, name="rj")
 
@@ -312,17 +322,17 @@ class KernelGen:
         b, core = self.b, self.core
         x, y = core.operands
         t = tensor_type(core)
-        slot = self.alloca(S.value_type(t.dtype))
+        slot = self.alloca(value_type(t.dtype))
 
         def at(idx: list[ir.Value]) -> None:
             batch, i, j = idx[:-2], idx[-2], idx[-1]
-            b.store(S.constant(t.dtype, 0), slot)
+            b.store(constant(t.dtype, 0), slot)
 
             def step(p: ir.Value) -> None:
                 self.memo.clear()
-                xy = S.binary(b, "multiply", self.elem(x, [*batch, i, p]),
-                              self.elem(y, [*batch, p, j]), t.dtype)  # fmt: skip
-                b.store(S.binary(b, "add", b.load(slot), xy, t.dtype), slot)
+                xy = binary(b, "multiply", self.elem(x, [*batch, i, p]),
+                            self.elem(y, [*batch, p, j]), t.dtype)  # fmt: skip
+                b.store(binary(b, "add", b.load(slot), xy, t.dtype), slot)
 
             counted_loop(b, 0, tensor_type(x).shape[-1], step, name="p")
             self.store(out, idx, t, b.load(slot))
@@ -337,16 +347,16 @@ class KernelGen:
         b = self.b
         x, y = self.root.operands
         dt = tensor_type(self.root).dtype
-        slot = self.alloca(S.value_type(dt))
-        b.store(S.constant(dt, 0), slot)
+        slot = self.alloca(value_type(dt))
+        b.store(constant(dt, 0), slot)
 
         def step(p: ir.Value) -> None:
             self.memo.clear()
-            prod = S.binary(b, "multiply", self.elem(x, [p]), self.elem(y, [p]), dt)
-            b.store(S.binary(b, "add", b.load(slot), prod, dt), slot)
+            prod = binary(b, "multiply", self.elem(x, [p]), self.elem(y, [p]), dt)
+            b.store(binary(b, "add", b.load(slot), prod, dt), slot)
 
         counted_loop(b, 0, tensor_type(x).shape[0], step, name="p")
-        S.store_element(b, b.load(slot), out, dt)
+        store_element(b, b.load(slot), out, dt)
 
     def scan(self, out: ir.Value) -> None:
         """Inclusive running folds along each listed axis in turn: the first pass reads the
@@ -356,14 +366,14 @@ class KernelGen:
         t = tensor_type(root)
         comb = root.attrs["comb"]
         self.check_combinator(comb)
-        slot = self.alloca(S.value_type(t.dtype))
+        slot = self.alloca(value_type(t.dtype))
         for k, d in enumerate(root.attrs["dims"]):
             others = [n for axis, n in enumerate(t.shape) if axis != d]
 
             def read(idx: list[ir.Value], first: bool = k == 0) -> ir.Value:
                 if first:
                     return self.elem(root.operands[0], idx)
-                return S.load_element(b, self.address(out, idx, t), t.dtype)
+                return load_element(b, self.address(out, idx, t), t.dtype)
 
             def line(rest: list[ir.Value], d: int = d, read=read) -> None:
                 def full(i: ir.Value) -> list[ir.Value]:
@@ -398,7 +408,7 @@ class KernelGen:
             window_padding(n, w, s, m, root.attrs["padding"])
             for n, w, s, m in zip(xt.shape, dims, strides, t.shape)
         ]
-        slot = self.alloca(S.value_type(t.dtype))
+        slot = self.alloca(value_type(t.dtype))
 
         def at(o: list[ir.Value]) -> None:
             self.memo.clear()
@@ -438,11 +448,11 @@ class KernelGen:
         groups = a.get("groups") or 1
         cin_g, cout_g = kt.shape[1], kt.shape[0] // groups
         dt = t.dtype
-        slot = self.alloca(S.value_type(dt))
+        slot = self.alloca(value_type(dt))
 
         def at(o: list[ir.Value]) -> None:
             batch, oc, p = o[0], o[1], o[2:]
-            b.store(S.constant(dt, 0), slot)
+            b.store(constant(dt, 0), slot)
             base = b.mul(b.udiv(oc, ir.Constant(I64, cout_g)), ir.Constant(I64, cin_g))
 
             def tap(ct: list[ir.Value]) -> None:
@@ -461,9 +471,9 @@ class KernelGen:
                 for cond in ok:
                     inside = b.and_(inside, cond)
                 xv = self.elem(x, [batch, b.add(base, c), *clamped])
-                xv = b.select(inside, xv, S.constant(dt, 0))
+                xv = b.select(inside, xv, constant(dt, 0))
                 kv = self.elem(k, [oc, c, *taps])
-                acc = S.binary(b, "add", b.load(slot), S.binary(b, "multiply", xv, kv, dt), dt)
+                acc = binary(b, "add", b.load(slot), binary(b, "multiply", xv, kv, dt), dt)
                 b.store(acc, slot)
 
             loop_nest(b, [cin_g, *kt.shape[2:]], tap)
@@ -487,7 +497,7 @@ class KernelGen:
         """Whether every position is inside the shape, and the positions clamped into it (so
         that a load is always in bounds; the caller selects it away when outside)."""
         b = self.b
-        inside: ir.Value = ir.Constant(S.I1, 1)
+        inside: ir.Value = ir.Constant(I1, 1)
         clamped = []
         for q, n in zip(pos, shape):
             ok = b.icmp_unsigned("<", q, ir.Constant(I64, n))
@@ -513,7 +523,7 @@ class KernelGen:
     def combine(self, comb: str | Value, acc: ir.Value, x: ir.Value, dt: DataType) -> ir.Value:
         """comb(acc, x): the operation, or the function's body computed inline."""
         if isinstance(comb, str):
-            return S.binary(self.b, comb, acc, x, dt)
+            return binary(self.b, comb, acc, x, dt)
         assert isinstance(comb, Function)
         return self.inline(comb, [acc, x])
 
@@ -541,10 +551,10 @@ class KernelGen:
 
     def address(self, base: ir.Value, idx: list[ir.Value], t: TensorType) -> ir.Value:
         off = linear_index(self.b, idx, t.shape)
-        return self.b.gep(base, [off], source_etype=S.memory_type(t.dtype))
+        return self.b.gep(base, [off], source_etype=memory_type(t.dtype))
 
     def store(self, base: ir.Value, idx: list[ir.Value], t: TensorType, v: ir.Value) -> None:
-        S.store_element(self.b, v, self.address(base, idx, t), t.dtype)
+        store_element(self.b, v, self.address(base, idx, t), t.dtype)
 
     def elem(self, v: Value, idx: list[ir.Value]) -> ir.Value:
         """The element of v at idx, computed at the builder's position."""
@@ -563,12 +573,12 @@ class KernelGen:
             return self.bound[v]
         if isinstance(v, Argument):
             t = tensor_type(v)
-            return S.load_element(b, self.address(self.ptrs[v], idx, t), t.dtype)
+            return load_element(b, self.address(self.ptrs[v], idx, t), t.dtype)
         if isinstance(v, LiteralValue):
             return self.literal(v, idx)
         if v is self.core and v is not self.root:  # an epilogue reads the product from out
             t = tensor_type(v)
-            return S.load_element(b, self.address(self.out, idx, t), t.dtype)
+            return load_element(b, self.address(self.out, idx, t), t.dtype)
         assert isinstance(v, Instruction)
         op = v.opcode
         fam = v.op.family
@@ -576,18 +586,18 @@ class KernelGen:
         if fam in ("unary", "binary", "boolean", "compare"):
             operands = [self.elem(o, self.broadcast(idx, t, o)) for o in v.operands]
             if fam == "compare":
-                return S.compare(b, op, operands[0], operands[1], tensor_type(v.operands[0]).dtype)
+                return compare(b, op, operands[0], operands[1], tensor_type(v.operands[0]).dtype)
             if op == "not":
                 return b.not_(operands[0])
             if len(operands) == 1:
-                return S.unary(b, op, operands[0], t.dtype)
-            return S.binary(b, op, operands[0], operands[1], t.dtype)
+                return unary(b, op, operands[0], t.dtype)
+            return binary(b, op, operands[0], operands[1], t.dtype)
         if op == "select":
             x, y, c = (self.elem(o, self.broadcast(idx, t, o)) for o in v.operands)
             return b.select(c, x, y)
         if op == "dataTypeCast":
             src = v.operands[0]
-            return S.cast(b, self.elem(src, idx), tensor_type(src).dtype, t.dtype)
+            return cast(b, self.elem(src, idx), tensor_type(src).dtype, t.dtype)
         if op == "bitCast":
             return self.bit_cast(v, idx)
         if op == "literal":
@@ -626,7 +636,7 @@ class KernelGen:
         st, t = tensor_type(src), tensor_type(v)
         at = idx if st.shape == t.shape else unravel(b, linear_index(b, idx, t.shape), st.shape)
         x = self.elem(src, at)
-        target = S.value_type(t.dtype)
+        target = value_type(t.dtype)
         return x if x.type == target else b.bitcast(x, target)
 
     def broadcast(self, idx: list[ir.Value], t: TensorType, operand: Value) -> list[ir.Value]:
@@ -640,17 +650,17 @@ class KernelGen:
     def literal(self, lit: LiteralValue, idx: list[ir.Value]) -> ir.Value:
         t = tensor_type(lit)
         if isinstance(lit.literal, ScalarLiteral):
-            return S.constant(t.dtype, lit.literal.value)
+            return constant(t.dtype, lit.literal.value)
         if isinstance(lit.literal, SpecialLiteral) and lit.literal.word in ("zero", "undefined"):
-            return S.constant(t.dtype, 0)
+            return constant(t.dtype, 0)
         values = constant_array(lit)
         table = self.constant_table(values, t.dtype)
         off = linear_index(self.b, idx, t.shape)
-        ptr = self.b.gep(table, [off], source_etype=S.memory_type(t.dtype))
-        return S.load_element(self.b, ptr, t.dtype)
+        ptr = self.b.gep(table, [off], source_etype=memory_type(t.dtype))
+        return load_element(self.b, ptr, t.dtype)
 
     def constant_table(self, values: np.ndarray, dt: DataType) -> ir.GlobalVariable:
-        mt = S.memory_type(dt)
+        mt = memory_type(dt)
         items = [
             ir.Constant(mt, int(bool(x)) if dt.is_bool else (float(x) if dt.is_float else int(x)))
             for x in values
@@ -693,7 +703,7 @@ class KernelGen:
             start += size
         b.position_at_end(merge)
         self.memo = saved
-        phi = b.phi(S.value_type(t.dtype))
+        phi = b.phi(value_type(t.dtype))
         for value, block in incoming:
             phi.add_incoming(value, block)
         return phi

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlvm.codegen.scalar import CodegenError
+from dlvm.codegen.errors import CodegenError
 from dlvm.ir.types import (
     AliasType,
     ArrayType,

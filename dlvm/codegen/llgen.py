@@ -11,10 +11,10 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from dlvm.analysis.call_graph import CallGraph
+from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.host import HostGen, Runtime, host_function
 from dlvm.codegen.kernel import KernelGen
 from dlvm.codegen.parallel import part_count, run_forked, split
-from dlvm.codegen.scalar import CodegenError
 from dlvm.codegen.spec import host_symbol
 from dlvm.codegen.unrolling import disable_unrolling
 from dlvm.ir.values import Function, Module

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from dlvm.codegen.scalar import I64
+from dlvm.codegen.llvm_types import I64
 
 
 def counted_loop(

@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from dlvm.codegen import scalar as S
+from dlvm.codegen.llvm_types import I32, I64, value_type
 from dlvm.codegen.loops import counted_loop
-from dlvm.codegen.scalar import I32, I64
 from dlvm.ir.types import TensorType
 from dlvm.ir.values import Argument, Instruction
 
@@ -93,7 +92,7 @@ class MatMul:
         assert isinstance(at, TensorType)
         self.k = at.shape[-1]
         self.tile = tiling(self.m, self.k, lanes, self.n, self.dt.size)
-        self.elem_ty = S.value_type(self.dt)
+        self.elem_ty = value_type(self.dt)
         self.packed = not isinstance(self.bm, Argument) and not self.tile.packed
         if self.packed:
             size = max(1, self.tile.depth * self.tile.width)

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from llvmlite import ir
 
+from dlvm.codegen.llvm_types import I64, PTR
 from dlvm.codegen.loops import counted_loop
-from dlvm.codegen.scalar import I64, PTR
 from dlvm.ir.types import TensorType
 from dlvm.ir.values import Instruction, Value
 

@@ -17,7 +17,7 @@ from typing import BinaryIO, NoReturn
 
 from llvmlite import ir
 
-from dlvm.codegen.scalar import CodegenError
+from dlvm.codegen.errors import CodegenError
 
 # Small parts balance best (each process takes the next part when it is done): a part costs
 # little more than its functions, and a kernel's LLVM time is far from proportional to its size.

@@ -16,6 +16,7 @@ from dlvm.interp.elementwise import BINARY
 from dlvm.interp.errors import InterpreterError
 from dlvm.interp.registry import impl
 from dlvm.ir.values import Function
+from dlvm.ir.windows import window_padding
 
 Array = np.ndarray
 Combinator = Callable[[Array, Array], Array]
@@ -91,17 +92,6 @@ def _scan(frame, inst, args):
             out[i] = acc
         x = np.moveaxis(out, 0, d)
     return x
-
-
-def window_padding(n: int, d: int, s: int, out: int, mode: str) -> tuple[int, int]:
-    """(low, high) padding of one axis: none pads nothing; half pads `(out-1)*s + d - n` in
-    total, the smaller half low (XLA/TensorFlow SAME); full pads d-1 on both sides."""
-    if mode == "none":
-        return (0, 0)
-    if mode == "half":
-        total = max((out - 1) * s + d - n, 0)
-        return (total // 2, total - total // 2)
-    return (d - 1, d - 1)
 
 
 @impl("reduceWindow")

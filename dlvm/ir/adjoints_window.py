@@ -16,6 +16,7 @@ from typing import Any
 from dlvm.ir.literals import AggregateLiteral, ScalarLiteral
 from dlvm.ir.types import TensorType, canonical
 from dlvm.ir.values import Instruction, LiteralValue, Value
+from dlvm.ir.windows import window_padding
 
 Pairs = list[tuple[Value, Value]]
 
@@ -246,18 +247,6 @@ class WindowView:
             lo, hi = window_padding(x[i], dims[i], strides[i], y[i], mode)
             axes.append(Axis(n=x[i], k=dims[i], out=y[i], stride=strides[i], lo=lo, hi=hi))
         return WindowView(math.prod(x[:lead]), tuple(axes))
-
-
-def window_padding(n: int, d: int, s: int, out: int, mode: str) -> tuple[int, int]:
-    """(low, high) padding of one axis, as the interpreter pads (dlvm/interp/reductions.py):
-    none pads nothing; half pads `(out-1)·s + d - n` in all, the smaller half low; full pads
-    d-1 on both sides."""
-    if mode == "none":
-        return (0, 0)
-    if mode == "half":
-        total = max((out - 1) * s + d - n, 0)
-        return (total // 2, total - total // 2)
-    return (d - 1, d - 1)
 
 
 def reduce_window(e: Any, inst: Instruction, d: Value) -> Pairs:

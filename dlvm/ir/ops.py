@@ -23,6 +23,10 @@ from dlvm.ir.values import Instruction, Successor
 
 TypeRule = Callable[[list[Type], dict[str, Any]], Type]
 
+# The families whose instructions are elementwise (OpDef.elementwise): the passes and the code
+# generator ask the declaration, not a list of their own.
+ELEMENTWISE_FAMILIES = frozenset({"unary", "binary", "boolean", "compare", "select"})
+
 # Attribute kinds and their Python representation:
 #   int: int            ints: tuple[int, ...]       dtype: DataType      type: Type
 #   shape: tuple[int]   comb: str | Value            padmode: str         pairs: tuple[(int, int)]
@@ -132,6 +136,13 @@ class OpDef:
         self.attr_kinds = kinds
         self.fixed_operands = fixed + 1
         self.variadic = variadic
+
+    @property
+    def elementwise(self) -> bool:
+        """Computes each element of its result from its operands' elements at that index (a
+        scalar operand stands for every element; an operand of size 1 along an axis is
+        broadcast): the unary, binary, boolean and compare families, and select."""
+        return self.family in ELEMENTWISE_FAMILIES
 
     @property
     def differentiable(self) -> bool:

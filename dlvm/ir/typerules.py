@@ -40,6 +40,7 @@ from dlvm.ir.types import (
     shape_text,
 )
 from dlvm.ir.values import ElementKey, LiteralValue
+from dlvm.ir.windows import window_count
 
 # The rules run for every instruction the parser reads and the verifier checks: they compare a
 # data type's base directly, as DataType's is_* properties look the Base member up every time.
@@ -317,15 +318,9 @@ def reduce_window(ops: list[Type], attrs: dict[str, Any]) -> Type:
         raise TypeRuleError(f"window dims and strides need {t.rank} entries (the rank)")
     if any(d <= 0 for d in dims) or any(s <= 0 for s in strides):
         raise TypeRuleError("window dims and strides must be positive")
-    out = []
-    for n, d, s in zip(t.shape, dims, strides):
-        if mode == "none":
-            out.append(max((n - d) // s + 1, 0))
-        elif mode == "half":
-            out.append((n - 1) // s + 1)
-        else:
-            out.append((n + d - 2) // s + 1)
-    return t.with_shape(tuple(out))
+    return t.with_shape(
+        tuple(window_count(n, d, s, mode) for n, d, s in zip(t.shape, dims, strides))
+    )
 
 
 def convolve(ops: list[Type], attrs: dict[str, Any]) -> Type:

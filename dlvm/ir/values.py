@@ -411,7 +411,7 @@ class Function(Value):
         self.module: Module | None = None
         self.revision = 0
         self.loc = loc
-        self.analyses: dict = {}  # analysis -> (revision, result); see dlvm.analysis.manager
+        self.analyses: dict = {}  # analysis -> (revision, result); see dlvm.ir.analysis_cache
 
     @property
     def is_declaration(self) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import cast
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError, Location
+from dlvm.ir.dominance import dominator_tree
 from dlvm.ir.typerules import TypeRuleError, check_literal_operand, gradient_type
 from dlvm.ir.types import (
     AliasType,
@@ -124,8 +125,6 @@ class _Verifier:
                     if inst.name in value_names:
                         self.error(f"%{inst.name} is defined twice", inst.loc, ctx)
                     value_names.add(inst.name)
-        from dlvm.analysis.dominance import dominator_tree
-
         dom = dominator_tree(fn)
         for b in fn.blocks:
             self.block(fn, b, dom, ctx)

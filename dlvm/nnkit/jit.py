@@ -103,19 +103,19 @@ class Compiled:
         slot = self.key if device == "cpu" else f"{self.key}@{device}"
         model = Compiled.loaded.get(slot)
         if model is None:
-            import dlvm
+            from dlvm.loader import load
 
             if self.cuda:
-                model = dlvm.load(self.library(), device=device)
+                model = load(self.library(), device=device)
             elif self.cached().is_file():
                 Compiled.hits += 1
-                model = dlvm.load(self.cached())
+                model = load(self.cached())
             elif os.environ.get("DLVM_JIT_TIERS", "2") == "1":
-                model = dlvm.load(self.library())
+                model = load(self.library())
             else:
                 with tempfile.TemporaryDirectory(prefix="dlvm-nnkit-") as tmp:
                     self.build(Path(tmp) / LIBRARY, FIRST_TIER)
-                    model = dlvm.load(Path(tmp) / LIBRARY)  # mapped: the file may go
+                    model = load(Path(tmp) / LIBRARY)  # mapped: the file may go
                 OptimisedBuild.start(self)
             Compiled.loaded[slot] = model
         return model
@@ -190,9 +190,9 @@ class OptimisedBuild:
                 )  # fmt: skip
             why = process.stderr.strip() or f"exit status {process.returncode}"
             if process.returncode == 0 and self.path.is_file():
-                import dlvm
+                from dlvm.loader import load
 
-                model = dlvm.load(self.path)
+                model = load(self.path)
         except Exception as e:  # whatever happens, the first tier goes on serving
             why = f"{type(e).__name__}: {e}"
         finally:

@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _verify_diagnostics(paths: list[str], split: bool) -> int:
-    from dlvm.tools.driver import read_text
+    from dlvm.sources import read_text
     from dlvm.tools.verify_diagnostics import verify_diagnostics
 
     status = EXIT_OK

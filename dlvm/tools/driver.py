@@ -8,10 +8,11 @@ import os
 import sys
 from collections.abc import Callable
 
-from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
+from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.parser import parse_module
 from dlvm.ir.values import Module
 from dlvm.ir.verifier import verify
+from dlvm.sources import read_text
 
 EXIT_OK = 0
 EXIT_INPUT = 1
@@ -30,25 +31,6 @@ def report(diags: list[Diagnostic], stream=None) -> None:
     color = use_color(stream)
     for d in diags:
         stream.write(d.render(color) + "\n")
-
-
-def read_text(path: str) -> str:
-    """The file's text; DiagnosticError when it cannot be read or is not UTF-8."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise DiagnosticError([Diagnostic(f"{path}: no such file")]) from None
-    except IsADirectoryError:
-        raise DiagnosticError([Diagnostic(f"{path}: is a directory")]) from None
-    except UnicodeDecodeError as e:
-        # Point at the bad byte: the text before it decodes, so its line and column are known.
-        before = e.object[: e.start].decode("utf-8", errors="replace")
-        source = Source(path, before + e.object[e.start :].decode("utf-8", errors="replace"))
-        message = "not UTF-8 text: this byte cannot be decoded"
-        raise DiagnosticError([Diagnostic(message, Location(source, len(before)))]) from None
-    except OSError as e:
-        raise DiagnosticError([Diagnostic(f"{path}: {e.strerror}")]) from None
 
 
 def load_module(path: str, verify_module: bool = True) -> Module:

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import cast
 
-from dlvm.analysis.cfg import CFG
 from dlvm.analysis.loops import Loop, loop_info
-from dlvm.analysis.manager import analysis
 from dlvm.analysis.postdominance import post_dominator_tree
+from dlvm.ir.analysis_cache import analysis
 from dlvm.ir.builder import Builder
+from dlvm.ir.cfg import CFG
 from dlvm.ir.types import FunctionType, canonical, is_void
 from dlvm.ir.values import Argument, Block, Function, Successor, fresh_name
 from dlvm.transforms.cfg_edits import innermost_first, insert_preheader, local_names, split_edges

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from dlvm.analysis.cfg import CFG
-from dlvm.analysis.manager import analysis
+from dlvm.ir.analysis_cache import analysis
 from dlvm.ir.builder import Builder
+from dlvm.ir.cfg import CFG
 from dlvm.ir.values import Argument, Block, Function, Successor, Value
 from dlvm.transforms.cfg_edits import edge_sources, rebuild_terminator, redirect
 from dlvm.transforms.pass_base import FunctionPass

@@ -22,7 +22,8 @@ from dlvm.ir.types import TensorType, canonical
 from dlvm.ir.values import Argument, Block, Function, Instruction, Value
 from dlvm.transforms.pass_base import FunctionPass
 
-CHEAP_FAMILIES = frozenset({"unary", "binary", "compare", "boolean", "select", "cast", "shape"})
+# Cheap besides the elementwise instructions (OpDef.elementwise).
+CHEAP_FAMILIES = frozenset({"cast", "shape"})
 MAX_ROUNDS = 1000
 
 
@@ -52,7 +53,7 @@ def size_of(v: Value) -> int:
 
 
 def is_cheap(inst: Instruction) -> bool:
-    return inst.op.pure and inst.op.family in CHEAP_FAMILIES
+    return inst.op.pure and (inst.op.elementwise or inst.op.family in CHEAP_FAMILIES)
 
 
 class BlockCheckpointer:

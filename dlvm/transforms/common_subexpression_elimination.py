@@ -7,8 +7,8 @@ sibling blocks are not merged, since neither dominates the other.
 
 from __future__ import annotations
 
-from dlvm.analysis.dominance import dominator_tree
 from dlvm.analysis.side_effects import side_effects
+from dlvm.ir.dominance import dominator_tree
 from dlvm.ir.values import Block, Function, Instruction, Module, Value
 from dlvm.transforms.pass_base import FunctionPass
 

@@ -44,7 +44,7 @@ from dlvm.ir.values import (
 )
 from dlvm.transforms.pass_base import Pass
 
-POINTWISE_FAMILIES = {"unary", "binary", "boolean", "compare", "select"}
+# Pointwise besides the elementwise instructions (OpDef.elementwise).
 POINTWISE_OPS = {
     "dataTypeCast",
     "bitCast",
@@ -58,7 +58,6 @@ POINTWISE_OPS = {
     "literal",
 }
 ROOT_ONLY = {"dot", "convolve", "scan", "reduceWindow"}
-ELEMENTWISE_FAMILIES = {"unary", "binary", "boolean", "compare", "select"}
 ADDRESS_ONLY = {"transpose", "padShape", "squeezeShape"}
 # Instructions whose elements are their operand's, moved: fused, they cost only addressing.
 VIEWS = {"transpose", "slice", "padShape", "squeezeShape", "shapeCast", "reverse"}
@@ -81,7 +80,7 @@ def is_pointwise(inst: Instruction) -> bool:
             and src.dtype.size == t.dtype.size
             and src.unit_count == t.unit_count
         )
-    return inst.op.family in POINTWISE_FAMILIES or inst.opcode in POINTWISE_OPS
+    return inst.op.elementwise or inst.opcode in POINTWISE_OPS
 
 
 def is_kernel(inst: Instruction) -> bool:
@@ -262,7 +261,7 @@ def _elementwise_of_shape(inst: Instruction, shape: tuple[int, ...]) -> bool:
     t = inst.type
     if not isinstance(t, TensorType) or t.shape != shape:
         return False
-    return inst.op.family in ELEMENTWISE_FAMILIES or inst.opcode == "dataTypeCast"
+    return inst.op.elementwise or inst.opcode == "dataTypeCast"
 
 
 def _recomputed(

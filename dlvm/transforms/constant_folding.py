@@ -40,13 +40,13 @@ EVAL_LIMIT = 1 << 16
 # Evaluated through IMPLS: instruction families, and single instructions of other families.
 # Left out: effects (random, calls, memory, stacks, trap), combinators that call a function
 # (`by @f`), and convolve / reduceWindow, whose work the element limits do not bound.
-FOLDED_FAMILIES = frozenset({"unary", "binary", "boolean", "compare", "select", "shape", "query"})
+FOLDED_FAMILIES = frozenset({"shape", "query"})  # and the elementwise ones (OpDef.elementwise)
 FOLDED_OPS = frozenset({"dataTypeCast", "dot", "reduce", "scan"})
 
 
 def evaluable(inst: Instruction) -> bool:
     """Whether inst is folded by evaluating it (a combinator `by @f` would be a call)."""
-    folded = inst.op.family in FOLDED_FAMILIES or inst.opcode in FOLDED_OPS
+    folded = inst.op.elementwise or inst.op.family in FOLDED_FAMILIES or inst.opcode in FOLDED_OPS
     return folded and isinstance(inst.attrs.get("comb", ""), str)
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from dlvm.analysis.cfg import CFG
 from dlvm.analysis.side_effects import side_effects
 from dlvm.interp import Interpreter
 from dlvm.interp.interpreter import Frame
 from dlvm.ir.builder import create
+from dlvm.ir.cfg import CFG
 from dlvm.ir.literals import (
     EnumLiteral,
 )

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlvm.analysis.dominance import DominatorTree, dominator_tree
 from dlvm.ir.builder import Builder
+from dlvm.ir.dominance import DominatorTree, dominator_tree
 from dlvm.ir.values import Block, Function, Instruction, Value
 from dlvm.transforms.matrix_multiplication_reordering import is_matrix_dot, matrix_shape
 from dlvm.transforms.pass_base import FunctionPass

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dlvm.analysis.cfg import CFG
-from dlvm.analysis.dominance import dominator_tree
 from dlvm.analysis.loops import Loop, loop_info
-from dlvm.analysis.manager import analysis
 from dlvm.analysis.side_effects import SideEffects, side_effects
+from dlvm.ir.analysis_cache import analysis
+from dlvm.ir.cfg import CFG
+from dlvm.ir.dominance import dominator_tree
 from dlvm.ir.literals import ScalarLiteral
 from dlvm.ir.types import TensorType, Type, canonical
 from dlvm.ir.values import ElementKey, Function, Instruction, LiteralValue, Module, Value

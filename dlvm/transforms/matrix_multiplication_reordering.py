@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import TypeAlias, TypeGuard
 
 from dlvm.analysis.dataflow import data_flow
-from dlvm.analysis.dominance import dominator_tree
 from dlvm.analysis.loops import Loop, loop_info
 from dlvm.ir.builder import Builder
+from dlvm.ir.dominance import dominator_tree
 from dlvm.ir.types import as_tensor
 from dlvm.ir.values import Function, Instruction, Value
 from dlvm.transforms.pass_base import FunctionPass

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from dlvm.analysis.manager import invalidate
 from dlvm.diagnostics import Diagnostic, DiagnosticError
+from dlvm.ir.analysis_cache import invalidate
 from dlvm.ir.printer import module_text
 from dlvm.ir.values import Module
 from dlvm.ir.verifier import verify

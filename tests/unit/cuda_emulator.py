@@ -73,7 +73,7 @@ class Emulator:
 
     def run(self, fn: Function, args: list) -> np.ndarray:
         """fn's result for args (NumPy arrays or scalars), computed by its kernel."""
-        from dlvm.codegen.cuda import kernel_symbol
+        from dlvm.codegen.nvptx import kernel_symbol
 
         launch = self.launches[kernel_symbol(fn)]
         inputs = [

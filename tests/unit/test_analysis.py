@@ -5,12 +5,12 @@ from __future__ import annotations
 import textwrap
 
 from dlvm.analysis import analysis, invalidate
-from dlvm.analysis.cfg import CFG
 from dlvm.analysis.dataflow import DataFlow, data_flow
-from dlvm.analysis.dominance import dominator_tree
 from dlvm.analysis.frontier import dominance_frontier, post_dominance_frontier
 from dlvm.analysis.postdominance import post_dominator_tree
 from dlvm.ir import parse_module
+from dlvm.ir.cfg import CFG
+from dlvm.ir.dominance import dominator_tree
 from dlvm.ir.ops import lookup
 from dlvm.ir.values import Block, Function, Instruction, Module
 

@@ -24,8 +24,8 @@ from irgen import random_module
 from semantics import generated, run_twice
 from telhelp import sample_names
 
-from dlvm.analysis.cfg import CFG
 from dlvm.ir import module_text, parse_module
+from dlvm.ir.cfg import CFG
 from dlvm.ir.values import Block, Function, Module
 from dlvm.ir.verifier import verify
 from dlvm.transforms.cfg_edits import edge_sources

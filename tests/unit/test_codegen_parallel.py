@@ -17,8 +17,8 @@ from telhelp import compiled_sample
 import dlvm
 from dlvm.codegen import parallel
 from dlvm.codegen.build import build_library, schedule
+from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.llgen import object_files
-from dlvm.codegen.scalar import CodegenError
 from telc.driver import library_spec
 
 

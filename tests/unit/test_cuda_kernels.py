@@ -1,7 +1,8 @@
 """Every instruction's CUDA kernel against the interpreter: the cases of test_codegen_ops
 (odd sizes, broadcasting, every element type, products tiled and not, prologues and
 epilogues), compiled by dlvm.codegen.cuda and run by the CPU emulator of the CUDA execution
-model (cuda_emulator.py): host code interpreted, each [compute] function by its kernel."""
+model (cuda_emulator.py): host code interpreted, each [compute] function by its kernel. Random
+numbers are host code's: no kernel draws them, and a seed draws the interpreter's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from cuda_emulator import EmulatedInterpreter, Emulator
 from test_codegen_ops import CASES, assert_matches, module_text, random_input
 
 from dlvm.codegen.build import schedule
-from dlvm.interp import run_function
+from dlvm.codegen.device_plan import NotPlannable, device_plan
+from dlvm.interp import Interpreter, run_function
 from dlvm.ir import parse_module
 
 
@@ -30,10 +32,41 @@ def test_kernel_matches_interpreter(emulated, index, name):
     rng = np.random.default_rng(index)
     inputs = [random_input(t, rng, name) for t in args]
     expected = np.asarray(run_function(reference, f"f{index}", inputs))
-    if name.startswith("random"):
-        return
     assert_matches(name, np.asarray(EmulatedInterpreter(module, emulator).run(f"f{index}", inputs)),
                    expected)  # fmt: skip
+
+
+# test_codegen_ops's functions that draw random numbers, each with a range to draw from.
+RANDOM = {"random_i32": (-3, 4), "random_i8": (-128, 127), "random_i64": (-(2**62), 2**62)}
+
+
+def test_random_numbers_are_drawn_by_host_code(emulated):
+    """No kernel draws random numbers: `random` stays in host code, which has no device plan, so
+    a library built for CUDA draws them on the CPU (what test_codegen_ops checks of the
+    compiled draws holds there) and the kernels need no generator."""
+    module, _, _ = emulated
+    kernels = {f: i for i, f in enumerate(f for f in module.functions if f.compute)}
+    assert kernels and not any(i.opcode == "random" for f in kernels for i in f.instructions())
+    for name in RANDOM:
+        fn = module.function_named(name)
+        assert any(i.opcode == "random" for i in fn.instructions())
+        with pytest.raises(NotPlannable):
+            device_plan(fn, kernels)
+
+
+@pytest.mark.parametrize("name", RANDOM)
+def test_random_numbers_of_a_seed_are_the_interpreters(emulated, name):
+    """Run as host code, a seed draws what it draws on the interpreter of the module before
+    scheduling, in [lo, hi), and another seed draws other numbers."""
+    module, emulator, reference = emulated
+    lo, hi = RANDOM[name]
+    got = np.asarray(EmulatedInterpreter(module, emulator, seed=11).run(name, [lo, hi]))
+    want = np.asarray(Interpreter(reference, seed=11).run(name, [lo, hi]))
+    assert got.dtype == want.dtype and got.size > 1
+    np.testing.assert_array_equal(got, want)
+    assert got.min() >= lo and got.max() < hi and len(np.unique(got)) > 1
+    other = np.asarray(EmulatedInterpreter(module, emulator, seed=12).run(name, [lo, hi]))
+    assert not np.array_equal(got, other)
 
 
 def test_long_reductions_into_few_outputs_use_whole_blocks(emulated):

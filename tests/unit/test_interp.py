@@ -443,3 +443,45 @@ def test_not_of_a_scalar_is_a_tensor():
         """)
     out = run_function(m, "f", [np.array(True)])
     assert isinstance(out, np.ndarray) and out.shape == () and not out
+
+
+ELEMENTWISE = sorted(name for name, op in OPS.items() if op.elementwise)
+
+
+def test_the_elementwise_instructions_are_the_elementwise_families():
+    from dlvm.ir.ops import BINARY, COMPARE, UNARY_FLOAT, UNARY_NUMERIC
+
+    families = [*UNARY_FLOAT, *UNARY_NUMERIC, *BINARY, *COMPARE, "and", "or", "not", "select"]
+    assert sorted(families) == ELEMENTWISE
+
+
+def _example_function(name: str, rows: int) -> str:
+    """The example of tests/unit/ir_examples.py as a function of %m, %row and %flags whose
+    operands of 2 rows have `rows` rows, returning %r."""
+    from ir_examples import EXAMPLES
+
+    line = EXAMPLES[name].replace("<2 x 3 x", f"<{rows} x 3 x")
+    params = f"%m: <{rows} x 3 x f32>, %row: <1 x 3 x f32>, %flags: <{rows} x 3 x bool>"
+    types = ", ".join(p.split(": ")[1] for p in params.split(", "))
+    probe = module(f"func @f: ({types}) -> () {{\n'entry({params}):\n  {line}\n  return\n}}")
+    result = probe.functions[0].blocks[0].instructions[0].type
+    return (
+        f"func @f: ({types}) -> {result} {{\n'entry({params}):\n  {line}\n  return %r: {result}\n}}"
+    )
+
+
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_an_elementwise_instruction_computes_each_row_alone(name):
+    """What OpDef.elementwise promises compute generation and the code generator: each
+    element of the result comes from the operands' elements at its index, so the instruction
+    applied to one row of its operands (a broadcast row stays whole) gives that row."""
+    rng = np.random.default_rng(7)
+    m = rng.uniform(0.1, 0.9, (2, 3)).astype(np.float32)
+    row = rng.uniform(0.1, 0.9, (1, 3)).astype(np.float32)
+    flags = rng.uniform(size=(2, 3)) < 0.5
+    whole = module(_example_function(name, 2))
+    got = run_function(whole, "f", [m, row, flags])
+    one_row = module(_example_function(name, 1))
+    for i in range(2):
+        one = run_function(one_row, "f", [m[i : i + 1], row, flags[i : i + 1]])
+        np.testing.assert_array_equal(one, got[i : i + 1])

@@ -185,6 +185,25 @@ def test_reduce_window(mode, comb, dims, strides):
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["none", "half", "full"])
+def test_window_padding_gives_the_type_rules_window_count(mode):
+    """One definition of the padding modes (dlvm.ir.windows), which the type rule counts
+    windows by and the interpreter, the adjoint and the code generator pad by: the padded axis
+    holds exactly the windows the type rule counts."""
+    from dlvm.ir.typerules import reduce_window
+    from dlvm.ir.types import DataType, TensorType
+    from dlvm.ir.windows import window_padding
+
+    for n, d, s in itertools.product(range(1, 10), range(1, 5), range(1, 4)):
+        attrs = {"comb": "add", "dims": (d,), "strides": (s,), "padding": mode}
+        x = TensorType((n,), DataType.F32)
+        out = reduce_window([x, TensorType((), DataType.F32)], attrs).shape[0]
+        lo, hi = window_padding(n, d, s, out, mode)
+        padded = n + lo + hi
+        windows = (padded - d) // s + 1 if padded >= d else 0
+        assert min(lo, hi) >= 0 and windows == out, (n, d, s)
+
+
 def test_reduce_window_max_pool_2x2():
     x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
     got = run_op(

@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dlvm.analysis.cfg import cfg
 from dlvm.analysis.dataflow import data_flow
-from dlvm.analysis.dominance import dominator_tree
 from dlvm.analysis.loops import loop_info
 from dlvm.ir.builder import Builder
+from dlvm.ir.cfg import cfg
+from dlvm.ir.dominance import dominator_tree
 from dlvm.ir.literals import ScalarLiteral
 from dlvm.ir.types import I64
 from dlvm.ir.values import (

@@ -1,125 +1,20 @@
 """One element of an elementwise instruction as LLVM IR: the table from DLVM operation names to
 llvmlite builder calls, with the interpreter's semantics (dlvm/interp/elementwise.py).
 
-Values in registers: floats as half/float/double, integers as iN, bools as i1 (stored as i8).
 f32 exp, tanh and log are inline approximations (dlvm.codegen.approx, ≤ 1.5 ulp) that vectorise;
-the other transcendental functions call LLVM intrinsics where LLVM has one and the C math
-library otherwise (glibc: ≤ 1 ulp for most, a few ulp for some)."""
+the other transcendental functions call what dlvm.codegen.math_functions picks for the type."""
 
 from __future__ import annotations
 
 from llvmlite import ir
 
 from dlvm.codegen import approx
-from dlvm.diagnostics import BuildFailure
+from dlvm.codegen.errors import CodegenError
+from dlvm.codegen.llvm_types import value_type
+from dlvm.codegen.math_functions import call_math, truncate
 from dlvm.ir.types import DataType
 
-I1 = ir.IntType(1)
-I8 = ir.IntType(8)
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
-
-_FLOAT_TYPES = {16: ir.HalfType(), 32: ir.FloatType(), 64: ir.DoubleType()}
-
-
-class CodegenError(BuildFailure):
-    """A construct the code generator cannot compile; the message says which and where."""
-
-
-def value_type(dt: DataType) -> ir.Type:
-    """The register type of one element."""
-    if dt.is_bool:
-        return I1
-    if dt.is_float:
-        return _FLOAT_TYPES[dt.bits]
-    return ir.IntType(dt.bits)
-
-
-def memory_type(dt: DataType) -> ir.Type:
-    """The in-memory type of one element (bools are bytes)."""
-    return I8 if dt.is_bool else value_type(dt)
-
-
-def load_element(b: ir.IRBuilder, ptr: ir.Value, dt: DataType) -> ir.Value:
-    v = b.load(ptr, typ=memory_type(dt))
-    return b.trunc(v, I1) if dt.is_bool else v
-
-
-def store_element(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, dt: DataType) -> None:
-    b.store(b.zext(v, I8) if dt.is_bool else v, ptr)
-
-
-def constant(dt: DataType, value: int | float | bool) -> ir.Constant:
-    if dt.is_bool:
-        return ir.Constant(I1, int(bool(value)))
-    if dt.is_float:
-        return ir.Constant(value_type(dt), float(value))
-    return ir.Constant(value_type(dt), int(value))
-
-
-# Intrinsics LLVM lowers itself (vectorisable); the rest come from libm by name.
-_INTRINSIC = {
-    "sqrt": "llvm.sqrt",
-    "exp": "llvm.exp",
-    "log": "llvm.log",
-    "sin": "llvm.sin",
-    "cos": "llvm.cos",
-    "tan": "llvm.tan",
-    "asin": "llvm.asin",
-    "acos": "llvm.acos",
-    "atan": "llvm.atan",
-    "sinh": "llvm.sinh",
-    "cosh": "llvm.cosh",
-    "tanh": "llvm.tanh",
-    "floor": "llvm.floor",
-    "ceil": "llvm.ceil",
-    "round": "llvm.round",
-    "rint": "llvm.rint",
-    "fabs": "llvm.fabs",
-    "copysign": "llvm.copysign",
-    "minimum": "llvm.minimum",
-    "maximum": "llvm.maximum",
-    "pow": "llvm.pow",
-}
-_LIBM = {"erf": "erf", "erfc": "erfc", "lgamma": "lgamma"}
-# In a GPU module (nvptx64), the operations the NVPTX back end cannot lower itself call
-# libdevice, NVIDIA's math library as LLVM bitcode, linked in by dlvm.codegen.cuda:
-# `__nv_expf` for f32, `__nv_exp` for f64 (f16 is computed in f32).
-_LIBDEVICE = frozenset(
-    ["exp", "log", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "pow",
-     "erf", "erfc", "lgamma", "round"]
-)  # fmt: skip
 _APPROX = {"exp": approx.exp_f32, "tanh": approx.tanh_f32, "log": approx.log_f32}
-
-
-def _suffix(t: ir.Type) -> str:
-    return {"half": "f16", "float": "f32", "double": "f64"}[str(t)]
-
-
-def call_math(b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
-    """An intrinsic (`llvm.exp.f32`) or, without one, the libm function for the type; in a
-    GPU module, libdevice's where NVPTX has no instruction."""
-    module = b.module
-    t = args[0].type
-    if name in _LIBDEVICE and module.triple.startswith("nvptx"):
-        if str(t) == "half":
-            wide = [b.fpext(a, ir.FloatType()) for a in args]
-            return b.fptrunc(call_math(b, name, wide), t)
-        fname = f"__nv_{name}" + ("f" if str(t) == "float" else "")
-    elif name in _INTRINSIC:
-        fname = f"{_INTRINSIC[name]}.{_suffix(t)}"
-    elif name in _LIBM:
-        if str(t) == "half":  # libm has no half functions: compute in float
-            wide = [b.fpext(a, ir.FloatType()) for a in args]
-            return b.fptrunc(call_math(b, name, wide), t)
-        fname = _LIBM[name] + ("f" if str(t) == "float" else "")
-    else:
-        raise CodegenError(f"no math function '{name}'")
-    fn = module.globals.get(fname)
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(t, [a.type for a in args]), fname)
-    return b.call(fn, args)
 
 
 def unary(b: ir.IRBuilder, op: str, x: ir.Value, dt: DataType) -> ir.Value:
@@ -161,7 +56,7 @@ def binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: DataType) -> 
         if op in ("min", "max"):  # NaN-propagating, like NumPy's minimum/maximum
             return call_math(b, "minimum" if op == "min" else "maximum", [x, y])
         if op == "truncateDivide":
-            return _ftrunc(b, b.fdiv(x, y))
+            return truncate(b, b.fdiv(x, y))
         if op == "floorDivide":
             return call_math(b, "floor", [b.fdiv(x, y)])
         if op == "modulo":
@@ -179,14 +74,6 @@ def binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: DataType) -> 
     if op == "power":
         return _int_power(b, x, y)
     raise CodegenError(f"'{op}' of integer values")
-
-
-def _ftrunc(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    fname = f"llvm.trunc.{_suffix(x.type)}"
-    fn = b.module.globals.get(fname) or ir.Function(
-        b.module, ir.FunctionType(x.type, [x.type]), fname
-    )
-    return b.call(fn, [x])
 
 
 def _int_division(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:

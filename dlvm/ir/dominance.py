@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from dlvm.analysis.cfg import CFG
-from dlvm.analysis.manager import analysis
+from dlvm.ir.analysis_cache import analysis
+from dlvm.ir.cfg import CFG
 from dlvm.ir.values import Argument, Block, Function, Instruction, Value
 
 _Node = TypeVar("_Node")  # a Block, or (post-dominance) a Block or the virtual exit

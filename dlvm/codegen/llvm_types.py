@@ -1,0 +1,50 @@
+"""How DLVM elements are represented in LLVM: the register and memory type of each data type,
+constants of them, and loads and stores of one element; and the integer and pointer types code
+generation uses throughout.
+
+Values in registers: floats as half/float/double, integers as iN, bools as i1 (stored as i8)."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from dlvm.ir.types import DataType
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+
+_FLOAT_TYPES = {16: ir.HalfType(), 32: ir.FloatType(), 64: ir.DoubleType()}
+
+
+def value_type(dt: DataType) -> ir.Type:
+    """The register type of one element."""
+    if dt.is_bool:
+        return I1
+    if dt.is_float:
+        return _FLOAT_TYPES[dt.bits]
+    return ir.IntType(dt.bits)
+
+
+def memory_type(dt: DataType) -> ir.Type:
+    """The in-memory type of one element (bools are bytes)."""
+    return I8 if dt.is_bool else value_type(dt)
+
+
+def load_element(b: ir.IRBuilder, ptr: ir.Value, dt: DataType) -> ir.Value:
+    v = b.load(ptr, typ=memory_type(dt))
+    return b.trunc(v, I1) if dt.is_bool else v
+
+
+def store_element(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, dt: DataType) -> None:
+    b.store(b.zext(v, I8) if dt.is_bool else v, ptr)
+
+
+def constant(dt: DataType, value: int | float | bool) -> ir.Constant:
+    if dt.is_bool:
+        return ir.Constant(I1, int(bool(value)))
+    if dt.is_float:
+        return ir.Constant(value_type(dt), float(value))
+    return ir.Constant(value_type(dt), int(value))
