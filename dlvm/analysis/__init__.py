@@ -1,4 +1,4 @@
-"""Analyses over DLVM functions (IR.md section 7), cached per function revision.
+"""Analyses over DLVM functions (docs/architecture.md), cached per function revision.
 
 One module per concept: `postdominance`, `frontier`, `dataflow`, `loops`, `liveness`,
 `differentiability` (per function, through `analysis`), `side_effects` (per module, keyed on

@@ -1,4 +1,4 @@
-"""CUDA code generation (DESIGN.md section 4): the `[compute]` functions of a module scheduled
+"""CUDA code generation (docs/architecture.md, "Adding a target"): the `[compute]` functions of a module scheduled
 for CUDA as one NVPTX module (`nvptx64-nvidia-cuda`), linked with libdevice where a kernel calls
 NVIDIA's math functions, optimised and emitted as PTX text for one GPU architecture.
 

@@ -1,4 +1,4 @@
-"""A `[compute]` function as LLVM IR (DESIGN.md section 2): a loop nest that writes the root's
+"""A `[compute]` function as LLVM IR (docs/ir.md, "Stages"): a loop nest that writes the root's
 result, computing the pointwise instructions fused into it on the fly at each index.
 
 Each kernel becomes two functions: `body(ptr args, i64 begin, i64 end)`, the runtime's task

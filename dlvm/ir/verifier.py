@@ -1,4 +1,4 @@
-"""The verifier (IR.md section 6): every structural, typing, dominance and stage rule, reported
+"""The verifier (docs/ir.md, "The verifier"): every structural, typing, dominance and stage rule, reported
 as located diagnostics. It never stops at the first problem.
 """
 
@@ -33,7 +33,7 @@ from dlvm.ir.values import (
     deep_values,
 )
 
-# What each stage may contain (IR.md section 1).
+# What each stage may contain (docs/ir.md, "Stages").
 _GRADIENT_DECLARATION_STAGES = ("raw",)
 _COMPUTE_STAGES = ("compute", "schedule")
 

@@ -1,4 +1,4 @@
-"""compute-generation (CG): groups each function's tensor work into kernels (DESIGN.md section 2)
+"""compute-generation (CG): groups each function's tensor work into kernels (docs/ir.md, "Stages")
 and outlines every kernel into a `[compute]` function called with `apply`; sets stage compute.
 
 A kernel has one root, the value it writes to memory, and pointwise instructions computed on

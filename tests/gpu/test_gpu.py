@@ -49,8 +49,6 @@ def ops(tmp_path_factory):
 @pytest.mark.parametrize("index, name", list(enumerate(CASES)), ids=list(CASES))
 def test_instruction_on_the_gpu_matches_the_interpreter(ops, index, name):
     lib, reference = ops
-    if name.startswith("random"):
-        pytest.skip("random numbers are drawn on the CPU")
     args, _, _ = CASES[name]
     rng = np.random.default_rng(index)
     inputs = [random_input(t, rng, name) for t in args]

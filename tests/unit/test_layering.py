@@ -1,4 +1,4 @@
-"""Layering (STYLE.md), as rules over a map from each module of dlvm/ and telc/ to the names it
+"""Layering (docs/architecture.md), as rules over a map from each module of dlvm/ and telc/ to the names it
 imports. Every rule is a function the tests apply to the real tree, which must satisfy it, and
 to a small planted violation, which it must report: a rule that cannot fail tests nothing.
 
