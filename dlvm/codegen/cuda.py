@@ -1,6 +1,6 @@
-"""CUDA code generation (docs/architecture.md, "Adding a target"): the `[compute]` functions of a module scheduled
-for CUDA as one NVPTX module (`nvptx64-nvidia-cuda`), linked with libdevice where a kernel calls
-NVIDIA's math functions, optimised and emitted as PTX text for one GPU architecture.
+"""CUDA code generation (docs/architecture.md, "Adding a target"): the `[compute]` functions of a
+module scheduled for CUDA as one NVPTX module (`nvptx64-nvidia-cuda`), linked with libdevice where a
+kernel calls NVIDIA's math functions, optimised and emitted as PTX text for one GPU architecture.
 
 Each kernel is a PTX entry `dlk_<name>(ptr in…, ptr out)` taking device pointers to its inputs
 and its output, launched with its `[schedule cuda …]` line's grid and block

@@ -1,4 +1,5 @@
-"""Literal payloads (docs/ir.md, "Literals and uses"): scalars, `zero`/`undefined`/`null`, and aggregates.
+"""Literal payloads (docs/ir.md, "Literals and uses"): scalars, `zero`/`undefined`/`null`, and
+aggregates.
 
 A literal has no type of its own; a `LiteralValue` (in values.py) pairs it with the type of its
 use. Aggregate elements are themselves typed uses (values), so literals nest.

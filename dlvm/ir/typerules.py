@@ -708,8 +708,8 @@ def gradient_type(
     keeping: tuple[int, ...],
     seedable: bool,
 ) -> FunctionType:
-    """The type `[gradient @f from S wrt … keeping … seedable]` must declare (docs/ir.md, "Textual format"):
-    `(args… [, seed]) -> (d_wrt…, kept…)`, derivatives first, always a tuple."""
+    """The type `[gradient @f from S wrt … keeping … seedable]` must declare (docs/ir.md, "Textual
+    format"): `(args… [, seed]) -> (d_wrt…, kept…)`, derivatives first, always a tuple."""
     from dlvm.ir.types import is_differentiable
 
     result = canonical(of.result)

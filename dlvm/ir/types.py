@@ -57,8 +57,8 @@ class DataType(enum.Enum):
         return self.base is not Base.BOOL
 
     def can_cast_to(self, other: DataType) -> bool:
-        """Casts stay within one base (docs/ir.md, "Types"). Integers and bools never narrow;
-        floats may, unlike the original DLVM, because the adjoint of a widening cast is the narrowing one
+        """Casts stay within one base (docs/ir.md, "Types"). Integers and bools never narrow; floats
+        may, unlike the original DLVM, because the adjoint of a widening cast is the narrowing one
         (and mixed precision needs it)."""
         if self.base is not other.base:
             return False

@@ -461,8 +461,8 @@ class Function(Value):
 
 
 def fresh_name(base: str, taken: set[str]) -> str:
-    """`base`, else the first of `base_0`, `base_1`… not in taken (the fresh-name rule of docs/ir.md);
-    the name returned is added to taken."""
+    """`base`, else the first of `base_0`, `base_1`… not in taken (the fresh-name rule of
+    docs/ir.md); the name returned is added to taken."""
     name, i = base, 0
     while name in taken:
         name, i = f"{base}_{i}", i + 1

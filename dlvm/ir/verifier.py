@@ -1,5 +1,5 @@
-"""The verifier (docs/ir.md, "The verifier"): every structural, typing, dominance and stage rule, reported
-as located diagnostics. It never stops at the first problem.
+"""The verifier (docs/ir.md, "The verifier"): every structural, typing, dominance and stage rule,
+reported as located diagnostics. It never stops at the first problem.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """function-inlining (Inline): replaces `apply @f(args…)` by a copy of f's body, so that later
 passes (compute generation above all) see the callee's instructions next to the caller's.
 
-A direct call is inlined when its callee is a definition in the module that is not recursive
-(in the call graph, dlvm.analysis.call_graph), is not a `[compute]` kernel, makes no call
-through a function value, consists of one block ending in `return`, and either has at most
-MAX_INSTRUCTIONS instructions once its own calls are inlined or is called from one place only
-(a gradient called by its training step: the copy replaces the call, so nothing grows). An
-`extract` from a tuple the inlined body built (`literal (…)`) becomes the element itself, so that
-tuple-returning callees leave no tuple traffic behind. Multi-block callees are left
-alone: inlining them would mean splitting the caller's block at the call. Functions are visited bottom-up (callees first) and each call site once, so every
-call left after a run is one of a callee that fails the conditions above, and a second run
+A direct call is inlined when its callee is a definition in the module that is not recursive (in the
+call graph, dlvm.analysis.call_graph), is not a `[compute]` kernel, makes no call through a function
+value, consists of one block ending in `return`, and either has at most MAX_INSTRUCTIONS
+instructions once its own calls are inlined or is called from one place only (a gradient called by
+its training step: the copy replaces the call, so nothing grows). An `extract` from a tuple the
+inlined body built (`literal (…)`) becomes the element itself, so that tuple-returning callees leave
+no tuple traffic behind. Multi-block callees are left alone: inlining them would mean splitting the
+caller's block at the call. Functions are visited bottom-up (callees first) and each call site once,
+so every call left after a run is one of a callee that fails the conditions above, and a second run
 changes nothing. Callees stay in the module: whether a function is an entry point is decided
 elsewhere, and dead-function removal is not this pass's business.
 """

@@ -1,6 +1,6 @@
-"""Layering (docs/architecture.md), as rules over a map from each module of dlvm/ and telc/ to the names it
-imports. Every rule is a function the tests apply to the real tree, which must satisfy it, and
-to a small planted violation, which it must report: a rule that cannot fail tests nothing.
+"""Layering (docs/architecture.md), as rules over a map from each module of dlvm/ and telc/ to the
+names it imports. Every rule is a function the tests apply to the real tree, which must satisfy it,
+and to a small planted violation, which it must report: a rule that cannot fail tests nothing.
 
 What each layer may import (a module may always import its own layer):
 

@@ -1,11 +1,10 @@
 """The differentiation pass (AD): expands every gradient declaration into adjoint code.
 
-`[gradient @f from S wrt … keeping … seedable] func @g: T` becomes a definition of @g: a copy
-of @f's body followed by the reverse sweep (docs/differentiation.md). Calls are differentiated through
+`[gradient @f from S wrt … keeping … seedable] func @g: T` becomes a definition of @g: a copy of
+@f's body followed by the reverse sweep (docs/differentiation.md). Calls are differentiated through
 generated `@f_grad` functions (seedable, with respect to every float argument), created once per
 configuration and expanded in turn, so recursion and mutual recursion close on themselves; a
-gradient of a gradient function expands the inner one first. The pass sets the stage to
-optimizable.
+gradient of a gradient function expands the inner one first. The pass sets the stage to optimizable.
 """
 
 from __future__ import annotations
