@@ -295,7 +295,7 @@ dlrt_status dlrt_dl_argument(const char *fn, const char *name, const DLTensor *t
    runs the host functions and reports failures in the words of docs/c-abi.md section 1. */
 
 /* What every host function takes first (docs/c-abi.md section 5). */
-typedef struct dlrt_context {
+typedef struct {
     dlrt_arena *arena; /* frames of host functions */
     uint64_t seed;     /* the random stream: draw k uses key hash(seed, counter++) */
     uint64_t counter;
