@@ -7,6 +7,9 @@
 #include "internal.h"
 #include "model.h"
 
+/* Pointers a host function takes that fit on the stack of a call. */
+#define HOST_POINTERS 64
+
 void dlrt_model_step(const dlrt_model *m, const dlrt_entry *e, dlrt_step_value *out) {
     /* The host sees the 1-based number of this step (docs/tel.md, optimisers). */
     int64_t step = m->step + 1;
@@ -39,7 +42,10 @@ static dlrt_status run_on_cpu(dlrt_model *m, const dlrt_entry *e, void *const *a
     size_t count = (size_t)(e->inputs + e->buffers + (e->step >= 0) + e->outputs) +
                    (train ? (size_t)e->buffers : 0);
     size_t mark = dlrt_arena_mark(m->ctx.arena);
-    void **host = dlrt_arena_push(m->ctx.arena, sizeof(void *) * (count ? count : 1));
+    /* The host's pointers: on the stack, unless there are very many of them. */
+    void *on_stack[HOST_POINTERS];
+    void **host = count <= HOST_POINTERS ? on_stack
+                                         : dlrt_arena_push(m->ctx.arena, sizeof(void *) * count);
     if (host == NULL) {
         return dlrt_error(DLRT_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
@@ -108,25 +114,31 @@ dlrt_status dlrt_model_call(const dlrt_model_spec *spec, int32_t entry, dlrt_mod
     return run_on_cpu(m, e, args, fn);
 }
 
+/* "NAME_<entry>_dl" in `fn` (DLRT_MODEL_FN bytes), for messages: made only on failure, so that
+   a call pays no formatting. */
+static const char *dl_name(const dlrt_entry *e, char *fn) {
+    snprintf(fn, DLRT_MODEL_FN, "%s_dl", e->symbol);
+    return fn;
+}
+
 dlrt_status dlrt_model_call_dl(const dlrt_model_spec *spec, int32_t entry, dlrt_model *m,
                                DLTensor *const *args) {
     const dlrt_entry *e = &spec->entries[entry];
     int32_t n = e->inputs + e->outputs;
+    char fn[DLRT_MODEL_FN];
     if (n == 0) { /* nothing to check */
         return dlrt_model_call(spec, entry, m, NULL);
     }
-    char fn[DLRT_MODEL_FN];
-    snprintf(fn, sizeof fn, "%s_dl", e->symbol);
     if (m == NULL) {
-        return dlrt_model_null(fn, "m");
+        return dlrt_model_null(dl_name(e, fn), "m");
     }
     if (args == NULL) {
-        return dlrt_model_null(fn, "args");
+        return dlrt_model_null(dl_name(e, fn), "args");
     }
     size_t mark = dlrt_arena_mark(m->ctx.arena);
     void **data = dlrt_arena_push(m->ctx.arena, (sizeof(void *) + 1) * (size_t)n);
     if (data == NULL) {
-        return dlrt_error(DLRT_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        return dlrt_error(DLRT_ERR_OUT_OF_MEMORY, "%s: out of memory", dl_name(e, fn));
     }
     unsigned char *dev = (unsigned char *)(data + n);
     /* A model on the CPU takes host memory only. */
@@ -135,8 +147,12 @@ dlrt_status dlrt_model_call_dl(const dlrt_model_spec *spec, int32_t entry, dlrt_
     dlrt_status s = DLRT_OK;
     for (int32_t i = 0; i < n && s == DLRT_OK; i++) {
         const dlrt_tensor *t = &e->args[i];
-        s = dlrt_dl_argument(fn, t->name, args[i], t->dtype, t->rank, t->shape, ordinal, &data[i],
-                             &dev[i]);
+        s = dlrt_dl_argument(e->symbol, t->name, args[i], t->dtype, t->rank, t->shape, ordinal,
+                             &data[i], &dev[i]);
+        if (s != DLRT_OK) { /* the same check again, for a message that names this function */
+            s = dlrt_dl_argument(dl_name(e, fn), t->name, args[i], t->dtype, t->rank, t->shape,
+                                 ordinal, &data[i], &dev[i]);
+        }
         on_device |= s == DLRT_OK && dev[i];
     }
     if (s == DLRT_OK && on_device && e->plan != NULL) {
@@ -144,7 +160,7 @@ dlrt_status dlrt_model_call_dl(const dlrt_model_spec *spec, int32_t entry, dlrt_
     } else if (s == DLRT_OK && on_device) {
         s = dlrt_error(DLRT_ERR_DEVICE,
                        "%s: this entry runs on the CPU for a model on a GPU: pass host memory "
-                       "(kDLCPU)", fn);
+                       "(kDLCPU)", dl_name(e, fn));
     } else if (s == DLRT_OK) {
         s = dlrt_model_call(spec, entry, m, data);
     }

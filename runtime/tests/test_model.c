@@ -12,7 +12,10 @@ static int32_t init(dlrt_context *c, void *const *a) {
     W[0] = (float)c->seed;
     W[1] = (float)c->counter++;
     *b = 0.5f;
-    return c->seed == 666 ? dlrt_error(DLRT_ERR_INTERNAL, "dl_init: cursed seed") : DLRT_OK;
+    if (c->seed == 666) {
+        return (int32_t)dlrt_error(DLRT_ERR_INTERNAL, "dl_init: cursed seed");
+    }
+    return DLRT_OK;
 }
 
 /* x, W, b; y. x[0] < 0 fails with a message, x[0] == 99 without one; both after a draw. */
