@@ -106,7 +106,7 @@ def _hosts(layout: Layout) -> list[str]:
     for i, (sym, n_args, n_results) in enumerate(layout.hosts()):
         args = ["c", *(f"a[{k}]" for k in range(n_args + n_results))]
         out += [
-            f"static int32_t glue_host_{i}(dlrt_context *c, void *const *a) {{",
+            f"static int32_t host{i}(dlrt_context *c, void *const *a) {{",
             *wrap_call(f"    return {sym}(", args, ");"),
             "}",
         ]
@@ -114,14 +114,15 @@ def _hosts(layout: Layout) -> list[str]:
 
 
 def _tables(layout: Layout, cuda: CudaGlue | None) -> list[str]:
-    """glue_model (a dlrt_model_spec) and the tables it points into."""
+    """`spec` (a dlrt_model_spec) and the tables it points into. The glue's own names have no
+    underscore, which every exported, host and runtime name has: they clash with none."""
     spec = layout.spec
-    shapes, indices = Pool("glue_shapes", "int64_t"), Pool("glue_indices", "int32_t")
-    thunks = {sym: f"glue_host_{i}" for i, (sym, _, _) in enumerate(layout.hosts())}
-    rows: list[str] = []  # of glue_tensors: the model's, then each entry's arguments
+    shapes, indices = Pool("shapes", "int64_t"), Pool("indices", "int32_t")
+    thunks = {sym: f"host{i}" for i, (sym, _, _) in enumerate(layout.hosts())}
+    rows: list[str] = []  # of tensors: the model's, then each entry's arguments
 
     def tensors(ts: list[TensorSpec]) -> str:
-        where = f"glue_tensors + {len(rows)}" if rows else "glue_tensors"
+        where = f"tensors + {len(rows)}" if rows else "tensors"
         for t in ts:
             fields = [c_string(t.name), DTYPES[t.dtype][1], str(len(t.shape)), shapes.at(t.shape)]
             rows.append("{" + ", ".join(fields) + ", NULL}")
@@ -146,23 +147,23 @@ def _tables(layout: Layout, cuda: CudaGlue | None) -> list[str]:
     model = [c_string(spec.name), c_string(layout.name), c_string(spec.compiler)]
     model += [str(len(spec.params)), str(len(spec.states)), model_tensors, state_params]
     model += [thunks[init], c_string(init)] if init is not None else ["NULL", "NULL"]
-    model += [str(len(entries)), "glue_entries" if entries else "NULL"]
+    model += [str(len(entries)), "entries" if entries else "NULL"]
     model.append(plans.model if plans is not None else "NULL")
     out = [
         "/* The model: parameters, states, each entry's arguments; the entries. */",
         *shapes.declaration(),
     ]
     if rows:
-        out += ["static const dlrt_tensor glue_tensors[] = {", *(f"    {r}," for r in rows), "};"]
+        out += ["static const dlrt_tensor tensors[] = {", *(f"    {r}," for r in rows), "};"]
     out += indices.declaration()
     if plans is not None:
         out += plans.lines
     if entries:
-        out.append("static const dlrt_entry glue_entries[] = {")
+        out.append("static const dlrt_entry entries[] = {")
         for fields in entries:
             out += wrap_call("    {", fields, "},", width=100)
         out.append("};")
-    out += wrap_call("static const dlrt_model_spec glue_model = {", model, "};")
+    out += wrap_call("static const dlrt_model_spec spec = {", model, "};")
     return out
 
 
@@ -177,7 +178,7 @@ def _api(layout: Layout, manifest_bytes: int) -> list[str]:
         out.extend([EXPORT, f"{prototype} {{", *(f"    {line}" for line in body), "}"])
 
     def runtime(fn: str, *args: str) -> str:
-        return f"return dlrt_model_{fn}({', '.join(['&glue_model', *args])});"
+        return f"return dlrt_model_{fn}({', '.join(['&spec', *args])});"
 
     define(api["create"], runtime("create", "device", "seed", "out"))
     define(api["destroy"], f"dlrt_model_destroy({model});")
@@ -201,7 +202,7 @@ def _api(layout: Layout, manifest_bytes: int) -> list[str]:
     define(
         api["manifest"],
         f"static char json[{manifest_bytes}]; /* written by the first call */",
-        "return dlrt_model_manifest(&glue_model, json, sizeof json);",
+        "return dlrt_model_manifest(&spec, json, sizeof json);",
     )
     out.append("")
     return out

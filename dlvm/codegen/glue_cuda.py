@@ -67,8 +67,8 @@ def tables(cuda: CudaGlue, spec: LibrarySpec, indices: Pool) -> CudaTables:
     ]
     kernels = "NULL"
     if cuda.kernels:
-        kernels = "glue_kernels"
-        out.append("static const dlrt_kernel glue_kernels[] = {")
+        kernels = "kernels"
+        out.append("static const dlrt_kernel kernels[] = {")
         for k in cuda.kernels:
             grid, block = ", ".join(map(str, k.grid)), ", ".join(map(str, k.block))
             out.append(f'    {{"{k.symbol}", {{{grid}}}, {{{block}}}, {k.pointers}}},')
@@ -82,24 +82,24 @@ def tables(cuda: CudaGlue, spec: LibrarySpec, indices: Pool) -> CudaTables:
         if not isinstance(plan, DevicePlan):
             plans[e.name] = "NULL"
             continue
-        steps = _at("glue_launches", len(launches)) if plan.steps else "NULL"
+        steps = _at("launches", len(launches)) if plan.steps else "NULL"
         launches += [f"{{{k}, {indices.at(used)}}}" for k, used in plan.steps]
-        where = _at("glue_slots", len(slots)) if plan.slots else "NULL"
+        where = _at("slots", len(slots)) if plan.slots else "NULL"
         slots += [f"{{{_or_none(s.argument)}, {_or_none(s.result)}, {s.offset}}}"
                   for s in plan.slots]  # fmt: skip
         fields = [steps, str(len(plan.steps)), str(len(plan.slots)), where]
         fields += [indices.at(plan.uploads), indices.at(plan.results)]
-        plans[e.name] = _at("glue_plans", len(rows))
+        plans[e.name] = _at("plans", len(rows))
         rows.append("    {" + ", ".join(fields) + "},")
     if launches:
-        out += wrap_call("static const dlrt_launch glue_launches[] = {", launches, "};")
+        out += wrap_call("static const dlrt_launch launches[] = {", launches, "};")
     if slots:
-        out += wrap_call("static const dlrt_slot glue_slots[] = {", slots, "};")
+        out += wrap_call("static const dlrt_slot slots[] = {", slots, "};")
     if rows:
-        out += ["static const dlrt_plan glue_plans[] = {", *rows, "};"]
+        out += ["static const dlrt_plan plans[] = {", *rows, "};"]
     fields = [c_string(cuda.gpu), "dl_cuda_ptx", kernels, str(len(cuda.kernels)), str(cuda.scratch)]
-    out += wrap_call("static const dlrt_model_cuda glue_cuda = {", fields, "};")
-    return CudaTables(out, plans, "&glue_cuda")
+    out += wrap_call("static const dlrt_model_cuda cuda = {", fields, "};")
+    return CudaTables(out, plans, "&cuda")
 
 
 def _at(array: str, offset: int) -> str:

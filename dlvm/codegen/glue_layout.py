@@ -41,10 +41,6 @@ ENTRY_KINDS = ("infer", "train", "export")
 # NAME_<x> functions every library exports; an entry may not take one of these names.
 API_FUNCTIONS = ("create", "destroy", "save", "load", "get_param", "set_param", "manifest")
 
-# File-scope names of the glue (dlvm.codegen.glue), which no exported name may take.
-GLUE_STATICS = ("glue_shapes", "glue_tensors", "glue_indices", "glue_entries", "glue_model")
-GLUE_STATIC_PREFIXES = ("glue_host_", "glue_kernels", "glue_launches", "glue_slots", "glue_plans")
-
 
 class Layout:
     """A checked LibrarySpec: the tensors of the model object (parameters, then states), the
@@ -106,7 +102,7 @@ class Layout:
             raise SpecError(f"{where}: argument names must be unique")
 
     def _check_symbols(self) -> None:
-        """Every exported name once, and none a host function's, the runtime's or the glue's."""
+        """Every exported name once, and none a host function's or the runtime's."""
         exported = [f"{self.name}_{n}" for n in (*API_FUNCTIONS, "model")]
         exported += [self.symbol(e) + suffix for e in self.spec.entries for suffix in ("", "_dl")]
         hosts = {h for h, _, _ in self.hosts()}
@@ -114,7 +110,6 @@ class Layout:
             {n for n in exported if exported.count(n) > 1}
             | (set(exported) & hosts)
             | {n for n in exported if n.startswith("dlrt_")}
-            | {n for n in exported if n in GLUE_STATICS or n.startswith(GLUE_STATIC_PREFIXES)}
         )
         if clash:
             raise SpecError(f"model '{self.spec.name}': generated names clash: {', '.join(clash)}")

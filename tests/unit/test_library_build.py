@@ -8,17 +8,19 @@ from __future__ import annotations
 import copy
 import ctypes
 import dataclasses
+import subprocess
 from pathlib import Path
 
 import pytest
-from telhelp import compiled_sample, sample_path
+from telhelp import compiled_sample, sample_names, sample_path
 
 import dlvm.codegen.build as build_module
 import telc.driver
 from dlvm.codegen.build import LibraryBuild, Target, build_library, keep_reachable, schedule
-from dlvm.codegen.glue import SpecError, manifest_json
-from dlvm.codegen.spec import EntrySpec
+from dlvm.codegen.glue import SpecError, check_spec, glue_source, manifest_json
+from dlvm.codegen.spec import EntrySpec, LibrarySpec, TensorSpec
 from dlvm.ir.printer import module_text
+from dlvm.runtime import runtime_dir
 from telc.build import produce
 from telc.driver import BuildOptions
 
@@ -102,12 +104,45 @@ def test_telc_build_computes_the_spec_and_the_glue_once(
     assert product.report["entries"][0].startswith("infer(x: f32[4 x 2])")
 
 
-@pytest.mark.parametrize("cuda", [False, True], ids=["cpu", "cuda"])
-def test_the_library_writes_the_compilers_manifest(cuda: bool, tmp_path: Path) -> None:
-    compiled = compiled_sample("mnist")
-    build = LibraryBuild(compiled.module, compiled.spec, tmp_path / "mnist.so", Target(cuda=cuda))
-    build.run()
-    kernels = build.device.kernels if build.device is not None else None
-    manifest = ctypes.CDLL(str(tmp_path / "mnist.so")).mnist_manifest
+def library_manifest(path: Path, name: str) -> bytes:
+    """NAME_manifest() of the library at `path`, as its bytes."""
+    manifest = getattr(ctypes.CDLL(str(path)), f"{name}_manifest")
     manifest.restype = ctypes.c_char_p
-    assert manifest() == manifest_json(compiled.spec, kernels).encode()
+    return manifest()
+
+
+@pytest.mark.parametrize("name", sample_names())
+def test_every_sample_library_writes_the_compilers_manifest(name: str, sample_library) -> None:
+    compiled = compiled_sample(name)
+    expected = manifest_json(compiled.spec).encode()
+    assert library_manifest(sample_library(name), compiled.spec.c_name) == expected
+
+
+def test_a_cuda_library_writes_the_compilers_manifest(tmp_path: Path) -> None:
+    compiled = compiled_sample("autoencoder")  # an entry on the GPU, another on the CPU
+    path = tmp_path / "autoencoder.so"
+    build = LibraryBuild(compiled.module, compiled.spec, path, Target(cuda=True))
+    build.run()
+    assert build.device is not None
+    expected = manifest_json(compiled.spec, build.device.kernels).encode()
+    assert library_manifest(path, "autoencoder") == expected
+    assert b'"cuda": "gpu"' in expected and b'"cuda": "cpu: ' in expected
+
+
+def test_names_like_the_glues_own_are_fine(tmp_path: Path) -> None:
+    """The glue's file-scope names (spec, tensors, entries, host0…) have no underscore, so no
+    model, entry or host function name can clash with them."""
+    t = TensorSpec("x", "f32", (2,))
+    spec = LibrarySpec("spec", "t", (t,), init="host0", entries=(
+        EntrySpec("tensors", "infer", "entries", (TensorSpec("shapes", "f32", ()),), (t,)),
+    ))  # fmt: skip
+    (tmp_path / "glue.c").write_text(glue_source(spec))
+    cc = ["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-fsyntax-only"]
+    done = subprocess.run([*cc, f"-I{runtime_dir() / 'include'}", str(tmp_path / "glue.c")],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_name_with_a_nul_is_refused() -> None:
+    with pytest.raises(SpecError, match="holds a NUL character"):
+        check_spec(LibrarySpec("m", "t", (TensorSpec("w\0", "f32", ()),)))
