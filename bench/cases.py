@@ -106,14 +106,14 @@ def build(text: str, name: str, directory: Path, defines: dict[str, int]) -> Any
     """Compiles TEL `text` as `telc build -O2` does and loads the library."""
     import dlvm
     from dlvm.codegen.build import build_library
-    from telc.driver import compile_text, library_spec, optimize
+    from telc.driver import compile_text, optimize
 
     src = directory / f"{name}.tel"
     src.write_text(text)
     compiled = compile_text(str(src), text, defines)
     optimize(compiled.module)
     path = directory / f"{name}.so"
-    build_library(compiled.module, library_spec(compiled.interface), path)
+    build_library(compiled.module, compiled.spec, path)
     return dlvm.load(path, seed=0)
 
 

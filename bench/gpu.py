@@ -46,7 +46,7 @@ MARKS = ("<!-- gpu results: bench/gpu.py run --write -->", "<!-- end of gpu resu
 def build(directory: Path, gpu: str) -> None:
     """Every case's library, built as `telc build -O2 --target cuda --gpu GPU` does."""
     from dlvm.codegen.build import build_library
-    from telc.driver import compile_text, library_spec, optimize
+    from telc.driver import compile_text, optimize
 
     directory.mkdir(parents=True, exist_ok=True)
     sources = {
@@ -61,7 +61,7 @@ def build(directory: Path, gpu: str) -> None:
         t0 = time.perf_counter()
         compiled = compile_text(f"{name}.tel", text, defines)
         optimize(compiled.module)
-        build_library(compiled.module, library_spec(compiled.interface), directory / f"{name}.so",
+        build_library(compiled.module, compiled.spec, directory / f"{name}.so",
                       cuda=True, gpu=gpu, tf32=name.endswith("tf32"))  # fmt: skip
         print(f"built {name}.so in {time.perf_counter() - t0:.1f} s", flush=True)
 

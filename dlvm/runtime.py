@@ -267,6 +267,96 @@ class DlrtLaunch(ctypes.Structure):
     _fields_ = [("kernel", ctypes.c_int32), ("slots", ctypes.POINTER(ctypes.c_int32))]
 
 
+class DlrtContext(ctypes.Structure):
+    """dlrt_context: what every host function takes first (arena, random seed and counter)."""
+
+    _fields_ = [
+        ("arena", ctypes.c_void_p),
+        ("seed", ctypes.c_uint64),
+        ("counter", ctypes.c_uint64),
+    ]
+
+
+# dlrt_host: a host function called with its arguments and results as one array.
+DlrtHost = ctypes.CFUNCTYPE(
+    ctypes.c_int32, ctypes.POINTER(DlrtContext), ctypes.POINTER(ctypes.c_void_p)
+)
+
+
+class DlrtSlot(ctypes.Structure):
+    """dlrt_slot: a slot of a device plan."""
+
+    _fields_ = [
+        ("argument", ctypes.c_int32),
+        ("result", ctypes.c_int32),
+        ("offset", ctypes.c_int64),
+    ]
+
+
+class DlrtPlan(ctypes.Structure):
+    """dlrt_plan: an entry's device plan (its launches over slots)."""
+
+    _fields_ = [
+        ("steps", ctypes.POINTER(DlrtLaunch)),
+        ("count", ctypes.c_int32),
+        ("slot_count", ctypes.c_int32),
+        ("slots", ctypes.POINTER(DlrtSlot)),
+        ("uploads", ctypes.POINTER(ctypes.c_int32)),
+        ("results", ctypes.POINTER(ctypes.c_int32)),
+    ]
+
+
+class DlrtEntry(ctypes.Structure):
+    """dlrt_entry: an entry point of a model, as the glue describes it."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("kind", ctypes.c_char_p),
+        ("symbol", ctypes.c_char_p),
+        ("host_name", ctypes.c_char_p),
+        ("host", DlrtHost),
+        ("inputs", ctypes.c_int32),
+        ("outputs", ctypes.c_int32),
+        ("args", ctypes.POINTER(DlrtTensor)),
+        ("buffers", ctypes.c_int32),
+        ("buffer", ctypes.POINTER(ctypes.c_int32)),
+        ("step", ctypes.c_int32),  # a DType, or -1
+        ("plan", ctypes.POINTER(DlrtPlan)),
+        ("cpu", ctypes.c_char_p),
+    ]
+
+
+class DlrtModelCuda(ctypes.Structure):
+    """dlrt_model_cuda: the kernels of a library built for CUDA."""
+
+    _fields_ = [
+        ("gpu", ctypes.c_char_p),
+        ("ptx", ctypes.c_char_p),
+        ("kernels", ctypes.POINTER(DlrtKernel)),
+        ("count", ctypes.c_int32),
+        ("scratch", ctypes.c_int64),
+    ]
+
+
+class DlrtModelSpec(ctypes.Structure):
+    """dlrt_model_spec: a whole model, as the glue describes it to the runtime."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("c_name", ctypes.c_char_p),
+        ("compiler", ctypes.c_char_p),
+        ("params", ctypes.c_int32),
+        ("states", ctypes.c_int32),
+        ("tensors", ctypes.POINTER(DlrtTensor)),
+        ("state_params", ctypes.POINTER(ctypes.c_int32)),
+        ("init", DlrtHost),
+        ("init_name", ctypes.c_char_p),
+        ("entry_count", ctypes.c_int32),
+        ("entries", ctypes.POINTER(DlrtEntry)),
+        ("cuda", ctypes.POINTER(DlrtModelCuda)),
+    ]
+
+
 class DLDeviceType(enum.IntEnum):
     """DLPack v0.8 DLDeviceType (kDLCPU…)."""
 

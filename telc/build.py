@@ -26,7 +26,6 @@ from telc.driver import (
     BuildOptions,
     Compiled,
     Timings,
-    library_spec,
     lower_program,
     optimize,
 )
@@ -130,10 +129,10 @@ def _build_library(
         else:  # a failed build leaves nothing; a stored one has moved away
             cleanup.callback(shutil.rmtree, workspace, True)
         gpu = options.gpu if options.target == "cuda" else None
-        library.build_so(
+        built = library.build_so(
             compiled, workspace / name, options.cpu, timings, options.level, gpu, options.tf32
         )
-        report.update(library.describe(compiled.module, library_spec(compiled.interface)))
+        report.update(library.describe(built.module, compiled.spec))
         source = workspace
         if cache is not None and key is not None:
             try:

@@ -4,6 +4,7 @@ DiagnosticError carrying located diagnostics."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -104,9 +105,16 @@ class BuildOptions:
 
 @dataclass
 class Compiled:
+    """A lowered program: its module and the interface of its entry points."""
+
     program: Program
     module: Module
     interface: Interface
+
+    @functools.cached_property
+    def spec(self) -> LibrarySpec:
+        """The library's description (library_spec of the interface), made once."""
+        return library_spec(self.interface)
 
 
 def parse_defines(items: list[str]) -> dict[str, int | float]:

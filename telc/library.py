@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dlvm.codegen.build import BuildResult, build_library, schedule
+from dlvm.codegen.build import BuildResult, LibraryBuild, Target, schedule
 from dlvm.codegen.cuda import ptx
 from dlvm.codegen.frame import FramePlan
 from dlvm.codegen.gpus import DEFAULT_GPU
@@ -16,7 +16,7 @@ from dlvm.codegen.spec import LibrarySpec, TensorSpec
 from dlvm.ir.printer import module_text
 from dlvm.ir.values import Module
 from dlvm.transforms.compute_generation import ComputeGeneration
-from telc.driver import OPT_LEVELS, BuildOptions, Compiled, Timings, library_spec
+from telc.driver import OPT_LEVELS, BuildOptions, Compiled, Timings
 
 
 def emit_stage(
@@ -55,20 +55,12 @@ def build_so(
 ) -> BuildResult:
     """Builds the shipped library (with CUDA kernels for `gpu` when given); each
     code-generation step is named to timings as it begins and its time added after the
-    frontend's."""
+    frontend's. compiled.module is left as it was; the result holds the scheduled module."""
     timings = timings if timings is not None else Timings()
-    spec = library_spec(compiled.interface)
-    result = build_library(
-        compiled.module,
-        spec,
-        Path(output),
-        cpu=cpu,
-        opt=OPT_LEVELS[level].llvm,
-        progress=timings.started,
-        cuda=gpu is not None,
-        gpu=gpu or DEFAULT_GPU,
-        tf32=tf32,
-    )
+    llvm_level = OPT_LEVELS[level].llvm
+    target = Target(cpu, llvm_level, cuda=gpu is not None, gpu=gpu or DEFAULT_GPU, tf32=tf32)
+    build = LibraryBuild(compiled.module, compiled.spec, Path(output), target, timings.started)
+    result = build.run()
     timings.stages.extend(result.timings)
     return result
 

@@ -1,11 +1,14 @@
-"""From a module at stage optimizable to a shipped library (DESIGN.md section 5): compute
-generation and scheduling, LLGen to objects (in parts, side by side), the generated C glue
-(compiled meanwhile), the runtime, linked by the system C compiler into NAME.so next to NAME.h
-and dlrt.h. Each step is timed, and named to `progress` as it begins (telc build's progress
-display)."""
+"""From a module at stage optimizable to a shipped library (DESIGN.md section 5), as one build of
+explicit stages, each computed once: the spec checked, the module pruned and scheduled (compute
+generation and scheduling, on the build's own copy), the CUDA kernels and plans, the generated
+C glue and header, LLVM to objects (in parts, side by side, while the C compiler compiles the
+glue), the runtime, linked by the system C compiler into NAME.so next to NAME.h and dlrt.h.
+Each step is timed, and named to `progress` as it begins (telc build's progress display)."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import shutil
 import subprocess
@@ -18,8 +21,8 @@ from typing import TypeVar
 
 from dlvm.analysis.call_graph import CallGraph
 from dlvm.codegen.cuda import ptx, ptx_object
-from dlvm.codegen.glue import glue_source, header_source
-from dlvm.codegen.glue_cuda import cuda_glue
+from dlvm.codegen.glue import check_spec, glue_source, header_source
+from dlvm.codegen.glue_cuda import CudaGlue, cuda_glue
 from dlvm.codegen.gpus import DEFAULT_GPU
 from dlvm.codegen.llgen import object_files
 from dlvm.codegen.spec import LibrarySpec
@@ -39,14 +42,18 @@ class BuildError(BuildFailure):
 
 @dataclass
 class BuildResult:
+    """What a build wrote, its steps' times, and the module it compiled (the build's
+    scheduled copy: its kernels and frames are what --verbose reports)."""
+
     library: Path
     header: Path
+    module: Module
     timings: list[tuple[str, float]] = field(default_factory=list)
 
 
-def keep_reachable(module: Module, roots: set[str]) -> None:
-    """Drops the functions no root reaches: library functions every caller has inlined, which
-    would otherwise become kernels and code nobody calls."""
+def unreachable(module: Module, roots: set[str]) -> list[Function]:
+    """The functions no root reaches: library functions every caller has inlined, which would
+    otherwise become kernels and code nobody calls."""
     graph = CallGraph(module)
     seen: set[Function] = set()
     work = [f for f in module.functions if f.name in roots]
@@ -58,7 +65,12 @@ def keep_reachable(module: Module, roots: set[str]) -> None:
         work += graph.callees[f]
         if f.gradient is not None:
             work.append(f.gradient.of)  # named by the gradient declaration line
-    for f in [f for f in module.functions if f not in seen]:
+    return [f for f in module.functions if f not in seen]
+
+
+def keep_reachable(module: Module, roots: set[str]) -> None:
+    """Drops the functions no root reaches (unreachable)."""
+    for f in unreachable(module, roots):
         module.remove_function(f)
 
 
@@ -68,6 +80,152 @@ def schedule(module: Module, cpu: str = "native", cuda: bool = False, tf32: bool
     ComputeGeneration().run(module)
     ComputeScheduling(vector_bits(cpu), cuda, tf32).run(module)
     return module
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a library is built for: the CPU (`cpu`, LLVM level `opt`, the C compiler `cc`,
+    default $CC), and with `cuda` the GPU architecture `gpu` as well (f32 products in TF32 on
+    tensor cores with `tf32`). `quick_link` links with gold where it is installed (a third
+    faster than the default linker), for a library this process alone loads (NNKit's first
+    tier): a shipped library must not depend on what links it."""
+
+    cpu: str = "native"
+    opt: int = 3
+    cc: str | None = None
+    cuda: bool = False
+    gpu: str = DEFAULT_GPU
+    tf32: bool = False
+    quick_link: bool = False
+
+
+@dataclass(frozen=True)
+class Device:
+    """The CUDA half of a library: its kernels as PTX, and each entry's device plan."""
+
+    ptx: str
+    kernels: CudaGlue
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The generated C of a library: its glue and its public header."""
+
+    glue: str
+    header: str
+
+
+class LibraryBuild:
+    """One library build. Its stages are properties, each computed once, when first asked for
+    (a stage asks for those it needs): `module` (pruned and scheduled), `device` (CUDA),
+    `sources` (glue and header); `run()` then compiles and links. The spec is checked first,
+    so that a description the C ABI cannot express fails before any work. The caller's module
+    is never changed: the build works on a copy, made once, and only when the module needs
+    pruning or scheduling."""
+
+    def __init__(
+        self,
+        module: Module,
+        spec: LibrarySpec,
+        output: Path,
+        target: Target = Target(),
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        check_spec(spec)
+        self.given = module
+        self.spec = spec
+        self.output = Path(output)
+        self.target = target
+        self.progress = progress
+        self.timings: list[tuple[str, float]] = []
+
+    def step(self, name: str, work: Callable[[], T]) -> T:
+        """`work()`, named to progress as it begins and timed as step `name`."""
+        if self.progress:
+            self.progress(name)
+        t0 = time.perf_counter()
+        result = work()
+        self.timings.append((name, time.perf_counter() - t0))
+        return result
+
+    @functools.cached_property
+    def module(self) -> Module:
+        """The module with only what the entries reach, at stage schedule: the given one when
+        it is already that, else a copy."""
+        spec = self.spec
+        roots = {e.host for e in spec.entries} | ({spec.init} if spec.init else set())
+        given = self.given
+        if given.stage == "schedule" and not unreachable(given, roots):
+            return given
+
+        def prepare() -> Module:
+            module = copy.deepcopy(given)
+            keep_reachable(module, roots)
+            if module.stage != "schedule":
+                schedule(module, self.target.cpu, self.target.cuda, self.target.tf32)
+            return module
+
+        return self.step("compute stages", prepare)
+
+    @functools.cached_property
+    def device(self) -> Device | None:
+        """The kernels as PTX and each entry's device plan (None without CUDA)."""
+        target = self.target
+        if not target.cuda:
+            return None
+        module = self.module
+        text, launches = self.step("ptx", lambda: ptx(module, target.gpu, target.opt))
+        return Device(text, cuda_glue(module, self.spec, launches, target.gpu))
+
+    @functools.cached_property
+    def sources(self) -> Sources:
+        """The C glue and the header NAME.h."""
+        kernels = self.device.kernels if self.device is not None else None
+        return Sources(glue_source(self.spec, kernels), header_source(self.spec, kernels))
+
+    def run(self) -> BuildResult:
+        """Writes output (the .so), output with suffix .h, and dlrt.h beside them."""
+        target, output, module = self.target, self.output, self.module
+        compiler = target.cc or os.environ.get("CC", "cc")
+        extra = [ptx_object(self.device.ptx, target.cpu)] if self.device is not None else []
+        sources = self.sources
+        include = runtime_dir() / "include"
+        header = output.with_suffix(".h")
+        with tempfile.TemporaryDirectory(prefix="dlvm-build-") as tmp:
+            work = Path(tmp)
+            (work / "glue.c").write_text(sources.glue, encoding="utf-8")
+            # -O1: the glue is tables and calls; it has no loop worth more. At LLVM level 1 and
+            # below, -O0: the C compiler then finishes no later than LLVM.
+            glue_opt = "-O1" if target.opt > 1 else "-O0"
+            compile_glue = [compiler, "-std=c11", glue_opt, "-fPIC", "-fvisibility=hidden",
+                            f"-I{include}", f"-ffile-prefix-map={work}=.", "-c", "glue.c",
+                            "-o", "glue.o"]  # fmt: skip
+            with _Background(compile_glue, work) as glue_job:  # the C compiler runs beside LLVM
+                objects = self.step("llvm", lambda: object_files(module, target.cpu, target.opt))
+                runtime_objects = self.step("runtime", lambda: build_runtime(compiler))
+                self.step("glue", glue_job.wait)
+            objects += extra
+            models = [f"model{i}.o" for i in range(len(objects))]
+            for name, obj in zip(models, objects):
+                (work / name).write_bytes(obj)
+            link = [compiler, "-shared", "-o", output.name, "glue.o", *models,
+                    *map(str, runtime_objects), "-lm", "-pthread", "-ldl",
+                    f"-Wl,-soname,{output.name}", "-Wl,--build-id=none"]  # fmt: skip
+            if target.quick_link and shutil.which("ld.gold"):
+                link.insert(1, "-fuse-ld=gold")
+            self.step("link", lambda: _run(link, work))
+
+            def write() -> None:
+                try:
+                    output.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(work / output.name, output)
+                    header.write_text(sources.header, encoding="utf-8")
+                    shutil.copyfile(include / "dlrt.h", output.parent / "dlrt.h")
+                except OSError as e:
+                    raise BuildError(f"cannot write {e.filename or output}: {e.strerror}") from None
+
+            self.step("write", write)
+        return BuildResult(output, header, module, self.timings)
 
 
 def build_library(
@@ -83,71 +241,10 @@ def build_library(
     tf32: bool = False,
     quick_link: bool = False,
 ) -> BuildResult:
-    """Writes output (the .so), output with suffix .h, and dlrt.h beside them. With `cuda`, the
-    library also holds the kernels as PTX for `gpu` and runs models created on "cuda:N" (f32
-    products in TF32 on tensor cores with `tf32`). `quick_link` links with gold where it is
-    installed (a third faster than the default linker), for a library this process alone
-    loads (NNKit's first tier): a shipped library must not depend on what links it."""
-    output = Path(output)
-    compiler = cc or os.environ.get("CC", "cc")
-    timings: list[tuple[str, float]] = []
-
-    def step(name: str, work: Callable[[], T]) -> T:
-        if progress:
-            progress(name)
-        t0 = time.perf_counter()
-        result = work()
-        timings.append((name, time.perf_counter() - t0))
-        return result
-
-    glue, header_text = glue_source(spec), header_source(spec)  # a bad spec fails first
-    roots = {e.host for e in spec.entries} | ({spec.init} if spec.init else set())
-    keep_reachable(module, roots)
-    if module.stage != "schedule":
-        step("compute stages", lambda: schedule(module, cpu, cuda, tf32))
-    extra: list[bytes] = []
-    if cuda:
-        text, launches = step("ptx", lambda: ptx(module, gpu, opt))
-        kernels = cuda_glue(module, spec, launches, gpu)
-        glue, header_text = glue_source(spec, kernels), header_source(spec, kernels)
-        extra.append(ptx_object(text, cpu))
-    include = runtime_dir() / "include"
-    header = output.with_suffix(".h")
-    with tempfile.TemporaryDirectory(prefix="dlvm-build-") as tmp:
-        work = Path(tmp)
-        (work / "glue.c").write_text(glue, encoding="utf-8")
-        # -O1: the glue checks arguments and calls the model; it has no loop worth more. At
-        # LLVM level 1 and below, -O0: the C compiler then finishes no later than LLVM.
-        glue_opt = "-O1" if opt > 1 else "-O0"
-        compile_glue = [compiler, "-std=c11", glue_opt, "-fPIC", "-fvisibility=hidden",
-                        f"-I{include}", f"-ffile-prefix-map={work}=.", "-c", "glue.c",
-                        "-o", "glue.o"]  # fmt: skip
-        with _Background(compile_glue, work) as glue_job:  # the C compiler runs beside LLVM
-            objects = step("llvm", lambda: object_files(module, cpu=cpu, opt=opt))
-            runtime_objects = step("runtime", lambda: build_runtime(compiler))
-            step("glue", glue_job.wait)
-        objects += extra
-        models = [f"model{i}.o" for i in range(len(objects))]
-        for name, obj in zip(models, objects):
-            (work / name).write_bytes(obj)
-        link = [compiler, "-shared", "-o", output.name, "glue.o", *models,
-                *map(str, runtime_objects), "-lm", "-pthread", "-ldl",
-                f"-Wl,-soname,{output.name}", "-Wl,--build-id=none"]  # fmt: skip
-        if quick_link and shutil.which("ld.gold"):
-            link.insert(1, "-fuse-ld=gold")
-        step("link", lambda: _run(link, work))
-
-        def write() -> None:
-            try:
-                output.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(work / output.name, output)
-                header.write_text(header_text, encoding="utf-8")
-                shutil.copyfile(include / "dlrt.h", output.parent / "dlrt.h")
-            except OSError as e:
-                raise BuildError(f"cannot write {e.filename or output}: {e.strerror}") from None
-
-        step("write", write)
-    return BuildResult(output, header, timings)
+    """Writes output (the .so), output with suffix .h, and dlrt.h beside them (a LibraryBuild
+    for Target(cpu, opt, cc, cuda, gpu, tf32, quick_link)); `module` is left as it was."""
+    target = Target(cpu, opt, cc, cuda, gpu, tf32, quick_link)
+    return LibraryBuild(module, spec, output, target, progress).run()
 
 
 def _run(cmd: list[str], cwd: Path) -> None:

@@ -1,6 +1,7 @@
 /* dlrt.h: the whole API of the runtime linked into every shipped model library (docs/c-abi.md
  * section 4): status codes and the thread-local last error, aligned memory and arenas, the thread
- * pool, byte stacks for the differentiation tape, safetensors files, and the DLPack v0.8 structs.
+ * pool, byte stacks for the differentiation tape, safetensors files, the DLPack v0.8 structs, and
+ * the model object behind a library's NAME_* functions, driven by its glue's tables.
  *
  * The runtime is compiled with -fvisibility=hidden, so every function here is private to the
  * library that links it except those marked DLRT_EXPORT (only dlrt_last_error). Several models
@@ -287,6 +288,110 @@ typedef struct DLManagedTensor {
 dlrt_status dlrt_dl_argument(const char *fn, const char *name, const DLTensor *t, dlrt_dtype dtype,
                              int32_t ndim, const int64_t *shape, int ordinal, void **data,
                              unsigned char *on_device);
+
+/* ---- Models (docs/c-abi.md section 6): the object behind a library's NAME_* functions ----
+   The generated glue describes its model in constant tables (dlrt_model_spec) and forwards each
+   NAME_* function to the dlrt_model_* function of the same name, which checks the arguments,
+   runs the host functions and reports failures in the words of docs/c-abi.md section 1. */
+
+/* What every host function takes first (docs/c-abi.md section 5). */
+typedef struct {
+    dlrt_arena *arena; /* frames of host functions */
+    uint64_t seed;     /* the random stream: draw k uses key hash(seed, counter++) */
+    uint64_t counter;
+} dlrt_context;
+
+/* A host function called through the glue: `args` holds its arguments, then its results. */
+typedef int32_t (*dlrt_host)(dlrt_context *ctx, void *const *args);
+
+/* A slot of a device plan: a parameter or state in device memory (`argument`, the host
+   argument it is), or `offset` bytes into the model's scratch block. `result` >= 0 says only a
+   kernel writes it and it is that result, which the kernel may write in place. */
+typedef struct {
+    int32_t argument; /* or -1 */
+    int32_t result;   /* or -1 */
+    int64_t offset;
+} dlrt_slot;
+
+/* An entry's device plan (dlvm/codegen/device_plan.py): `count` kernel launches over slots. */
+typedef struct {
+    const dlrt_launch *steps;
+    int32_t count;
+    int32_t slot_count;
+    const dlrt_slot *slots;
+    const int32_t *uploads; /* the slot of each input, then of the step when there is one */
+    const int32_t *results; /* the slot of each output, then of each new parameter and state */
+} dlrt_plan;
+
+/* An entry point NAME_<entry>: its host function takes the inputs, the model's tensors listed
+   in `buffer`, the step (a scalar of dtype `step`) and then the outputs; a "train" entry's
+   host also returns the new values of the `buffer` tensors. */
+typedef struct {
+    const char *name;       /* as in the manifest */
+    const char *kind;       /* "infer", "train" or "export" */
+    const char *symbol;     /* NAME_<entry> */
+    const char *host_name;  /* "dl_<host>", for messages */
+    dlrt_host host;
+    int32_t inputs;
+    int32_t outputs;
+    const dlrt_tensor *args; /* inputs, then outputs (data NULL) */
+    int32_t buffers;
+    const int32_t *buffer;   /* indices into the model's tensors */
+    int32_t step;            /* a dlrt_dtype, or -1 when the host takes no step */
+    const dlrt_plan *plan;   /* CUDA: the entry's device plan, or NULL: it runs on the CPU */
+    const char *cpu;         /* CUDA: why the entry has no plan (NULL with a plan) */
+} dlrt_entry;
+
+/* The CUDA part of a library built for CUDA: the kernels' PTX and their launches. */
+typedef struct {
+    const char *gpu; /* the architecture the kernels were built for: "sm_90" */
+    const char *ptx;
+    const dlrt_kernel *kernels;
+    int32_t count;
+    int64_t scratch; /* bytes of device memory the plans' inputs and temporaries need */
+} dlrt_model_cuda;
+
+/* A whole model. The tensors are its parameters, then its optimiser states (data NULL). */
+typedef struct {
+    const char *name;     /* the model's name (manifest, safetensors metadata) */
+    const char *c_name;   /* NAME */
+    const char *compiler; /* for the manifest: "telc 0.1.0" */
+    int32_t params;
+    int32_t states;
+    const dlrt_tensor *tensors;
+    const int32_t *state_params; /* the parameter (a tensor index) of each state */
+    dlrt_host init;              /* fills the parameters; NULL for a model without any */
+    const char *init_name;       /* "dl_<init>", for messages */
+    int32_t entry_count;
+    const dlrt_entry *entries;
+    const dlrt_model_cuda *cuda; /* NULL: a library without CUDA kernels */
+} dlrt_model_spec;
+
+/* A model object: buffers of its tensors, the step count, an arena, a device. */
+typedef struct dlrt_model dlrt_model;
+
+/* NAME_create: `out` points to the caller's NAME_model pointer (all pointers to structs share one
+   representation), which is set to the new model, or to NULL on failure. */
+dlrt_status dlrt_model_create(const dlrt_model_spec *spec, const char *device, uint64_t seed,
+                              void *out);
+/* NAME_destroy: NULL does nothing. */
+void dlrt_model_destroy(dlrt_model *m);
+/* NAME_<entry> of entries[entry]: `args` holds its inputs, then its outputs. */
+dlrt_status dlrt_model_call(const dlrt_model_spec *spec, int32_t entry, dlrt_model *m,
+                            void *const *args);
+/* NAME_<entry>_dl: the same with DLTensor arguments, checked by dlrt_dl_argument. */
+dlrt_status dlrt_model_call_dl(const dlrt_model_spec *spec, int32_t entry, dlrt_model *m,
+                               DLTensor *const *args);
+/* NAME_save, NAME_load, NAME_get_param and NAME_set_param (docs/c-abi.md sections 1 and 3). */
+dlrt_status dlrt_model_save(const dlrt_model_spec *spec, const dlrt_model *m, const char *path);
+dlrt_status dlrt_model_load(const dlrt_model_spec *spec, dlrt_model *m, const char *path);
+dlrt_status dlrt_model_get_param(const dlrt_model_spec *spec, const dlrt_model *m,
+                                 const char *name, void *out);
+dlrt_status dlrt_model_set_param(const dlrt_model_spec *spec, dlrt_model *m, const char *name,
+                                 const void *data);
+/* NAME_manifest: the manifest (docs/c-abi.md section 2) written into `buffer` (the glue's, of
+   exactly its length plus one) by the first call, and returned; "" when it cannot be. */
+const char *dlrt_model_manifest(const dlrt_model_spec *spec, char *buffer, size_t size);
 
 #ifdef __cplusplus
 }

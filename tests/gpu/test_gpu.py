@@ -6,7 +6,6 @@ so that a GPU machine without our LLVM and libdevice runs them as they are."""
 
 from __future__ import annotations
 
-import copy
 import os
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from dlvm.codegen.build import build_library
 from dlvm.codegen.spec import module_spec
 from dlvm.interp import run_function
 from dlvm.ir import parse_module
-from telc.driver import library_spec
 
 
 def built(name: str, directory: Path) -> Path:
@@ -34,8 +32,7 @@ def built(name: str, directory: Path) -> Path:
         build_library(module, module_spec(module, "test"), path, cuda=True)
     else:
         compiled = compiled_sample(name)
-        build_library(copy.deepcopy(compiled.module), library_spec(compiled.interface), path,
-                      cuda=True)  # fmt: skip
+        build_library(compiled.module, compiled.spec, path, cuda=True)
     return path
 
 

@@ -3,7 +3,6 @@ interpreter with arguments named after the TEL declarations, and finite differen
 
 from __future__ import annotations
 
-import copy
 import fcntl
 import functools
 import glob
@@ -16,7 +15,7 @@ import numpy as np
 
 from dlvm.interp import run_function
 from dlvm.ir.values import Module
-from telc.driver import DEFAULT_OPT_LEVEL, Compiled, compile_text, library_spec, optimize
+from telc.driver import DEFAULT_OPT_LEVEL, Compiled, compile_text, optimize
 from telc.lower import Interface
 from telc.lower.model import Entry
 
@@ -54,9 +53,8 @@ def build_sample(name: str, directory: Path) -> Path:
     from dlvm.codegen.build import build_library  # LLVM, only for the tests that build
 
     compiled = compiled_sample(name)
-    module = copy.deepcopy(compiled.module)
     path = Path(directory) / f"{name}.so"
-    build_library(module, library_spec(compiled.interface), path)
+    build_library(compiled.module, compiled.spec, path)
     return path
 
 

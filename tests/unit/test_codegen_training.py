@@ -4,8 +4,6 @@ parameters twice; the model also survives save and load into a fresh object."""
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
@@ -13,7 +11,6 @@ from telhelp import compiled_sample
 
 import dlvm
 from dlvm.codegen.build import build_library
-from telc.driver import library_spec
 
 BATCH = 32
 EPOCHS = 20
@@ -23,7 +20,7 @@ EPOCHS = 20
 def digits_library(tmp_path_factory):
     compiled = compiled_sample("digits")
     path = tmp_path_factory.mktemp("digits") / "digits.so"
-    build_library(copy.deepcopy(compiled.module), library_spec(compiled.interface), path)
+    build_library(compiled.module, compiled.spec, path)
     return path
 
 

@@ -24,7 +24,6 @@ import dlvm
 from dlvm import runtime as rt
 from dlvm.codegen.build import build_library, schedule
 from dlvm.loader import LibraryError
-from telc.driver import library_spec
 
 FAKE_DRIVER = Path(__file__).with_name("fake_cuda.c")
 
@@ -55,8 +54,7 @@ def build(name: str, root: Path) -> tuple[Path, Path]:
     compiled = compiled_sample(name)
     directory = root / f"cuda-lib-{name}"
     library = directory / f"{name}.so"
-    build_library(copy.deepcopy(compiled.module), library_spec(compiled.interface), library,
-                  cuda=True)  # fmt: skip
+    build_library(compiled.module, compiled.spec, library, cuda=True)
     Emulator(schedule(copy.deepcopy(compiled.module), cuda=True), directory / "emu")
     return library, directory / "emu" / "kernels.so"
 
