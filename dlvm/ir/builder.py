@@ -7,13 +7,22 @@ keywords named as in the syntax templates (`then_`/`else_` for conditional's suc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from dlvm.ir.literals import ScalarLiteral
+from dlvm.ir.literals import AggregateLiteral, ScalarLiteral
 from dlvm.ir.ops import OpDef, lookup
-from dlvm.ir.typerules import TypeRuleError
-from dlvm.ir.types import FunctionType, Type
-from dlvm.ir.values import Argument, Block, Function, Instruction, LiteralValue, Value
+from dlvm.ir.typerules import TypeRuleError, gradient_type
+from dlvm.ir.types import FunctionType, TupleType, Type
+from dlvm.ir.values import (
+    Argument,
+    Block,
+    Function,
+    GradientDecl,
+    Instruction,
+    LiteralValue,
+    Value,
+)
 
 
 class Builder:
@@ -80,9 +89,36 @@ def constant(value: int | float | bool, type: Type) -> LiteralValue:
     return LiteralValue(ScalarLiteral(value), type)
 
 
+def tuple_literal(elements: Sequence[Value]) -> LiteralValue:
+    """A tuple literal use such as `(%a: f32, %b: <2 x f32>)`, typed by its elements."""
+    return LiteralValue(
+        AggregateLiteral("tuple", tuple(elements)), TupleType(tuple(v.type for v in elements))
+    )
+
+
 def new_function(name: str, type: FunctionType, arg_names: list[str] | None = None) -> Function:
     """A function with an entry block whose arguments match its type."""
     fn = Function(name, type)
     names = arg_names or [f"arg{i}" for i in range(len(type.arguments))]
     fn.add_block(Block("entry", [Argument(n, t) for n, t in zip(names, type.arguments)]))
+    return fn
+
+
+def add_block(fn: Function, name: str, arguments: Sequence[tuple[str, Type]] = ()) -> Block:
+    """A new block at the end of fn, with one argument per (name, type)."""
+    return fn.add_block(Block(name, [Argument(n, t) for n, t in arguments]))
+
+
+def gradient_declaration(
+    name: str,
+    of: Function,
+    wrt: tuple[int, ...],
+    keeping: tuple[int, ...] = (),
+    seedable: bool = False,
+) -> Function:
+    """`[gradient @of wrt … keeping … seedable]` as a function named `name`, typed by the
+    gradient type rule (TypeRuleError when `of` cannot be differentiated so)."""
+    assert isinstance(of.type, FunctionType)
+    fn = Function(name, gradient_type(of.type, None, wrt, keeping, seedable))
+    fn.declaration = GradientDecl(of, None, wrt, keeping, seedable)
     return fn

@@ -4,27 +4,28 @@ discards the IR."""
 
 from __future__ import annotations
 
-from dlvm.diagnostics import DiagnosticError
+from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.values import Module
-from telc.lower import builtins as _builtins  # noqa: F401  (registers the built-ins)
-from telc.lower.model import Entry, Interface, Model
+from telc.lower.entries import Entry, Interface
+from telc.lower.model import Model
 from telc.program import Program
 
 
 def lower(program: Program) -> tuple[Module, Interface]:
     """The IR module and entry-point interface of a loaded program; DiagnosticError with
     every error found."""
-    lowering = Model(program)
-    interface = lowering.lower_program()
-    if lowering.diags:
+    model = Model(program)
+    interface = model.lower_program()
+    diags = model.cx.diags
+    if diags:
         order = {id(u.source): i for i, u in enumerate(program.units)}
 
-        def position(d):
+        def position(d: Diagnostic) -> tuple[int, int]:
             loc = d.loc
             return (order.get(id(loc.source), len(order)), loc.offset) if loc else (-1, 0)
 
-        raise DiagnosticError(sorted(lowering.diags, key=position))
-    return lowering.module, interface
+        raise DiagnosticError(sorted(diags, key=position))
+    return model.cx.module, interface
 
 
 __all__ = ["Entry", "Interface", "lower"]

@@ -3,13 +3,13 @@ arguments carry the variables assigned inside them, `return`."""
 
 from __future__ import annotations
 
-from dlvm.ir.types import DataType, TensorType, Type
-from dlvm.ir.values import Successor
+from dlvm.ir.types import DataType, TensorType, TupleType, Type
+from dlvm.ir.values import ElementKey, Successor, Value
 from telc import ast
-from telc.lower.calls import Calls, Instance
-from telc.lower.core import Abort, FnState, Scope, show
-from telc.lower.exprs import describe
-from telc.lower.values import POISON, TV, Elaborated, _Poison
+from telc.lower.context import Abort, Context, FnState, InlineReturn, Scope
+from telc.lower.exprs import ExprLowerer
+from telc.lower.resolve import Resolver
+from telc.lower.values import POISON, TV, Elaborated, _Poison, describe, show
 from telc.lower.walk import assigned_names
 
 
@@ -21,25 +21,44 @@ def _binds(stmt: ast.Statement) -> list[str]:
     return []
 
 
-class Statements(Calls):
-    """Elaboration of statements."""
+def _values(scope: Scope, names: list[str]) -> list[tuple[str, TV]]:
+    """The names of `names` whose values in scope are values (not POISON), with them."""
+    out = []
+    for n in names:
+        tv = scope.values.get(n)
+        if isinstance(tv, TV):
+            out.append((n, tv))
+    return out
 
-    def lower_body(self, fn: ast.Function, scope: Scope, state: FnState, inst: Instance) -> None:
+
+class StatementLowerer:
+    """Elaboration of statements and function bodies."""
+
+    def __init__(self, cx: Context, exprs: ExprLowerer, resolve: Resolver) -> None:
+        self.cx = cx
+        self.exprs = exprs
+        self.resolve = resolve
+
+    def lower_body(self, fn: ast.Function, scope: Scope, state: FnState, declared: bool) -> None:
+        """fn's body into the current function; Abort when it leaves the result type unknown
+        (`declared`: the signature gives it)."""
         if isinstance(fn.body, ast.Block):
             end = self.block(fn.body, scope)
             if end is not None:
-                self.error(fn.body.span.to(fn.body.span), f"'{fn.name}' can end without 'return'")
+                self.cx.error(
+                    fn.body.span.to(fn.body.span), f"'{fn.name}' can end without 'return'"
+                )
         else:
             self.return_value(fn.body, fn.body.span, scope)
-        if state.result is None and inst.result is None:
+        if state.result is None and not declared:
             raise Abort
 
     def block(self, block: ast.Block, scope: Scope) -> Scope | None:
         """Lowers the statements; the scope after them, or None when every path returned."""
         current: Scope | None = scope.child()
-        for _i, stmt in enumerate(block.statements):
+        for stmt in block.statements:
             if current is None:
-                self.error(
+                self.cx.error(
                     stmt.span, "this statement is never reached: every path before it returns"
                 )
                 return None
@@ -75,24 +94,7 @@ class Statements(Calls):
                 scope.mutable.discard(s.name)
             return scope
         if isinstance(s, ast.LetTuple):
-            tv = self.lower_expr(s.value, scope)
-            if isinstance(tv, _Poison):
-                raise Abort
-            if not isinstance(tv, TV) or not hasattr(tv.ty, "elements"):
-                self.error(s.value.span, f"cannot unpack {describe(tv)}: it is not a tuple")
-                raise Abort
-            n = len(tv.ty.elements)  # type: ignore[attr-defined]
-            if n != len(s.names):
-                self.error(s.span, f"cannot unpack a tuple of {n} into {len(s.names)} names")
-                raise Abort
-            from dlvm.ir.values import ElementKey
-
-            for i, name in enumerate(s.names):
-                v = self.emit("extract", [tv.ir()], s.span, keys=(ElementKey(index=i),))
-                self.name_value(v, name)
-                scope.values[name] = TV(v.type, v)
-                scope.mutable.discard(name)
-            return scope
+            return self.unpack(s, scope)
         if isinstance(s, ast.Assign):
             return self.assign(s, scope)
         if isinstance(s, ast.Return):
@@ -104,17 +106,35 @@ class Statements(Calls):
             return self.for_statement(s, scope)
         raise AssertionError(s)
 
+    def unpack(self, s: ast.LetTuple, scope: Scope) -> Scope:
+        tv = self.exprs.lower_expr(s.value, scope)
+        if isinstance(tv, _Poison):
+            raise Abort
+        if not isinstance(tv, TV) or not isinstance(tv.ty, TupleType):
+            self.cx.error(s.value.span, f"cannot unpack {describe(tv)}: it is not a tuple")
+            raise Abort
+        n = len(tv.ty.elements)
+        if n != len(s.names):
+            self.cx.error(s.span, f"cannot unpack a tuple of {n} into {len(s.names)} names")
+            raise Abort
+        for i, name in enumerate(s.names):
+            v = self.cx.emit("extract", [tv.ir()], s.span, keys=(ElementKey(index=i),))
+            self.cx.name_value(v, name)
+            scope.values[name] = TV(v.type, v)
+            scope.mutable.discard(name)
+        return scope
+
     def bound_value(
         self, value: ast.Expr, spec: ast.TypeSpec | None, scope: Scope, name: str
     ) -> Elaborated:
-        tv = self.lower_expr(value, scope)
+        tv = self.exprs.lower_expr(value, scope)
         if isinstance(tv, _Poison):
             raise Abort
         if spec is not None and isinstance(tv, TV):
-            ty = self.resolve_type(spec, scope)
+            ty = self.resolve.resolve_type(spec, scope)
             if ty is None:
                 raise Abort
-            v = self.coerce(tv, ty, value.span, f"'{name}'")
+            v = self.cx.coerce(tv, ty, value.span, f"'{name}'")
             if isinstance(v, _Poison):
                 raise Abort
             tv = TV(
@@ -125,77 +145,81 @@ class Statements(Calls):
                 else None,
             )
         if isinstance(tv, TV):
-            self.name_value(tv.value, name)
+            self.cx.name_value(tv.value, name)
         return tv
 
     def assign(self, s: ast.Assign, scope: Scope) -> Scope:
         if s.name not in scope.values:
-            self.error(
+            self.cx.error(
                 s.span, f"'{s.name}' is not declared; declare it first with 'var {s.name} = …'"
             )
             raise Abort
         if s.name not in scope.mutable:
-            self.error(
+            self.cx.error(
                 s.span,
                 f"cannot assign to '{s.name}': it is bound with 'let' (use 'var' to reassign)",
             )
             raise Abort
         old = scope.values[s.name]
-        tv = self.lower_expr(s.value, scope)
+        tv = self.exprs.lower_expr(s.value, scope)
         if isinstance(tv, _Poison):
             raise Abort
         if isinstance(old, TV) and isinstance(tv, TV):
             ty = old.ty
             if not tv.weak and tv.ty != ty:
-                self.error(
+                self.cx.error(
                     s.value.span,
                     f"'{s.name}' holds {show(ty)}; the new value is {show(tv.ty)} (a variable "
                     "keeps its type)",
                 )
                 raise Abort
-            v = self.coerce(tv, ty, s.value.span, f"'{s.name}'")
+            v = self.cx.coerce(tv, ty, s.value.span, f"'{s.name}'")
             if isinstance(v, _Poison):
                 raise Abort
-            self.name_value(v, s.name)
+            self.cx.name_value(v, s.name)
             scope.values[s.name] = TV(ty, v, sym=old.sym)
         else:
             scope.values[s.name] = tv
         return scope
 
     def return_value(self, value: ast.Expr, span: ast.Span, scope: Scope) -> None:
-        assert self.fn is not None
-        tv = self.lower_expr(value, scope)
+        fn = self.cx.fn
+        assert fn is not None
+        tv = self.exprs.lower_expr(value, scope)
         if isinstance(tv, _Poison):
             raise Abort
         if not isinstance(tv, TV):
-            self.error(value.span, f"cannot return {describe(tv)}")
+            self.cx.error(value.span, f"cannot return {describe(tv)}")
             raise Abort
-        if self.inlining:  # the block branches to the call's result block once all are known
-            frame = self.inlining[-1]
+        if self.cx.inlining:  # the block branches to the call's result block once all are known
+            frame = self.cx.inlining[-1]
             if frame.result is None:
                 frame.result = TV(tv.ty, tv.ir()).ty if tv.weak else tv.ty
-            assert self.b.block is not None
-            frame.returns.append((self.b.block, (tv, value.span)))
+            assert self.cx.b.block is not None
+            frame.returns.append(InlineReturn(self.cx.b.block, tv, value.span))
             return
-        ty = self.fn.result or tv.ty
-        v = self.coerce(tv, ty, value.span, f"the result of '{self.fn.tel_name}'")
+        ty = fn.result or tv.ty
+        v = self.cx.coerce(tv, ty, value.span, f"the result of '{fn.tel_name}'")
         if isinstance(v, _Poison):
             raise Abort
-        self.fn.result = ty
-        self.emit("return", [v], span)
+        fn.result = ty
+        self.cx.emit("return", [v], span)
 
     # Control flow ---------------------------------------------------------------------------
 
     def condition(self, e: ast.Expr, scope: Scope) -> TV:
-        c = self.tensor_of(e, scope, "the condition")
+        c = self.exprs.tensor_of(e, scope, "the condition")
         if isinstance(c, _Poison):
             raise Abort
         if c.dtype is not DataType.BOOL or c.shape:
-            self.error(e.span, f"the condition of 'if' must be a bool scalar, found {show(c.ty)}")
+            self.cx.error(
+                e.span, f"the condition of 'if' must be a bool scalar, found {show(c.ty)}"
+            )
             raise Abort
         return c
 
     def if_statement(self, s: ast.IfStatement, scope: Scope) -> Scope | None:
+        cx = self.cx
         c = self.condition(s.condition, scope)
         else_: ast.Block | None
         if isinstance(s.else_, ast.IfStatement):
@@ -205,8 +229,8 @@ class Statements(Calls):
         if c.const is not None:
             taken = s.then if c.const else else_
             return self.block(taken, scope) if taken is not None else scope
-        then_block, else_block = self.new_block("then"), self.new_block("else")
-        self.emit(
+        then_block, else_block = cx.new_block("then"), cx.new_block("else")
+        cx.emit(
             "conditional",
             [c.ir()],
             s.span,
@@ -215,65 +239,62 @@ class Statements(Calls):
         )
         ends = []
         for blk, body in ((then_block, s.then), (else_block, else_)):
-            self.b.at_end(blk)
+            cx.b.at_end(blk)
             after = self.block(body, scope) if body is not None else scope.child()
             if after is not None:
-                assert self.b.block is not None
-                ends.append((self.b.block, after))
+                assert cx.b.block is not None
+                ends.append((cx.b.block, after))
         if not ends:
             return None
-        carried = [
+        changed = [
             n
             for n in sorted(scope.mutable)
             if any(a.values.get(n) is not scope.values.get(n) for _, a in ends)
         ]
-        carried = [n for n in carried if isinstance(scope.values.get(n), TV)]
-        types = [scope.values[n].ty for n in carried]  # type: ignore[union-attr]
-        join = self.new_block("endif", list(zip(carried, types)))
+        carried = _values(scope, changed)
+        join = cx.new_block("endif", [(n, tv.ty) for n, tv in carried])
         for blk, after in ends:
-            self.b.at_end(blk)
-            values = [self.carried_value(after, n, t, s.span) for n, t in zip(carried, types)]
-            self.emit("branch", [], s.span, dest=Successor(join, values))
-        self.b.at_end(join)
+            cx.b.at_end(blk)
+            values = [self.carried_value(after, n, tv.ty, s.span) for n, tv in carried]
+            cx.emit("branch", [], s.span, dest=Successor(join, values))
+        cx.b.at_end(join)
         out = scope.child()
-        for n, a in zip(carried, join.arguments):
-            out.values[n] = TV(a.type, a, sym=scope.values[n].sym)  # type: ignore[union-attr]
+        for (n, tv), a in zip(carried, join.arguments):
+            out.values[n] = TV(a.type, a, sym=tv.sym)
         return out
 
-    def carried_value(self, scope: Scope, name: str, ty: Type, span):
+    def carried_value(self, scope: Scope, name: str, ty: Type, span: ast.Span) -> Value:
         tv = scope.values[name]
         if not isinstance(tv, TV):  # its assignment had an error, already reported
             raise Abort
-        v = self.coerce(tv, ty, span, f"'{name}'")
+        v = self.cx.coerce(tv, ty, span, f"'{name}'")
         if isinstance(v, _Poison):
             raise Abort
         return v
 
     def for_statement(self, s: ast.ForStatement, scope: Scope) -> Scope:
-        lo = self.tensor_of(s.lo, scope, "the loop start")
-        hi = self.tensor_of(s.hi, scope, "the loop end")
+        cx = self.cx
+        lo = self.exprs.tensor_of(s.lo, scope, "the loop start")
+        hi = self.exprs.tensor_of(s.hi, scope, "the loop end")
         if isinstance(lo, _Poison) or isinstance(hi, _Poison):
             raise Abort
         for tv, e in ((lo, s.lo), (hi, s.hi)):
             if tv.shape or not tv.dtype.is_int:
-                self.error(e.span, f"a loop bound must be an integer scalar, found {describe(tv)}")
+                cx.error(e.span, f"a loop bound must be an integer scalar, found {describe(tv)}")
                 raise Abort
         dtype = hi.dtype if not hi.weak else lo.dtype if not lo.weak else DataType.I64
         counter = TensorType((), dtype)
-        carried = [
-            n
-            for n in assigned_names(s.body)
-            if n in scope.mutable and isinstance(scope.values.get(n), TV)
-        ]
-        types = [scope.values[n].ty for n in carried]  # type: ignore[union-attr]
-        header = self.new_block("for_" + s.var, [(s.var, counter)] + list(zip(carried, types)))
-        body_block, exit_block = self.new_block(s.var + "_body"), self.new_block(s.var + "_exit")
-        start = [self.carried_value(scope, n, t, s.span) for n, t in zip(carried, types)]
-        self.emit("branch", [], s.span, dest=Successor(header, [lo.ir(dtype), *start]))
-        self.b.at_end(header)
+        carried = _values(scope, [n for n in assigned_names(s.body) if n in scope.mutable])
+        header = cx.new_block(
+            "for_" + s.var, [(s.var, counter)] + [(n, tv.ty) for n, tv in carried]
+        )
+        body_block, exit_block = cx.new_block(s.var + "_body"), cx.new_block(s.var + "_exit")
+        start = [self.carried_value(scope, n, tv.ty, s.span) for n, tv in carried]
+        cx.emit("branch", [], s.span, dest=Successor(header, [lo.ir(dtype), *start]))
+        cx.b.at_end(header)
         i = header.arguments[0]
-        more = self.emit("lessThan", [i, hi.ir(dtype)], s.span)
-        self.emit(
+        more = cx.emit("lessThan", [i, hi.ir(dtype)], s.span)
+        cx.emit(
             "conditional",
             [more],
             s.span,
@@ -283,16 +304,16 @@ class Statements(Calls):
         inner = scope.child()
         inner.values[s.var] = TV(counter, i)
         inner.mutable.discard(s.var)
-        for n, a in zip(carried, header.arguments[1:]):
-            inner.values[n] = TV(a.type, a, sym=scope.values[n].sym)  # type: ignore[union-attr]
-        self.b.at_end(body_block)
+        for (n, tv), a in zip(carried, header.arguments[1:]):
+            inner.values[n] = TV(a.type, a, sym=tv.sym)
+        cx.b.at_end(body_block)
         after = self.block(s.body, inner)
         if after is not None:
-            nxt = self.emit("add", [i, TV(counter, weak=True, const=1).ir(dtype)], s.span)
-            values = [self.carried_value(after, n, t, s.span) for n, t in zip(carried, types)]
-            self.emit("branch", [], s.span, dest=Successor(header, [nxt, *values]))
-        self.b.at_end(exit_block)
+            nxt = cx.emit("add", [i, TV(counter, weak=True, const=1).ir(dtype)], s.span)
+            values = [self.carried_value(after, n, tv.ty, s.span) for n, tv in carried]
+            cx.emit("branch", [], s.span, dest=Successor(header, [nxt, *values]))
+        cx.b.at_end(exit_block)
         out = scope.child()
-        for n, a in zip(carried, header.arguments[1:]):
-            out.values[n] = TV(a.type, a, sym=scope.values[n].sym)  # type: ignore[union-attr]
+        for (n, tv), a in zip(carried, header.arguments[1:]):
+            out.values[n] = TV(a.type, a, sym=tv.sym)
         return out

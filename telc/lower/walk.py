@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Iterator
 
 from telc import ast
+from telc.program import Program, Unit
 
 
 def children(node: object) -> Iterator[object]:
@@ -100,3 +101,30 @@ class FunctionFacts:
         order = {p: i for i, p in enumerate(params)}
         for name in functions:
             self.params[name] = sorted(direct[name], key=order.__getitem__)
+
+
+class ProgramFacts:
+    """The FunctionFacts of each file of a program, computed when first asked for (a file's
+    facts include what the functions it imports do)."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self._facts: dict[int, FunctionFacts] = {}
+
+    def of(self, unit: Unit) -> FunctionFacts:
+        facts = self._facts.get(id(unit))
+        if facts is None:
+            imported_training = {
+                name for u in unit.uses for name in u.functions if self.of(u).training[name]
+            }
+            imported_random = {
+                name for u in unit.uses for name in u.functions if self.of(u).random[name]
+            }
+            params = (
+                [d.name for d in unit.declarations.values() if d.role == "param"]
+                if unit is self.program.root
+                else []
+            )
+            facts = FunctionFacts(unit.functions, params, imported_training, imported_random)
+            self._facts[id(unit)] = facts
+        return facts

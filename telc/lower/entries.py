@@ -1,0 +1,74 @@
+"""The entry points of the shipped library as the rest of telc sees them (Entry, Interface),
+and the start and end of an entry point's IR function."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dlvm.ir.builder import Builder, new_function
+from dlvm.ir.types import FunctionType, TupleType, Type
+from dlvm.ir.values import Argument, Function, fresh_name
+from telc import ast
+from telc.lower.context import Abort, Context, FnState, ftype
+from telc.lower.tensor_ops import TensorOps
+from telc.lower.values import TV, Elaborated
+
+
+@dataclass
+class Entry:
+    """An entry point of the shipped library and how its IR function's arguments and results
+    map onto the model: inputs, parameters, optimiser state, the step count, outputs."""
+
+    name: str
+    kind: str  # "init" | "infer" | "train" | "export"
+    inputs: list[tuple[str, Type]] = field(default_factory=list)
+    params: list[str] = field(default_factory=list)
+    states: list[tuple[str, str, Type]] = field(default_factory=list)  # (param, state, type)
+    step: Type | None = None
+    outputs: list[tuple[str, Type]] = field(default_factory=list)
+
+
+@dataclass
+class Interface:
+    """What `telc build` needs besides the IR: the model's parameters and entry points."""
+
+    name: str
+    params: list[tuple[str, Type]] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
+
+
+def start_entry(
+    cx: Context, name: str, args: Sequence[tuple[str, Type]]
+) -> tuple[Function, list[Argument]]:
+    """A new function taking args, with the insertion point at the end of its entry block;
+    its result type is set by finish_entry."""
+    taken: set[str] = set()
+    names = [fresh_name(n, taken) for n, _ in args]
+    ty = FunctionType(tuple(t for _, t in args), TupleType(()))
+    fn = cx.module.add_function(new_function(name, ty, names))
+    entry = fn.entry
+    assert entry is not None
+    cx.fn = FnState(fn, name, None, taken)
+    cx.b = Builder(entry)
+    return fn, entry.arguments
+
+
+def finish_entry(
+    cx: Context,
+    ops: TensorOps,
+    fn: Function,
+    results: Sequence[Elaborated],
+    span: ast.Span,
+    always_tuple: bool,
+) -> None:
+    """Returns the results (one value, or a tuple) and gives fn its result type."""
+    values = [r for r in results if isinstance(r, TV)]
+    if len(values) != len(results):
+        raise Abort  # a value it returns had an error, already reported
+    if len(values) == 1 and not always_tuple:
+        value = values[0].ir()
+    else:
+        value = ops.make_tuple(values, span).ir()
+    cx.emit("return", [value], span)
+    fn.type = FunctionType(ftype(fn).arguments, value.type)

@@ -1,0 +1,187 @@
+"""What a name, a written shape or a written type means at one point of a program: the names
+visible there, the modules' dims and consts (each evaluated once, -D overrides first), and
+types and shapes with every dimension and element type known."""
+
+from __future__ import annotations
+
+import math
+
+from dlvm.ir.types import DataType, TensorType, TupleType, Type
+from telc import ast
+from telc.lower.context import Context, Scope, compile_time
+from telc.lower.interfaces import ExprLowering
+from telc.lower.values import POISON, TV, Elaborated, _Poison
+from telc.program import Unit, suggest
+from telc.types import DTYPES, fits, shape_str
+
+
+class Resolver:
+    """Names, dims, consts and written types. Dims and consts are expressions, evaluated
+    through the expression lowering given to `connect`."""
+
+    exprs: ExprLowering
+
+    def __init__(self, cx: Context) -> None:
+        self.cx = cx
+        self.const_values: dict[tuple[int, str], Elaborated] = {}  # per file and name
+        self.dim_values: dict[tuple[int, str], int | None] = {}
+
+    def connect(self, exprs: ExprLowering) -> None:
+        self.exprs = exprs
+
+    # Names ----------------------------------------------------------------------------------
+
+    def visible_names(self, scope: Scope) -> list[str]:
+        names = list(scope.values) + list(scope.dims) + ["training"]
+        for unit in [scope.unit, *scope.unit.uses]:
+            names += list(unit.functions) + list(unit.dims) + list(unit.consts)
+        names += list(scope.unit.declarations)
+        return names
+
+    def imported(
+        self, unit: Unit, name: str, span: ast.Span
+    ) -> tuple[Unit, object] | None | _Poison:
+        """What `name` means through the modules `unit` uses (the module and its definition):
+        None if nothing, POISON if two modules both define it."""
+        found = [(u, u.own(name)) for u in unit.uses if u.own(name) is not None]
+        if len(found) > 1:
+            where = " and ".join(f"'{u.name}'" for u, _ in found)
+            return self.cx.error(span, f"'{name}' is defined in both {where}; rename one of them")
+        if found:
+            return found[0]
+        return None
+
+    def const_value(self, unit: Unit, decl: ast.ConstDecl) -> Elaborated:
+        """The value of a module-level `const` (or its -D override), evaluated once."""
+        override = self.cx.program.defines.get(decl.name)
+        if override is not None:
+            return TV(TensorType((), DataType.I64 if isinstance(override, int) else unit.dtype),
+                      weak=True, const=override)  # fmt: skip
+        key = (id(unit), decl.name)
+        cached = self.const_values.get(key)
+        if cached is not None:
+            return cached
+        self.const_values[key] = POISON  # a const defined through itself
+        scope = Scope(unit, paramless=compile_time(f"const {decl.name}"))
+        tv = self.exprs.lower_expr(decl.value, scope)
+        if isinstance(tv, TV) and tv.const is None:
+            tv = self.cx.error(decl.value.span, "a const must be a number known at compile time")
+        self.const_values[key] = tv
+        return tv
+
+    def dim_value(self, unit: Unit, decl: ast.DimDecl) -> int | None:
+        """The value of a module-level `dim` (or its -D override), checked once."""
+        key = (id(unit), decl.name)
+        if key in self.dim_values:
+            return self.dim_values[key]
+        self.dim_values[key] = None  # a dim defined through itself stays None
+        value: int | None = None
+        override = self.cx.program.defines.get(decl.name)
+        if override is not None:
+            if isinstance(override, int) and override > 0 and fits(override, DataType.I64):
+                value = override
+            if value is None:
+                self.cx.error(
+                    decl.span,
+                    f"-D {decl.name}={override}: a dim must be a positive integer below 2**63",
+                )
+        else:
+            scope = Scope(unit, paramless=compile_time(f"dim {decl.name}"))
+            tv = self.constant_of(decl.value, scope)
+            if tv is not None:
+                if isinstance(tv, bool) or not isinstance(tv, int) or tv <= 0:
+                    self.cx.error(
+                        decl.value.span, f"dim {decl.name} must be a positive integer, found {tv}"
+                    )
+                else:
+                    value = tv
+        self.dim_values[key] = value
+        return value
+
+    def constant_of(self, expr: ast.Expr, scope: Scope) -> int | float | bool | None:
+        """The compile-time value of an expression of numbers, dims and consts, or None
+        (after an error) when it has none."""
+        tv = self.exprs.lower_expr(expr, scope)
+        if isinstance(tv, _Poison):
+            return None
+        if not isinstance(tv, TV) or tv.const is None:
+            self.cx.error(expr.span, "expected a constant (a number, a dim or a const)")
+            return None
+        return tv.const
+
+    def lookup_dim(self, name: str, scope: Scope) -> int | None:
+        """A dimension name in a written shape: a bound dimension variable or a module dim."""
+        if name in scope.dims:
+            return scope.dims[name]
+        for unit in [scope.unit, *scope.unit.uses]:
+            decl = unit.dims.get(name)
+            if decl is not None:
+                return self.dim_value(unit, decl)
+        return None
+
+    def dim_names(self, scope: Scope) -> list[str]:
+        names = list(scope.dims)
+        for unit in [scope.unit, *scope.unit.uses]:
+            names += list(unit.dims)
+        return names
+
+    # Types ----------------------------------------------------------------------------------
+
+    def resolve_shape(self, shape: ast.Shape, scope: Scope) -> tuple[int, ...] | None:
+        """A written shape with every name bound; None after an error."""
+        if shape.rest is not None:
+            bound = scope.rests.get(shape.rest)
+            if bound is not None:
+                return bound
+            self.cx.error(shape.span, f"shape variable {shape.rest}... is not bound here")
+            return None
+        out: list[int] = []
+        for d in shape.dims:
+            if isinstance(d.value, int):
+                if d.value <= 0:
+                    self.cx.error(d.span, "a dimension must be a positive integer")
+                    return None
+                out.append(d.value)
+                continue
+            v = self.lookup_dim(d.value, scope)
+            if v is None:
+                if not self._dim_failed(d, scope):
+                    hint = suggest(d.value, self.dim_names(scope))
+                    self.cx.error(d.span, f"unknown dimension '{d.value}'{hint}")
+                return None
+            out.append(v)
+        if math.prod(out) >= 1 << 63:
+            self.cx.error(shape.span, f"a tensor of shape {shape_str(tuple(out))} has more "
+                          "elements than an i64 can count")  # fmt: skip
+            return None
+        return tuple(out)
+
+    def _dim_failed(self, d: ast.Dim, scope: Scope) -> bool:
+        """Whether d names a module dim whose own definition failed (already reported)."""
+        return any(
+            isinstance(d.value, str) and d.value in u.dims for u in [scope.unit, *scope.unit.uses]
+        )
+
+    def resolve_dtype(self, name: str | None, span: ast.Span, scope: Scope) -> DataType | None:
+        if name is None:
+            return scope.dtype_var or scope.unit.dtype
+        dt = DTYPES.get(name)
+        if dt is None:
+            self.cx.error(span, f"unknown element type '{name}'{suggest(name, DTYPES)}")
+        return dt
+
+    def resolve_type(self, spec: ast.TypeSpec, scope: Scope) -> Type | None:
+        """A written type with every dimension and element type known; None after an error."""
+        if isinstance(spec, ast.TupleType):
+            parts = [self.resolve_type(e, scope) for e in spec.elements]
+            if any(p is None for p in parts):
+                return None
+            return TupleType(tuple(p for p in parts if p is not None))
+        if isinstance(spec, ast.ScalarType):
+            dt = self.resolve_dtype(spec.dtype, spec.span, scope)
+            return TensorType((), dt) if dt else None
+        dt = self.resolve_dtype(spec.dtype, spec.span, scope)
+        shape = self.resolve_shape(spec.shape, scope)
+        if dt is None or shape is None:
+            return None
+        return TensorType(shape, dt)

@@ -1,0 +1,229 @@
+"""One entry point per `train`: the objective as a function of the inputs and parameters, its
+gradient declaration (keeping the loss), and the optimiser applied to each parameter with its
+state and hyper-parameters."""
+
+from __future__ import annotations
+
+from dlvm.ir.builder import gradient_declaration
+from dlvm.ir.types import TensorType, TupleType, Type
+from dlvm.ir.values import ElementKey, fresh_name
+from telc import ast
+from telc.lower.calls import CallLowerer
+from telc.lower.context import Abort, Context, Scope, compile_time
+from telc.lower.declarations import DeclarationLowerer
+from telc.lower.dependencies import DeclarationGraph
+from telc.lower.entries import Entry, finish_entry, start_entry
+from telc.lower.exprs import ExprLowerer
+from telc.lower.resolve import Resolver
+from telc.lower.values import TV, FnRef, _Poison, describe
+from telc.program import Unit, suggest
+
+# An optimiser as `using OPT(…)` gives it: its state names, the type of its step argument (if
+# it takes one) and the hyper-parameters given.
+Optimiser = tuple[list[str], Type | None, dict[str, TV]]
+
+
+class TrainLowerer:
+    """The entry point of one `train … using OPT(…)`."""
+
+    def __init__(
+        self,
+        cx: Context,
+        exprs: ExprLowerer,
+        resolve: Resolver,
+        calls: CallLowerer,
+        decls: DeclarationLowerer,
+        graph: DeclarationGraph,
+    ) -> None:
+        self.cx = cx
+        self.exprs = exprs
+        self.resolve = resolve
+        self.calls = calls
+        self.decls = decls
+        self.graph = graph
+
+    def lower_train(self, entry: Entry, t: ast.Train, order: list[str]) -> None:
+        cx = self.cx
+        root = cx.program.root
+        needed = self.graph.closure(self.graph.objective_refs(t))
+        inputs, _ = self.graph.entry_args(needed)
+        params = list(cx.param_types)
+        in_types = [(n, self.decls.declared_type(n)) for n in inputs]
+        p_types: list[tuple[str, Type]] = [(n, cx.param_types[n]) for n in params]
+        # The objective, a function of the inputs and every parameter.
+        obj, arguments = start_entry(cx, entry.name + "_objective", in_types + p_types)
+        given = {
+            n: TV(a.type, a, sym=self.decls.decl_sym(n)) for n, a in zip(inputs + params, arguments)
+        }
+        scope = self.decls.model_scope(order, needed, given, training=True)
+        loss = self.exprs.lower_expr(t.objective, scope)
+        if isinstance(loss, _Poison):
+            raise Abort
+        if (
+            not isinstance(loss, TV)
+            or not isinstance(loss.ty, TensorType)
+            or loss.ty.shape
+            or not loss.ty.dtype.is_float
+        ):
+            cx.error(
+                t.objective.span,
+                f"the training objective must be a float scalar, found {describe(loss)}",
+            )
+            raise Abort
+        finish_entry(cx, self.exprs.ops, obj, [loss], t.objective.span, always_tuple=False)
+        # Its gradient with respect to every parameter, keeping the loss.
+        n_in = len(inputs)
+        wrt = tuple(range(n_in, n_in + len(params)))
+        name = fresh_name(obj.name + "_grad", {f.name for f in cx.module.functions})
+        grad = cx.module.add_function(gradient_declaration(name, obj, wrt, (0,)))
+        # The optimiser.
+        states, step_type, hypers = self.optimizer(t)
+        fn_ast, unit = self.optimizer_ref(t)
+        args = in_types + p_types
+        args += [(f"{p}_{s}", ty) for p, ty in p_types for s in states]
+        if step_type is not None:
+            args = args + [("step", step_type)]
+        fn, arguments = start_entry(cx, entry.name, args)
+        entry.inputs = in_types
+        entry.params = params
+        entry.states = [(p, s, ty) for p, ty in p_types for s in states]
+        entry.step = step_type
+        span = t.span
+        r = cx.emit("apply", [grad, *arguments[: n_in + len(params)]], span)
+        loss_v = cx.emit("extract", [r], span, keys=(ElementKey(index=len(params)),))
+        cx.name_value(loss_v, "loss")
+        new_params: list[TV] = []
+        new_states: list[TV] = []
+        step_tv = TV(step_type, arguments[-1]) if step_type is not None else None
+        for i, (p, ty) in enumerate(p_types):
+            w = TV(ty, arguments[n_in + i])
+            g = cx.emit("extract", [r], span, keys=(ElementKey(index=i),))
+            cx.name_value(g, "d" + p)
+            base = n_in + len(params) + i * len(states)
+            st = [TV(ty, arguments[base + j]) for j in range(len(states))]
+            call_args, spans = self.optimizer_args(fn_ast, w, TV(ty, g), st, step_tv, hypers, t)
+            out = self.calls.call_with(
+                FnRef(fn_ast, unit), call_args, spans, t.optimizer_span,
+                Scope(root, training=True, paramless="an optimiser sees only the parameter it"
+                      " updates, its gradient and its state"),
+            )  # fmt: skip
+            if not isinstance(out, TV):
+                raise Abort
+            if states:
+                if not isinstance(out.ty, TupleType) or len(out.ty.elements) != 1 + len(states):
+                    cx.error(
+                        t.optimizer_span,
+                        f"optimiser '{t.optimizer}' must return (weight, {len(states)} state "
+                        "tensors)",
+                    )
+                    raise Abort
+                parts = [
+                    cx.emit("extract", [out.ir()], span, keys=(ElementKey(index=k),))
+                    for k in range(1 + len(states))
+                ]
+                new_params.append(TV(parts[0].type, parts[0]))
+                new_states.extend(TV(v.type, v) for v in parts[1:])
+            else:
+                new_params.append(out)
+            cx.name_value(new_params[-1].value, p)
+        entry.outputs = [("loss", loss_v.type)] + [(p, ty) for p, ty in p_types]
+        entry.outputs += [(f"{p}_{s}", ty) for p, ty in p_types for s in states]
+        results = [TV(loss_v.type, loss_v), *new_params, *new_states]
+        finish_entry(cx, self.exprs.ops, fn, results, span, always_tuple=True)
+
+    def optimizer_ref(self, t: ast.Train) -> tuple[ast.Function, Unit]:
+        """The optimiser's def and the file that defines it (checked to exist before)."""
+        root = self.cx.program.root
+        if t.optimizer in root.functions:
+            return root.functions[t.optimizer], root
+        imp = self.resolve.imported(root, t.optimizer, t.optimizer_span)
+        assert isinstance(imp, tuple) and isinstance(imp[1], ast.Function)
+        return imp[1], imp[0]
+
+    def optimizer(self, t: ast.Train) -> Optimiser:
+        """The optimiser's state names, the type of its step argument, and the hyper-parameter
+        values of `using OPT(…)`."""
+        cx = self.cx
+        fn, unit = self.optimizer_ref(t)
+        ps = fn.parameters
+        rest = _rest(ps[0].type) if ps else None
+        if len(ps) < 2 or rest is None or _rest(ps[1].type) is None:
+            cx.error(
+                t.optimizer_span,
+                f"'{t.optimizer}' is not an optimiser: it must start (w: [S...], g: [S...], …)",
+            )
+            raise Abort
+        states = []
+        hyper_params = []
+        step_type: Type | None = None
+        for p in ps[2:]:
+            if _rest(p.type) == rest:
+                states.append(p.name)
+            elif p.name == "step":
+                scope = Scope(unit, dtype_var=next(iter(cx.param_types.values())).dtype)
+                step_type = self.resolve.resolve_type(p.type, scope)
+            else:
+                hyper_params.append(p)
+        hypers: dict[str, TV] = {}
+        names = [p.name for p in hyper_params]
+        for a in t.arguments:
+            if not isinstance(a, ast.Keyword):
+                cx.error(
+                    a.span,
+                    f"give the hyper-parameters of '{t.optimizer}' by name ({', '.join(names)})",
+                )
+                raise Abort
+            if a.name not in names:
+                cx.error(
+                    a.span,
+                    f"'{t.optimizer}' has no hyper-parameter '{a.name}'{suggest(a.name, names)}",
+                )
+                raise Abort
+            fixed = compile_time(f"hyper-parameter {a.name}")
+            v = self.exprs.lower_expr(a.value, Scope(cx.program.root, paramless=fixed))
+            if not isinstance(v, TV):
+                raise Abort  # already reported
+            if v.const is None:
+                cx.error(a.value.span, "a hyper-parameter must be a number known at compile time")
+                raise Abort
+            hypers[a.name] = v
+        for p in hyper_params:
+            if p.name not in hypers and p.default is None:
+                cx.error(t.span, f"'{t.optimizer}' needs the hyper-parameter '{p.name}'")
+                raise Abort
+        return states, step_type, hypers
+
+    def optimizer_args(
+        self,
+        fn: ast.Function,
+        w: TV,
+        g: TV,
+        states: list[TV],
+        step: TV | None,
+        hypers: dict[str, TV],
+        t: ast.Train,
+    ) -> tuple[list[TV], list[ast.Span]]:
+        """The arguments of one parameter's optimiser call, in the optimiser's order."""
+        args, spans = [w, g], [t.optimizer_span, t.optimizer_span]
+        it = iter(states)
+        for p in fn.parameters[2:]:
+            if p.name in hypers:
+                args.append(hypers[p.name])
+            elif p.name == "step" and step is not None:
+                args.append(step)
+            elif _rest(p.type) is not None:
+                args.append(next(it))
+            else:
+                assert p.default is not None
+                fixed = compile_time(f"the default of hyper-parameter {p.name}")
+                d = self.exprs.lower_expr(p.default, Scope(self.cx.program.root, paramless=fixed))
+                if not isinstance(d, TV):
+                    raise Abort
+                args.append(d)
+            spans.append(t.optimizer_span)
+        return args, spans
+
+
+def _rest(spec: ast.TypeSpec) -> str | None:
+    """S of a written `[S...]` type, else None."""
+    return spec.shape.rest if isinstance(spec, ast.TensorType) else None
