@@ -4,6 +4,8 @@ broadcasting, splats, coercion to a written type, new blocks, IR naming)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +99,7 @@ class Context:
         self._seen: set[tuple[int, int, str]] = set()
         self.b = Builder()
         self.fn: FnState | None = None
+        self.refusal = "internal error: an instruction outside any function"
         self.inlining: list[InlineFrame] = []
         self.facts = ProgramFacts(program)
         # What the model declares, set before any function is lowered: its parameters' types,
@@ -125,9 +128,25 @@ class Context:
 
     # Emission -------------------------------------------------------------------------------
 
+    @contextmanager
+    def compile_time(self, refusal: str) -> Iterator[None]:
+        """While a compile-time constant (a dim, a const) is evaluated, nothing may run: there is
+        no insertion point, and an expression that would emit an instruction is reported with
+        `refusal`."""
+        saved = (self.b, self.fn, self.refusal)
+        self.b, self.fn, self.refusal = Builder(), None, refusal
+        try:
+            yield
+        finally:
+            self.b, self.fn, self.refusal = saved
+
     def emit(self, opname: str, operands: list[Value], span: ast.Span, **attrs: Any) -> Value:
         """One instruction at the insertion point. The checker has already proved it well
-        typed, so a refusal here is our bug: reported as an internal error, never a crash."""
+        typed, so a refusal here is our bug: reported as an internal error, never a crash.
+        Without an insertion point (a compile-time constant), the expression is reported."""
+        if self.b.block is None:
+            self.error(span, self.refusal)
+            raise Abort
         try:
             return self.b.build(opname, operands, None, **attrs)
         except TypeRuleError as e:

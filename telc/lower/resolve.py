@@ -8,7 +8,7 @@ import math
 
 from dlvm.ir.types import DataType, TensorType, TupleType, Type
 from telc import ast
-from telc.lower.context import Context, Scope, compile_time
+from telc.lower.context import Abort, Context, Scope, compile_time
 from telc.lower.interfaces import ExprLowering
 from telc.lower.values import POISON, TV, Elaborated, _Poison
 from telc.program import Unit, suggest
@@ -63,7 +63,7 @@ class Resolver:
             return cached
         self.const_values[key] = POISON  # a const defined through itself
         scope = Scope(unit, paramless=compile_time(f"const {decl.name}"))
-        tv = self.exprs.lower_expr(decl.value, scope)
+        tv = self._evaluate(decl.value, scope, "a const must be a number known at compile time")
         if isinstance(tv, TV) and tv.const is None:
             tv = self.cx.error(decl.value.span, "a const must be a number known at compile time")
         self.const_values[key] = tv
@@ -101,13 +101,20 @@ class Resolver:
     def constant_of(self, expr: ast.Expr, scope: Scope) -> int | float | bool | None:
         """The compile-time value of an expression of numbers, dims and consts, or None
         (after an error) when it has none."""
-        tv = self.exprs.lower_expr(expr, scope)
+        tv = self._evaluate(expr, scope, "expected a constant (a number, a dim or a const)")
         if isinstance(tv, _Poison):
             return None
         if not isinstance(tv, TV) or tv.const is None:
             self.cx.error(expr.span, "expected a constant (a number, a dim or a const)")
             return None
         return tv.const
+
+    def _evaluate(self, expr: ast.Expr, scope: Scope, refusal: str) -> Elaborated:
+        with self.cx.compile_time(refusal):
+            try:
+                return self.exprs.lower_expr(expr, scope)
+            except Abort:
+                return POISON  # already reported
 
     def lookup_dim(self, name: str, scope: Scope) -> int | None:
         """A dimension name in a written shape: a bound dimension variable or a module dim."""

@@ -1224,6 +1224,24 @@ RANGES = [
         """,
         (4, 1, "two entry points are named 'infer'"),
     ),
+    case(
+        # Once a builder assertion (exit 3): a dim is evaluated where no function is open.
+        "dim-drawn-at-random",
+        """
+        dim N = random(0, 4, shape: [2])
+        w: param[N] = 0.0
+        """,
+        (1, 9, "expected a constant (a number, a dim or a const)"),
+    ),
+    case(
+        "const-drawn-at-random-used-by-an-entry",
+        """
+        const c = random(0.0, 1.0, shape: [2])
+        x: in[2]
+        y: out = x * c
+        """,
+        (1, 11, "a const must be a number known at compile time"),
+    ),
 ]
 
 ALL = SYNTAX + NAMES + SHAPES + DTYPES + CALLS + DECLARATIONS + TRAIN + RECURRENT
