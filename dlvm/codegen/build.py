@@ -1,4 +1,4 @@
-"""From a module at stage optimizable to a shipped library (DESIGN.md section 5), as one build of
+"""From a module at stage optimizable to a shipped library (docs/c-abi.md), as one build of
 explicit stages, each computed once: the spec checked, the module pruned and scheduled (compute
 generation and scheduling, on the build's own copy), the CUDA kernels and plans, the generated
 C glue and header, LLVM to objects (in parts, side by side, while the C compiler compiles the

@@ -1,5 +1,5 @@
 """The device plan of a host function: what a library built for CUDA runs on the GPU for an
-entry point (DESIGN.md section 4): the kernel launches of its body in order, host functions it
+entry point (docs/c-abi.md section 7): the kernel launches of its body in order, host functions it
 calls inlined, each tensor in a slot of device memory.
 
 A plan exists when the host function, and every host function it calls, is one block of kernel

@@ -1,7 +1,7 @@
-"""What `telc` says about wrong TEL programs (shared/TEL.md sections 3 and 9, docs/tel.md
-"Diagnostics"): every error has a clear message and points at the offending place (line and
-column); a file with several independent errors reports them all; shape errors show both shapes
-and the values of their named dimensions; nothing makes `telc` print a traceback.
+"""What `telc` says about wrong TEL programs (docs/tel.md, "Diagnostics"): every error has a clear
+message and points at the offending place (line and column); a file with several independent errors
+reports them all; shape errors show both shapes and the values of their named dimensions; nothing
+makes `telc` print a traceback.
 
 Each case is a whole program and the diagnostics it must produce, no more and no fewer: (line,
 column, text) where text (or every text of a tuple) is part of the message."""
