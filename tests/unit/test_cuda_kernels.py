@@ -2,7 +2,8 @@
 (odd sizes, broadcasting, every element type, products tiled and not, prologues and
 epilogues), compiled by dlvm.codegen.cuda and run by the CPU emulator of the CUDA execution
 model (cuda_emulator.py): host code interpreted, each [compute] function by its kernel. Random
-numbers are host code's: no kernel draws them, and a seed draws the interpreter's."""
+numbers are host code's: no kernel draws them, and a seed draws the interpreter's. The same
+kernels as PTX are assembled by ptxas, which the emulator cannot stand in for."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from cuda_emulator import EmulatedInterpreter, Emulator
 from test_codegen_ops import CASES, assert_matches, module_text, random_input
 
 from dlvm.codegen.build import schedule
+from dlvm.codegen.cuda import check_ptx, ptx
 from dlvm.codegen.device_plan import NotPlannable, device_plan
 from dlvm.interp import Interpreter, run_function
 from dlvm.ir import parse_module
@@ -34,6 +36,16 @@ def test_kernel_matches_interpreter(emulated, index, name):
     expected = np.asarray(run_function(reference, f"f{index}", inputs))
     assert_matches(name, np.asarray(EmulatedInterpreter(module, emulator).run(f"f{index}", inputs)),
                    expected)  # fmt: skip
+
+
+def test_every_kernel_is_ptx_that_ptxas_accepts(emulated):
+    """The emulator compiles the kernels for the CPU and calls the C library for libdevice's
+    functions: a math function NVPTX cannot lower, or a libdevice name that does not exist,
+    shows only here (test_cuda_samples assembles only what the samples happen to use)."""
+    module, _, _ = emulated
+    text, launches = ptx(module)
+    assert text.count(".entry ") == len(launches) == sum(1 for f in module.functions if f.compute)
+    assert "spill stores" in check_ptx(text)
 
 
 # test_codegen_ops's functions that draw random numbers, each with a range to draw from.
