@@ -35,11 +35,25 @@ def unary(b: ir.IRBuilder, op: str, x: ir.Value, dt: DataType) -> ir.Value:
         return x
     if op == "rsqrt":
         return b.fdiv(ir.Constant(x.type, 1.0), call_math(b, "sqrt", [x]))
+    if op == "softplus":
+        return _softplus(b, x, dt)
     if op == "digamma":
         raise CodegenError("digamma is not compiled yet (the interpreter has it)")
     if dt is DataType.F32 and op in _APPROX:  # vectorisable, ≤ 1.5 ulp
         return _APPROX[op](b, x)
     return call_math(b, op, [x])
+
+
+def _softplus(b: ir.IRBuilder, x: ir.Value, dt: DataType) -> ir.Value:
+    """log(1 + e^x) as max(x, 0) + log1p(e^-|x|), the interpreter's formula: e^-|x| ≤ 1 never
+    overflows and log1p keeps the tail for x ≪ 0. exp is the math library's, not the inline
+    approximation, which flushes the subnormal results of x < -87 that this tail returns; f16
+    is computed in f32."""
+    if dt is DataType.F16:
+        wide = b.fpext(x, ir.FloatType())
+        return b.fptrunc(_softplus(b, wide, DataType.F32), x.type)
+    tail = call_math(b, "log1p", [call_math(b, "exp", [b.fneg(call_math(b, "fabs", [x]))])])
+    return b.fadd(call_math(b, "maximum", [x, ir.Constant(x.type, 0.0)]), tail)
 
 
 def binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: DataType) -> ir.Value:

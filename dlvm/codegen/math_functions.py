@@ -32,13 +32,13 @@ _INTRINSIC = {
     "maximum": "llvm.maximum",
     "pow": "llvm.pow",
 }
-_LIBM = {"erf": "erf", "erfc": "erfc", "lgamma": "lgamma"}
+_LIBM = {"erf": "erf", "erfc": "erfc", "lgamma": "lgamma", "log1p": "log1p"}
 # In a GPU module (nvptx64), the operations the NVPTX back end cannot lower itself call
 # libdevice, NVIDIA's math library as LLVM bitcode, linked in by dlvm.codegen.cuda:
 # `__nv_expf` for f32, `__nv_exp` for f64 (f16 is computed in f32).
 _LIBDEVICE = frozenset(
     ["exp", "log", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "pow",
-     "erf", "erfc", "lgamma", "round"]
+     "erf", "erfc", "lgamma", "log1p", "round"]
 )  # fmt: skip
 
 

@@ -103,6 +103,7 @@ UNARY: dict[str, AdjointRule] = {
     # erf' x = 2/√π · e^(−x²); erfc = 1 − erf.
     "erf": _unary(lambda e, d, p: _erf_derivative(e, d, p.x, 1.0)),
     "erfc": _unary(lambda e, d, p: _erf_derivative(e, d, p.x, -1.0)),
+    "softplus": _unary(lambda e, d, p: e.op("multiply", d, _sigmoid(e, p.x))),
 }
 
 
@@ -110,6 +111,14 @@ def _erf_derivative(e: Any, d: Value, x: Value, sign: float) -> Value:
     gauss = e.op("exp", e.op("negate", _sq(e, x)))
     scaled = e.op("multiply", e.scalar(sign * 2 / math.sqrt(math.pi), x), gauss)
     return e.op("multiply", d, scaled)
+
+
+def _sigmoid(e: Any, x: Value) -> Value:
+    """softplus' x = 1 / (1 + e^-x), from z = e^-|x| ≤ 1 so that nothing overflows and neither
+    tail loses its relative accuracy: 1 / (1 + z) where x ≥ 0, z / (1 + z) elsewhere."""
+    z = e.op("exp", e.op("min", x, e.op("negate", x)))
+    r = e.op("divide", e.scalar(1, z), _one_plus(e, z))
+    return e.op("select", r, e.op("multiply", z, r), e.op("greaterThanOrEqual", x, e.scalar(0, x)))
 
 
 def zero(e: Any, inst: Instruction, d: Value) -> Pairs:

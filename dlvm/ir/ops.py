@@ -208,6 +208,7 @@ UNARY_FLOAT = [
     "digamma",
     "erf",
     "erfc",
+    "softplus",
 ]
 UNARY_NUMERIC = ["negate", "sign", "square", "round", "ceil", "floor", "rint"]
 PIECEWISE_CONSTANT = {"sign", "round", "ceil", "floor", "rint"}  # derivative zero

@@ -93,6 +93,7 @@ UNARY_FLOAT = [
     ("digamma", POSITIVE, _digamma_ref),
     ("erf", UNIT, np.vectorize(math.erf)),
     ("erfc", UNIT, np.vectorize(math.erfc)),
+    ("softplus", UNIT * 40, lambda x: np.logaddexp(0, x)),
 ]
 
 
@@ -132,6 +133,12 @@ SPECIAL_VALUES = [
     ),
     ("erf", [0.0, 0.5, -2.0, np.inf], [0.0, math.erf(0.5), math.erf(-2.0), 1.0]),
     ("erfc", [0.0, 3.0, -np.inf], [1.0, math.erfc(3.0), 2.0]),
+    # Neither tail overflows: x itself far right, e^x (subnormal at -740) far left; NaN stays.
+    (
+        "softplus",
+        [0.0, 100.0, -100.0, 1e30, -1e30, -740.0, np.inf, -np.inf, np.nan],
+        [math.log(2), 100.0, math.exp(-100.0), 1e30, 0.0, math.exp(-740.0), np.inf, 0.0, np.nan],
+    ),
 ]
 
 
