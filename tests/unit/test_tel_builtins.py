@@ -17,6 +17,15 @@ M = RNG.standard_normal((3, 5))
 TIES = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0], [-1.0, -5.0, -1.0, -7.0]])
 LABELS = np.array([2, 0, 4, 4, 1])
 
+
+def logaddexp0(x: np.ndarray) -> np.ndarray:
+    """log(e^0 + e^x), NaN kept without NumPy's warning."""
+    with np.errstate(invalid="ignore"):
+        return np.logaddexp(0, x)
+
+
+WIDE = np.array([-1e30, -740.0, -100.0, -1.5, 0.0, 0.5, 40.0, 100.0, 1e30, np.nan])
+
 # name: (signature, body, arguments, NumPy)
 CASES: dict[str, tuple[str, str, list[np.ndarray], Callable[..., np.ndarray]]] = {
     "onehot": ("(i: i64[5]) -> f64[5 x 6]", "onehot(i, 6)", [LABELS], lambda i: np.eye(6)[i]),
@@ -113,6 +122,13 @@ CASES: dict[str, tuple[str, str, list[np.ndarray], Callable[..., np.ndarray]]] =
         [M],
         lambda x: np.maximum(x, 0.0),
     ),
+    # log(1 + e^x) far into both tails (x itself; e^x, subnormal at -740) and NaN.
+    "softplus": (
+        "(x: f64[10]) -> f64[10]",
+        "softplus(x)",
+        [WIDE],
+        logaddexp0,
+    ),
     "slice-and-index": (
         "(x: f64[2 x 3 x 4]) -> f64[2 x 3]",
         "x[1][1:3] . x[0]^T[0:4]",
@@ -175,3 +191,17 @@ def test_second_derivative_through_a_named_gradient(tmp_path) -> None:
     for x in (-1.5, 0.0, 2.0):
         got = run_function(compiled.module, "g", [np.float64(x)], float64=True)
         np.testing.assert_allclose(got, 6 * x - np.sin(x), rtol=1e-12, atol=1e-12)
+
+
+def test_softplus_gradient_is_the_logistic_function(tmp_path) -> None:
+    """d softplus(x) = 1 / (1 + e^-x), with neither tail overflowing or flushed early."""
+    text = (
+        "module s\ntype float64\n"
+        "def f(x: f64[9]) -> f64 = sum(softplus(x))\n"
+        "export def g(x: f64[9]) -> f64[9] = grad(f, wrt: x)(x)\n"
+    )
+    compiled = compile_snippet(str(tmp_path), text)
+    x = WIDE[:-1]
+    z = np.exp(-np.abs(x))
+    got = run_function(compiled.module, "g", [x], float64=True)
+    np.testing.assert_allclose(got, np.where(x >= 0, 1 / (1 + z), z / (1 + z)), rtol=1e-12, atol=0)

@@ -585,6 +585,22 @@ SHAPES = [
 
 DTYPES = [
     case(
+        # The unary float built-ins share one signature (telc/lower/builtins.py: FLOAT_X).
+        "softplus-of-integers-and-misused-arguments",
+        """
+        i: in i32[3]
+        x: in[3]
+        y: out = softplus(i)
+        z: out = softplus(x, x)
+        w: out = softplus(x: x, k: 1)
+        v: out = softplus()
+        """,
+        (3, 10, "softplus needs a float tensor, found i32[3]; cast it first"),
+        (4, 22, "softplus takes at most 1 argument, 2 given"),
+        (5, 25, "softplus has no option 'k'"),
+        (6, 10, "softplus needs the argument 'x'"),
+    ),
+    case(
         "f32-with-f64",
         """
         x: in f64[2 x 3]
