@@ -34,7 +34,7 @@ def _round_half_away(x: Array) -> Array:
 def _softplus(x: Array) -> Array:
     """log(1 + e^x) as max(x, 0) + log1p(e^-|x|): e^-|x| ≤ 1 never overflows and log1p keeps
     the tail for x ≪ 0. Computed in float64 (at least) and rounded once by the caller, as the
-    special functions are, so the oracle is within half an ulp of f32 and f16."""
+    special functions are: the oracle is within about half an ulp in f32 and f16."""
     w = x.astype(np.promote_types(x.dtype, np.float64))
     return np.maximum(w, 0) + np.log1p(np.exp(-np.abs(w)))
 
