@@ -214,10 +214,18 @@ UNARY_NUMERIC = ["negate", "sign", "square", "round", "ceil", "floor", "rint"]
 PIECEWISE_CONSTANT = {"sign", "round", "ceil", "floor", "rint"}  # derivative zero
 
 
+NOT_DIFFERENTIABLE = {"digamma"}  # its derivative (trigamma) is not an instruction
+
+
 def _unary_adjoint(name: str) -> A.AdjointRule | None:
+    """The adjoint rule of a unary function: every one has a rule in adjoints.UNARY (a missing
+    one fails at import, not as a silently non-differentiable instruction), unless its
+    derivative is zero or it is listed as not differentiable."""
     if name in PIECEWISE_CONSTANT:
         return A.zero
-    return A.UNARY.get(name)  # digamma has none: its derivative is not an instruction
+    if name in NOT_DIFFERENTIABLE:
+        return None
+    return A.UNARY[name]
 
 
 BINARY = [

@@ -97,6 +97,14 @@ UNARY_FLOAT = [
 ]
 
 
+def test_every_float_function_has_a_reference():
+    """A float function added to dlvm.ir.ops.UNARY_FLOAT needs its inputs and NumPy reference
+    above; without this, a new one would only be checked for existing."""
+    from dlvm.ir import ops
+
+    assert sorted(u[0] for u in UNARY_FLOAT) == sorted(ops.UNARY_FLOAT)
+
+
 @pytest.mark.parametrize("op,x,ref", UNARY_FLOAT, ids=[u[0] for u in UNARY_FLOAT])
 @pytest.mark.parametrize("dt", ["f32", "f64"])
 def test_unary_float(op, x, ref, dt):
