@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from irlib import ir_library, ulps
 
 import dlvm
-from dlvm.codegen.build import build_library
-from dlvm.codegen.spec import module_spec
-from dlvm.ir import parse_module
 
 N = 1 << 21
 
@@ -39,16 +37,8 @@ func @log: (<{N} x f32>) -> <{N} x f32> {{
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    module = parse_module(TEXT, "approx.dl")
-    path = tmp_path_factory.mktemp("approx") / "approx.so"
-    build_library(module, module_spec(module, "test"), path)
-    with dlvm.load(path) as library:
+    with dlvm.load(ir_library(TEXT, "approx", tmp_path_factory.mktemp("approx"))) as library:
         yield library
-
-
-def ulps(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
-    spacing = np.spacing(np.abs(exact.astype(np.float32))).astype(np.float64)
-    return np.abs(got.astype(np.float64) - exact) / spacing
 
 
 def sweep(lo: float, hi: float) -> np.ndarray:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from irlib import ir_library
 
 import dlvm
 from dlvm.codegen import parallel
-from dlvm.codegen.build import build_library
-from dlvm.codegen.spec import module_spec
 from dlvm.interp import Interpreter, InterpreterError, run_function
 from dlvm.ir import parse_module
 from dlvm.runtime import Status
@@ -372,12 +371,10 @@ func @heap_count: (i64) -> f32 {
 def library(request, tmp_path_factory):
     """The library built from one LLVM module, and from one cut into as many parts as it can
     be (dlvm.codegen.parallel): globals, function values and helpers then cross parts."""
-    module = parse_module(SOURCE, "memory.dl")
-    path = tmp_path_factory.mktemp("memory") / "memory.so"
     with pytest.MonkeyPatch.context() as patch:
         if request.param == "split":
             patch.setattr(parallel, "PART_SIZE", 1)
-        build_library(module, module_spec(module, "test"), path)
+        path = ir_library(SOURCE, "memory", tmp_path_factory.mktemp("memory"))
     with dlvm.load(path) as lib:
         yield lib, parse_module(SOURCE, "memory.dl")
 

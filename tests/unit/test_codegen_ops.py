@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from irlib import ir_library
 
 import dlvm
-from dlvm.codegen.build import build_library
-from dlvm.codegen.spec import module_spec
 from dlvm.interp import InterpreterError, run_function
 from dlvm.ir import parse_module
 from dlvm.ir.ops import COMPARE
@@ -429,10 +428,7 @@ def random_input(t: str, rng: np.random.Generator, name: str) -> np.ndarray:
 @pytest.fixture(scope="module")
 def library(tmp_path_factory):
     text = module_text()
-    module = parse_module(text, "ops.dl")
-    path = tmp_path_factory.mktemp("ops") / "ops.so"
-    build_library(module, module_spec(module, "test"), path)
-    with dlvm.load(path) as lib:
+    with dlvm.load(ir_library(text, "ops", tmp_path_factory.mktemp("ops"))) as lib:
         yield lib, parse_module(text, "ops.dl")
 
 

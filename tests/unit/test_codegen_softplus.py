@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from irlib import ir_library, ulps
 
 import dlvm
-from dlvm.codegen.build import build_library
-from dlvm.codegen.spec import module_spec
-from dlvm.ir import parse_module
 
 N = 1 << 21
 TYPES = ("f16", "f32", "f64")
@@ -29,22 +27,13 @@ func @softplus_{t}: (<{N} x {t}>) -> <{N} x {t}> {{
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    module = parse_module(TEXT, "softplus.dl")
-    path = tmp_path_factory.mktemp("softplus") / "softplus.so"
-    build_library(module, module_spec(module, "test"), path)
-    with dlvm.load(path) as library:
+    with dlvm.load(ir_library(TEXT, "softplus", tmp_path_factory.mktemp("softplus"))) as library:
         yield library
 
 
 def exact(x: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):  # NaN in, NaN out
         return np.logaddexp(0.0, x.astype(np.float64))
-
-
-def ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """|got - want| in units of the spacing of want rounded to got's type."""
-    spacing = np.spacing(np.abs(want.astype(got.dtype))).astype(np.float64)
-    return np.abs(got.astype(np.float64) - want) / spacing
 
 
 def padded(x: np.ndarray) -> np.ndarray:
