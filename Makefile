@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all demo test lint unit lit bench clean
+.PHONY: all demo test lint unit lit fuzz bench clean
 
 all: test
 
@@ -31,6 +31,10 @@ unit: $(STAMP)
 
 lit: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -sv tests/filecheck
+
+# The fuzzers at length (minutes, a new random seed each run); `make test` runs them briefly.
+fuzz: $(STAMP)
+	DLVM_FUZZ=long $(BIN)/pytest -n auto -p no:cacheprovider tests/unit -k fuzz
 
 # The CPU benchmark's peers (PyTorch, JAX, ONNX Runtime) live in a virtual environment of their
 # own, with this project installed beside them.
