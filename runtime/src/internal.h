@@ -40,4 +40,7 @@ bool dlrt_valid_utf8(const char *text, size_t len);
 /* The safetensors name of a dtype ("F32"); NULL for a value that is not a dlrt_dtype. */
 const char *dlrt_dtype_tag(dlrt_dtype t);
 
+/* Writes "[2, 3]" into buf, cut with "..." when it does not fit. */
+void dlrt_format_shape(char *buf, size_t cap, const int64_t *shape, size_t rank);
+
 #endif /* DLRT_INTERNAL_H_ */

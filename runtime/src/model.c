@@ -118,13 +118,17 @@ static dlrt_status device_ordinal(const dlrt_model_spec *spec, const char *fn, c
 static dlrt_model *allocate(const dlrt_model_spec *spec, const char *fn) {
     size_t n = (size_t)dlrt_model_tensor_count(spec);
     /* One block: the object, then its four pointer arrays (one pointer each when empty). */
-    size_t arrays = 4 * (n ? n : 1) * sizeof(void *);
-    dlrt_model *m = dlrt_alloc(sizeof *m + arrays);
+    size_t arrays = 0, total = 0;
+    dlrt_model *m = NULL;
+    if (dlrt_checked_mul(4 * sizeof(void *), n ? n : 1, &arrays) &&
+        dlrt_checked_add(sizeof *m, arrays, &total)) {
+        m = dlrt_alloc(total);
+    }
     if (m == NULL) {
         dlrt_error(DLRT_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         return NULL;
     }
-    memset(m, 0, sizeof *m + arrays);
+    memset(m, 0, total);
     void **pointers = (void **)(m + 1);
     m->buf = pointers;
     m->spare = pointers + (n ? n : 1);
@@ -163,7 +167,7 @@ dlrt_status dlrt_model_host_status(const char *fn, const char *host, int32_t rc)
 static dlrt_status run_init(dlrt_model *m, const char *fn) {
     const dlrt_model_spec *spec = m->spec;
     size_t mark = dlrt_arena_mark(m->ctx.arena);
-    void **args = dlrt_arena_push(m->ctx.arena, sizeof(void *) * (size_t)(spec->params + 1));
+    void **args = dlrt_arena_push(m->ctx.arena, sizeof(void *) * ((size_t)spec->params + 1));
     if (args == NULL) {
         return dlrt_error(DLRT_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
@@ -190,7 +194,11 @@ dlrt_status dlrt_model_create(const dlrt_model_spec *spec, const char *device, u
     }
     memcpy(out, &m, sizeof m);
     int ordinal;
-    dlrt_status s = device_ordinal(spec, fn, device, &ordinal);
+    dlrt_status s = dlrt_model_check(spec, fn);
+    if (s != DLRT_OK) {
+        return s;
+    }
+    s = device_ordinal(spec, fn, device, &ordinal);
     if (s != DLRT_OK) {
         return s;
     }

@@ -38,6 +38,14 @@ static inline int32_t dlrt_model_tensor_count(const dlrt_model_spec *spec) {
 void dlrt_model_fn(char *fn, const dlrt_model_spec *spec, const char *what);
 /* DLRT_ERR_INVALID_ARGUMENT: "fn: argument 'arg' is NULL". */
 dlrt_status dlrt_model_null(const char *fn, const char *arg);
+/* model_check.c. Checks the model's tables (counts, sizes, indices) for function `fn`:
+   DLRT_ERR_OUT_OF_MEMORY for a tensor too large for the address space, DLRT_ERR_INTERNAL for
+   tables the runtime cannot read. Every other function relies on a spec that passed. */
+dlrt_status dlrt_model_check(const dlrt_model_spec *spec, const char *fn);
+/* *out = the bytes of table tensor `t` (`what` it is, for messages: "parameter"), or the error
+   of dlrt_model_check when they cannot be had. */
+dlrt_status dlrt_tensor_bytes(const char *fn, const char *what, const dlrt_tensor *t,
+                              size_t *out);
 /* Bytes of a table tensor's data; SIZE_MAX, which no allocation gets, when that overflows. */
 size_t dlrt_model_bytes(const dlrt_tensor *t);
 /* Whether a train entry updates tensor `index` (the model then keeps a spare buffer of it). */

@@ -167,7 +167,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 const char *dlrt_model_manifest(const dlrt_model_spec *spec, char *buffer, size_t size) {
     pthread_mutex_lock(&lock);
-    if (size > 0 && buffer[0] == '\0') {
+    /* Tables the runtime cannot read leave the buffer empty (and say why in the last error). */
+    if (size > 0 && buffer[0] == '\0' && dlrt_model_check(spec, "dlrt_model_manifest") == DLRT_OK) {
         json_writer w = {0};
         manifest(&w, spec);
         /* The glue sized the buffer for this text; anything else leaves it empty. */

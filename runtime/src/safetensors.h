@@ -43,7 +43,5 @@ dlrt_status sf_check_entries(const char *fn, const dlrt_tensor *ts, size_t n, si
 const dlrt_tensor *sf_find_entry(const dlrt_tensor **sorted, size_t n, const char *name);
 /* The index of the first byte of `data` that is neither 0 nor 1, or `bytes` when none is. */
 size_t sf_first_bad_bool(const unsigned char *data, size_t bytes);
-/* Writes "[2, 3]" into buf, cut with "..." when it does not fit. */
-void sf_format_shape(char *buf, size_t cap, const int64_t *shape, size_t rank);
 
 #endif /* DLRT_SAFETENSORS_H_ */

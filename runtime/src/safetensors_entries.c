@@ -115,7 +115,7 @@ size_t sf_first_bad_bool(const unsigned char *data, size_t bytes) {
     return bytes;
 }
 
-void sf_format_shape(char *buf, size_t cap, const int64_t *shape, size_t rank) {
+void dlrt_format_shape(char *buf, size_t cap, const int64_t *shape, size_t rank) {
     size_t used = (size_t)snprintf(buf, cap, "[");
     for (size_t k = 0; k < rank && used < cap; k++) {
         used += (size_t)snprintf(buf + used, cap - used, "%s%" PRId64, k == 0 ? "" : ", ",

@@ -85,8 +85,8 @@ static dlrt_status check_match(const load_plan *p, size_t i, const sf_tensor *t)
     }
     if (strcmp(t->dtype, tag) != 0 || !same_shape) {
         char got[96], want[96];
-        sf_format_shape(got, sizeof got, t->shape, t->rank);
-        sf_format_shape(want, sizeof want, e->shape, (size_t)e->rank);
+        dlrt_format_shape(got, sizeof got, t->shape, t->rank);
+        dlrt_format_shape(want, sizeof want, e->shape, (size_t)e->rank);
         return dlrt_error(DLRT_ERR_FORMAT,
                           "dlrt_load: '%s': tensor '%s' is %.16s %s in the file, expected %s %s",
                           p->path, e->name, t->dtype, got, tag, want);

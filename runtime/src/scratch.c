@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "dlrt.h"
@@ -55,6 +56,10 @@ void *dlrt_scratch(int64_t bytes) {
     scratch *s = pthread_getspecific(key);
     if (s != NULL && s->size >= (size_t)bytes) {
         return s->data;
+    }
+    /* More than size_t holds, once rounded up to the alignment: no buffer. */
+    if ((uint64_t)bytes > SIZE_MAX - (ALIGNMENT - 1)) {
+        return NULL;
     }
     size_t size = ((size_t)bytes + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT;
     void *data = aligned_alloc(ALIGNMENT, size == 0 ? ALIGNMENT : size);

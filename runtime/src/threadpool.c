@@ -292,7 +292,7 @@ void dlrt_parallel_split(int64_t n, int64_t grain, int64_t per_thread, dlrt_task
     int64_t chunks = 1;
     if (threads > 1 && n > grain) {
         chunks = n / grain;
-        if (chunks > per_thread * threads) {
+        if (chunks / threads >= per_thread) { /* chunks >= per_thread * threads, unwrapped */
             chunks = per_thread * threads;
         }
     }

@@ -372,7 +372,7 @@ static void test_out_of_memory(void) {
                                          NULL, 0, NULL, NULL};
     dlrt_model *m = (dlrt_model *)&m;
     CHECK_STATUS(dlrt_model_create(&huge, "cpu", 0, &m), DLRT_ERR_OUT_OF_MEMORY,
-                 "huge_create: out of memory");
+                 "huge_create: parameter 'huge' (F32 [2147483648, 2147483648]) is too large");
     CHECK(m == NULL, "no model");
 }
 
