@@ -19,6 +19,30 @@ static void dl_type(dlrt_dtype dtype, uint8_t *code, uint8_t *bits) {
     }
 }
 
+/* Checks that the `count` elements of `size` bytes at t->data + t->byte_offset lie inside the
+   address space and that the first is aligned to its size, as the host code assumes. */
+static dlrt_status check_extent(const char *fn, const char *name, const DLTensor *t,
+                                uint64_t count, uint64_t size) {
+    uint64_t bytes, extent, last;
+    uint64_t base = (uint64_t)(uintptr_t)t->data;
+    /* [data, data + byte_offset + bytes) is one object: at most PTRDIFF_MAX bytes, and not
+       past the last address. */
+    if (__builtin_mul_overflow(count, size, &bytes) ||
+        __builtin_add_overflow(t->byte_offset, bytes, &extent) || extent > PTRDIFF_MAX ||
+        __builtin_add_overflow(base, extent, &last) || last > UINTPTR_MAX)
+        return dlrt_error(DLRT_ERR_INVALID_ARGUMENT,
+                          "%s: argument '%s' has byte_offset %llu and %llu elements of %llu "
+                          "bytes, which do not fit in the address space", fn, name,
+                          (unsigned long long)t->byte_offset, (unsigned long long)count,
+                          (unsigned long long)size);
+    if (t->data != NULL && (base + t->byte_offset) % size != 0)
+        return dlrt_error(DLRT_ERR_INVALID_ARGUMENT,
+                          "%s: argument '%s' is misaligned: its first element (data %p + "
+                          "byte_offset %llu) is not aligned to its %llu-byte size", fn, name,
+                          t->data, (unsigned long long)t->byte_offset, (unsigned long long)size);
+    return DLRT_OK;
+}
+
 dlrt_status dlrt_dl_argument(const char *fn, const char *name, const DLTensor *t, dlrt_dtype dtype,
                              int32_t ndim, const int64_t *shape, int ordinal, void **data,
                              unsigned char *on_device) {
@@ -45,10 +69,15 @@ dlrt_status dlrt_dl_argument(const char *fn, const char *name, const DLTensor *t
             return dlrt_error(DLRT_ERR_INVALID_ARGUMENT,
                               "%s: argument '%s' is not contiguous row-major (stride %lld in "
                               "dimension %d)", fn, name, (long long)t->strides[i], (int)i);
-        stride *= shape[i];
+        if (shape[i] < 0 || __builtin_mul_overflow(stride, shape[i], &stride))
+            return dlrt_error(DLRT_ERR_INVALID_ARGUMENT,
+                              "%s: argument '%s' has a shape whose size overflows", fn, name);
     }
     if (t->data == NULL && stride > 0)
         return dlrt_error(DLRT_ERR_INVALID_ARGUMENT, "%s: argument '%s' has no data", fn, name);
+    dlrt_status s = check_extent(fn, name, t, (uint64_t)stride, bits / 8);
+    if (s != DLRT_OK)
+        return s;
     switch (t->device.device_type) {
     case kDLCPU:
     case kDLCUDAHost:
@@ -71,6 +100,7 @@ dlrt_status dlrt_dl_argument(const char *fn, const char *name, const DLTensor *t
                           "%s: argument '%s' is on DLPack device type %d, which this library "
                           "cannot use", fn, name, (int)t->device.device_type);
     }
-    *data = (char *)t->data + t->byte_offset;
+    /* An empty tensor may have no data at all: never offset a NULL pointer. */
+    *data = t->data == NULL ? NULL : (char *)t->data + t->byte_offset;
     return DLRT_OK;
 }

@@ -1,7 +1,8 @@
 /* test_model_hostile.c: hostile tables and arguments. Tables whose sizes overflow or whose
  * counts and indices are out of range fail create (and leave the manifest empty) with a message
- * instead of allocating a wrapped size or reading past a table; the size arguments of the
- * scratch buffer and the thread pool cannot overflow. */
+ * instead of allocating a wrapped size or reading past a table; DLTensor arguments whose
+ * byte_offset wraps the address space or misaligns the data, or whose shape's size overflows,
+ * are refused; the size arguments of the scratch buffer and the thread pool cannot overflow. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -124,6 +125,69 @@ static void test_cuda_tables(void) {
     dlrt_model_destroy(m);
 }
 
+/* ---- DLPack arguments ---- */
+
+static void test_dlpack(void) {
+    static float data[4];
+    int64_t shape[] = {2};
+    DLTensor t = {data, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
+    void *p = NULL;
+    unsigned char dev = 9;
+    CHECK(dlrt_dl_argument("f", "x", &t, DLRT_F32, 1, two, -1, &p, &dev) == DLRT_OK &&
+              p == data && dev == 0,
+          "a plain tensor");
+    t.byte_offset = 8;
+    CHECK(dlrt_dl_argument("f", "x", &t, DLRT_F32, 1, two, -1, &p, &dev) == DLRT_OK &&
+              p == data + 2,
+          "an aligned byte_offset");
+    t.byte_offset = UINT64_C(1) << 63;
+    CHECK_STATUS(dlrt_dl_argument("f", "x", &t, DLRT_F32, 1, two, -1, &p, &dev),
+                 DLRT_ERR_INVALID_ARGUMENT,
+                 "f: argument 'x' has byte_offset 9223372036854775808 and 2 elements of 4 bytes, "
+                 "which do not fit in the address space");
+    t.byte_offset = UINT64_MAX - 3;
+    CHECK_STATUS(dlrt_dl_argument("f", "x", &t, DLRT_F32, 1, two, -1, &p, &dev),
+                 DLRT_ERR_INVALID_ARGUMENT, "which do not fit in the address space");
+    t.byte_offset = 2;
+    CHECK_STATUS(dlrt_dl_argument("f", "x", &t, DLRT_F32, 1, two, -1, &p, &dev),
+                 DLRT_ERR_INVALID_ARGUMENT, "f: argument 'x' is misaligned: its first element");
+    /* An empty tensor without data: no pointer is made from NULL. */
+    int64_t empty[] = {0};
+    t = (DLTensor){NULL, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, empty, NULL, 64};
+    CHECK(dlrt_dl_argument("f", "x", &t, DLRT_F32, 1, empty, -1, &p, &dev) == DLRT_OK &&
+              p == NULL,
+          "an empty tensor");
+    t.byte_offset = UINT64_C(1) << 63;
+    CHECK_STATUS(dlrt_dl_argument("f", "x", &t, DLRT_F32, 1, empty, -1, &p, &dev),
+                 DLRT_ERR_INVALID_ARGUMENT, "which do not fit in the address space");
+    /* A shape whose element count overflows int64_t. */
+    t = (DLTensor){data, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, (int64_t *)wraps, NULL, 0};
+    CHECK_STATUS(dlrt_dl_argument("f", "x", &t, DLRT_F32, 2, wraps, -1, &p, &dev),
+                 DLRT_ERR_INVALID_ARGUMENT, "f: argument 'x' has a shape whose size overflows");
+    int64_t big[] = {INT64_C(1) << 61}; /* 2^63 bytes of f32: no overflow, but past the end */
+    t = (DLTensor){data, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, big, NULL, 0};
+    CHECK_STATUS(dlrt_dl_argument("f", "x", &t, DLRT_F32, 1, big, -1, &p, &dev),
+                 DLRT_ERR_INVALID_ARGUMENT, "which do not fit in the address space");
+}
+
+/* A model entry called through DLPack with a byte_offset of 2^63 (the crash). */
+static void test_dlpack_entry(void) {
+    dlrt_entry e = {"f", "infer", "h_f", "dl_f", host, 1, 1, xy, 1, zero, -1, NULL, NULL};
+    dlrt_model_spec s = spec_of(w, 1, 1, &e);
+    dlrt_model *m = NULL;
+    CHECK(dlrt_model_create(&s, "cpu", 0, &m) == DLRT_OK, "create");
+    float x[2] = {1, 2}, y[2];
+    int64_t shape[] = {2};
+    DLTensor tx = {x, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, UINT64_C(1) << 63};
+    DLTensor ty = {y, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
+    DLTensor *args[] = {&tx, &ty};
+    CHECK_STATUS(dlrt_model_call_dl(&s, 0, m, args), DLRT_ERR_INVALID_ARGUMENT,
+                 "h_f_dl: argument 'x' has byte_offset 9223372036854775808");
+    tx.byte_offset = 0;
+    CHECK(dlrt_model_call_dl(&s, 0, m, args) == DLRT_OK, "then it works");
+    dlrt_model_destroy(m);
+}
+
 /* ---- size arguments of the scratch buffer and the thread pool ---- */
 
 static int64_t covered;
@@ -147,6 +211,8 @@ int main(void) {
     test_sizes();
     test_counts_and_indices();
     test_cuda_tables();
+    test_dlpack();
+    test_dlpack_entry();
     test_runtime_sizes();
     return check_summary("test_model_hostile");
 }
