@@ -155,8 +155,11 @@ typedef struct {
 } dlrt_tensor;
 
 /* Writes the tensors (header in the given order, after "__metadata__": {"format": "dlvm",
-   "model": model}) to `path` atomically: to `path.tmp.<pid>`, flushed and synced, then renamed
-   over `path`; on failure the temporary file is removed and `path` is untouched. */
+   "model": model}) to `path` atomically: to a temporary file of its own beside it
+   (`path.tmp-<host>-<pid>-<random>`, created exclusively and never through a symbolic link),
+   flushed and synced, then renamed over `path`, and the directory synced; on failure the
+   temporary file is removed and `path` is untouched. A successful save also removes the
+   temporary files that saves to `path` by processes of this host that no longer run left. */
 dlrt_status dlrt_save(const char *path, const char *model, const dlrt_tensor *ts, size_t n);
 /* Reads `path` and fills every entry's data, or changes nothing: the first `required` entries
    must be in the file, later ones are optional (a missing optional entry keeps its data), and

@@ -44,4 +44,17 @@ const dlrt_tensor *sf_find_entry(const dlrt_tensor **sorted, size_t n, const cha
 /* The index of the first byte of `data` that is neither 0 nor 1, or `bytes` when none is. */
 size_t sf_first_bad_bool(const unsigned char *data, size_t bytes);
 
+/* safetensors_temp.c. Creates the temporary file of a save to `path` (write-only, mode 0666
+   less the umask), exclusively and not through a symbolic link, with random bits from `draw`
+   (sf_random; tests pass their own); its name (malloc'd) in *name. The descriptor, or -1 with
+   errno set. */
+int sf_temp_create(const char *path, uint64_t (*draw)(void), char **name);
+/* 64 random bits (getrandom, else the clock, the pid and a counter). */
+uint64_t sf_random(void);
+/* Removes the temporary files of saves to `path` that processes of this host which no longer
+   exist left behind (best effort; errno is kept). */
+void sf_remove_stale_temps(const char *path);
+/* Syncs the directory holding `path`, so a rename survives a crash (best effort). */
+void sf_sync_directory(const char *path);
+
 #endif /* DLRT_SAFETENSORS_H_ */

@@ -1,8 +1,8 @@
 /* safetensors_save.c: dlrt_save, which writes tensors in the safetensors format atomically
- * (docs/c-abi.md section 3): a temporary file, flushed and synced, renamed over the target. */
+ * (docs/c-abi.md section 3): a temporary file of its own (safetensors_temp.c), flushed and
+ * synced, renamed over the target. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,42 +91,25 @@ static int write_contents(FILE *f, const json_writer *header, const dlrt_tensor 
     return ok ? 0 : (errno != 0 ? errno : -1);
 }
 
-/* Syncs the directory holding `path`, so the rename survives a crash. Best effort: some file
-   systems cannot sync a directory, and the file itself is already complete. */
-static void sync_directory(const char *path) {
-    const char *slash = strrchr(path, '/');
-    size_t len = slash == NULL ? 1 : (slash == path ? 1 : (size_t)(slash - path));
-    char *dir = malloc(len + 1);
-    if (dir == NULL) {
-        return;
-    }
-    memcpy(dir, slash == NULL ? "." : path, len);
-    dir[len] = '\0';
-    int fd = open(dir, O_RDONLY);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
-/* Writes `path.tmp.<pid>` and renames it over `path`; removes it on any failure. */
+/* Writes a temporary file beside `path` (sf_temp_create), syncs it and renames it over `path`,
+   then syncs the directory and removes what killed saves to `path` left; on any failure the
+   temporary file is removed and `path` is untouched. */
 static dlrt_status write_atomically(const char *path, const json_writer *header,
                                     const dlrt_tensor *ts, size_t n, const size_t *bytes,
                                     const size_t *order) {
     char reason[128];
-    size_t cap = strlen(path) + 32;
-    char *temp = malloc(cap);
-    if (temp == NULL) {
-        return dlrt_error(DLRT_ERR_OUT_OF_MEMORY, "dlrt_save: cannot allocate a file name");
-    }
-    snprintf(temp, cap, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(temp, "wb");
+    char *temp = NULL;
+    int fd = sf_temp_create(path, sf_random, &temp);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
     if (f == NULL) {
-        dlrt_status status = dlrt_error(DLRT_ERR_IO, "dlrt_save: cannot create '%s': %s", temp,
-                                        describe(errno, reason, sizeof reason));
+        int err = errno;
+        if (fd >= 0) {
+            close(fd);
+            unlink(temp);
+        }
         free(temp);
-        return status;
+        return dlrt_error(DLRT_ERR_IO, "dlrt_save: cannot create a temporary file beside '%s': %s",
+                          path, describe(err, reason, sizeof reason));
     }
     int err = write_contents(f, header, ts, n, bytes, order);
     if (fclose(f) != 0 && err == 0) {
@@ -141,9 +124,10 @@ static dlrt_status write_atomically(const char *path, const json_writer *header,
                             describe(errno, reason, sizeof reason));
     }
     if (status != DLRT_OK) {
-        unlink(temp); /* only the file this call created: never a directory */
+        unlink(temp); /* the file this call created, never anything else */
     } else {
-        sync_directory(path);
+        sf_sync_directory(path);
+        sf_remove_stale_temps(path);
     }
     free(temp);
     return status;

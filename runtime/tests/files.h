@@ -17,13 +17,13 @@
 static char dir[256];
 
 /* dir/name, in a static buffer: the next call overwrites it. */
-static const char *in_dir(const char *name) {
+static inline const char *in_dir(const char *name) {
     static char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     return path;
 }
 
-static void write_bytes(const char *path, const void *bytes, size_t len) {
+static inline void write_bytes(const char *path, const void *bytes, size_t len) {
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL, "cannot create %s", path);
     if (f != NULL) {
@@ -33,7 +33,7 @@ static void write_bytes(const char *path, const void *bytes, size_t len) {
 }
 
 /* The whole file (malloc'd), or NULL when it cannot be read. */
-static unsigned char *read_bytes(const char *path, size_t *len) {
+static inline unsigned char *read_bytes(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
         return NULL;
@@ -45,7 +45,8 @@ static unsigned char *read_bytes(const char *path, size_t *len) {
 }
 
 /* Writes a file with the given header text and data. */
-static void write_file(const char *path, const char *header, const void *data, size_t data_len) {
+static inline void write_file(const char *path, const char *header, const void *data,
+                              size_t data_len) {
     size_t header_len = strlen(header);
     size_t total = 8 + header_len + data_len;
     unsigned char *bytes = malloc(total);
@@ -60,20 +61,34 @@ static void write_file(const char *path, const char *header, const void *data, s
     free(bytes);
 }
 
-static int exists(const char *path) {
+static inline int exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
 }
 
-/* The temporary file a save in this process writes next to `path`. */
-static const char *temp_of(const char *path) {
-    static char temp[600];
-    snprintf(temp, sizeof temp, "%s.tmp.%ld", path, (long)getpid());
-    return temp;
+/* How many temporary files of saves to `path` (named "<base>.tmp…") its directory holds. */
+static inline int temporaries(const char *path) {
+    char parent[512];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash == NULL ? path : slash + 1;
+    snprintf(parent, sizeof parent, "%.*s", slash == NULL ? 1 : (int)(slash - path),
+             slash == NULL ? "." : path);
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, "%s.tmp", base);
+    int count = 0;
+    DIR *d = opendir(parent);
+    struct dirent *entry;
+    while (d != NULL && (entry = readdir(d)) != NULL) {
+        count += strncmp(entry->d_name, prefix, strlen(prefix)) == 0;
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return count;
 }
 
 /* Makes the test directory in $TMPDIR (else /tmp); false when it cannot. */
-static int open_test_dir(const char *test) {
+static inline int open_test_dir(const char *test) {
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/dlrt-test-XXXXXX", tmp != NULL && *tmp != '\0' ? tmp : "/tmp");
     if (mkdtemp(dir) == NULL) {
@@ -84,7 +99,7 @@ static int open_test_dir(const char *test) {
 }
 
 /* Removes the test directory and the files the test wrote in it. */
-static void close_test_dir(void) {
+static inline void close_test_dir(void) {
     DIR *d = opendir(dir);
     struct dirent *entry;
     while (d != NULL && (entry = readdir(d)) != NULL) {
