@@ -100,6 +100,21 @@ bool json_accept(json_reader *r, char c) {
     return false;
 }
 
+bool json_peek(json_reader *r, char c) {
+    skip_space(r);
+    return r->pos < r->len && r->text[r->pos] == c;
+}
+
+bool json_null(json_reader *r, const char *what) {
+    skip_space(r);
+    if (r->len - r->pos >= 4 && memcmp(r->text + r->pos, "null", 4) == 0) {
+        r->pos += 4;
+        return true;
+    }
+    char buf[16];
+    return json_fail(r, "expected null (%s), found %s", what, next_char(r, buf, sizeof buf));
+}
+
 bool json_expect(json_reader *r, char c, const char *where) {
     if (json_accept(r, c)) {
         return true;
@@ -141,8 +156,9 @@ static bool read_hex4(json_reader *r, uint32_t *out) {
     return true;
 }
 
-/* Reads the code point of a \u escape (r->pos just after "\u"), joining surrogate pairs. */
-static bool read_unicode_escape(json_reader *r, uint32_t *out) {
+/* Reads the code point of a \u escape (r->pos just after "\u"), joining surrogate pairs; a
+   NUL character only when `allow_nul`. */
+static bool read_unicode_escape(json_reader *r, uint32_t *out, bool allow_nul) {
     uint32_t cp;
     if (!read_hex4(r, &cp)) {
         return false;
@@ -164,7 +180,7 @@ static bool read_unicode_escape(json_reader *r, uint32_t *out) {
         }
         cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
     }
-    if (cp == 0) {
+    if (cp == 0 && !allow_nul) {
         return json_fail(r, "\\u0000 (a NUL character) is not allowed in a string");
     }
     *out = cp;
@@ -214,7 +230,8 @@ static int simple_escape(char letter) {
 
 /* Decodes the string body at r->pos (after the opening quote) into `out`, which has room for
    the raw body (escapes only shrink); stops after the closing quote. */
-static bool decode_string(json_reader *r, char *out, size_t *n, const char *what) {
+static bool decode_string(json_reader *r, char *out, size_t *n, const char *what,
+                          bool allow_nul) {
     *n = 0;
     for (;;) {
         if (r->pos >= r->len) {
@@ -243,7 +260,7 @@ static bool decode_string(json_reader *r, char *out, size_t *n, const char *what
         } else if (letter == 'u') {
             uint32_t cp = 0;
             r->pos++;
-            if (!read_unicode_escape(r, &cp)) {
+            if (!read_unicode_escape(r, &cp, allow_nul)) {
                 return false;
             }
             put_utf8(out, n, cp);
@@ -254,7 +271,13 @@ static bool decode_string(json_reader *r, char *out, size_t *n, const char *what
 }
 
 bool json_string(json_reader *r, char **out, const char *what) {
-    *out = NULL;
+    return json_string_ex(r, out, what, false);
+}
+
+bool json_string_ex(json_reader *r, char **out, const char *what, bool allow_nul) {
+    if (out != NULL) {
+        *out = NULL;
+    }
     skip_space(r);
     if (r->pos >= r->len || r->text[r->pos] != '"') {
         char buf[16];
@@ -273,47 +296,45 @@ bool json_string(json_reader *r, char **out, const char *what) {
         return fail_out_of_memory(r);
     }
     size_t n;
-    if (!decode_string(r, text, &n, what)) {
+    if (!decode_string(r, text, &n, what, allow_nul)) {
         free(text);
         return false;
     }
-    if (!dlrt_valid_utf8(text, n)) {
+    /* The raw body: escapes are ASCII, and it holds no NUL byte (a control character). */
+    if (!dlrt_valid_utf8(r->text + start, r->pos - 1 - start)) {
         free(text);
         r->pos = start - 1;
         return json_fail(r, "the string (%s) is not valid UTF-8", what);
     }
     text[n] = '\0';
-    *out = text;
+    if (out != NULL) {
+        *out = text;
+    } else {
+        free(text);
+    }
     return true;
 }
 
-bool json_int(json_reader *r, int64_t *out, const char *what) {
+bool json_uint(json_reader *r, uint64_t *out, const char *what) {
     skip_space(r);
     size_t start = r->pos;
-    bool negative = r->pos < r->len && r->text[r->pos] == '-';
-    if (negative) {
-        r->pos++;
-    }
     if (r->pos >= r->len || r->text[r->pos] < '0' || r->text[r->pos] > '9') {
         char buf[16];
-        r->pos = start;
-        return json_fail(r, "expected an integer (%s), found %s", what,
+        return json_fail(r, "expected a non-negative integer (%s), found %s", what,
                          next_char(r, buf, sizeof buf));
     }
     if (r->text[r->pos] == '0' && r->pos + 1 < r->len && r->text[r->pos + 1] >= '0' &&
         r->text[r->pos + 1] <= '9') {
         return json_fail(r, "a number (%s) has a leading zero", what);
     }
-    /* Accumulate the magnitude; -2^63 is the one value whose magnitude exceeds INT64_MAX. */
-    uint64_t limit = negative ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
-    uint64_t magnitude = 0;
+    uint64_t value = 0;
     while (r->pos < r->len && r->text[r->pos] >= '0' && r->text[r->pos] <= '9') {
         uint64_t digit = (uint64_t)(r->text[r->pos] - '0');
-        if (magnitude > (limit - digit) / 10) {
+        if (value > (UINT64_MAX - digit) / 10) {
             r->pos = start;
             return json_fail(r, "an integer (%s) is out of the 64-bit range", what);
         }
-        magnitude = magnitude * 10 + digit;
+        value = value * 10 + digit;
         r->pos++;
     }
     char after = r->pos < r->len ? r->text[r->pos] : '\0';
@@ -322,15 +343,11 @@ bool json_int(json_reader *r, int64_t *out, const char *what) {
         return json_fail(r, "expected an integer (%s), found a number with a fraction or exponent",
                          what);
     }
-    if (!negative || magnitude == 0) {
-        *out = (int64_t)magnitude;
-    } else {
-        *out = -(int64_t)(magnitude - 1) - 1; /* no overflow, even for -2^63 */
-    }
+    *out = value;
     return true;
 }
 
-bool json_int_array(json_reader *r, int64_t **out, size_t *count, const char *what) {
+bool json_uint_array(json_reader *r, uint64_t **out, size_t *count, const char *what) {
     *out = NULL;
     *count = 0;
     char where[96];
@@ -345,7 +362,7 @@ bool json_int_array(json_reader *r, int64_t **out, size_t *count, const char *wh
     for (;;) {
         if (*count == cap) {
             size_t bigger = cap == 0 ? 4 : cap * 2;
-            int64_t *grown = bigger > SIZE_MAX / sizeof **out
+            uint64_t *grown = bigger > SIZE_MAX / sizeof **out
                                  ? NULL
                                  : realloc(*out, bigger * sizeof **out);
             if (grown == NULL) {
@@ -356,7 +373,7 @@ bool json_int_array(json_reader *r, int64_t **out, size_t *count, const char *wh
             *out = grown;
             cap = bigger;
         }
-        if (!json_int(r, &(*out)[*count], what)) {
+        if (!json_uint(r, &(*out)[*count], what)) {
             break;
         }
         ++*count;

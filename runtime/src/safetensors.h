@@ -10,14 +10,14 @@
 #include "dlrt.h"
 #include "json.h"
 
-/* One tensor of a file's header. */
+/* One tensor of a file's header, as read: nothing is checked beyond the JSON types. */
 typedef struct {
     char *name;
-    char *dtype; /* the safetensors name ("F32"); any string the file holds */
-    int64_t *shape;
+    char *dtype; /* the safetensors name ("F32"), one the reference knows */
+    uint64_t *shape;
     size_t rank;
-    int64_t begin; /* data_offsets, relative to the end of the header */
-    int64_t end;
+    uint64_t begin; /* data_offsets, relative to the end of the header */
+    uint64_t end;
     size_t order; /* position in the header */
 } sf_tensor;
 
@@ -27,12 +27,24 @@ typedef struct {
     size_t count;
 } sf_header;
 
-/* Parses the header JSON in `r`; false (with r->message) when it is malformed. `h` must be
-   freed with sf_header_free either way. */
+/* The largest header the reference reads (its MAX_HEADER_SIZE). */
+#define SF_MAX_HEADER 100000000u
+
+/* Parses the header JSON in `r` exactly as strictly as the reference implementation (the
+   `safetensors` package's serde_json): a tensor is an object with "dtype", "shape" and
+   "data_offsets" (other keys are skipped) or the array [dtype, shape, data_offsets]; a dtype is
+   a name the reference knows, or {"NAME": null}; "__metadata__" is null or an object of
+   strings; a tensor named twice is its last definition. False (with r->message) when it is
+   malformed. `h` must be freed with sf_header_free either way. The offsets are checked by the
+   caller (sf_check_layout). */
 bool sf_parse_header(json_reader *r, sf_header *h);
 void sf_header_free(sf_header *h);
 /* The header's tensor called `name`, or NULL. */
 const sf_tensor *sf_find(const sf_header *h, const char *name);
+/* Checks that the tensors' data_offsets, in order, cover the `data_len` bytes of data exactly:
+   no overlap, no hole, nothing after the last (as the reference does); a message in `message`
+   (of `cap` bytes) when they do not. */
+bool sf_check_layout(const sf_header *h, size_t data_len, char *message, size_t cap);
 
 /* Checks the caller's entries for function `fn` (names, dtypes, shapes, data pointers, no name
    twice) and sets bytes[i] to the size of entry i. *sorted (malloc'd, freed by the caller) gets

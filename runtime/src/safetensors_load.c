@@ -75,25 +75,40 @@ static const sf_tensor *first_unexpected(const load_plan *p, const sf_header *h)
     return first;
 }
 
+/* Writes a file's shape "[2, 3]" into buf, cut with "..." when it does not fit. */
+static void format_file_shape(char *buf, size_t cap, const uint64_t *shape, size_t rank) {
+    int64_t small[8];
+    bool fits = rank <= 8;
+    for (size_t k = 0; fits && k < rank; k++) {
+        fits = shape[k] <= INT64_MAX;
+        small[k] = fits ? (int64_t)shape[k] : 0;
+    }
+    if (fits) {
+        dlrt_format_shape(buf, cap, small, rank);
+    } else { /* a long shape, or dimensions past 2^63: say what it is instead */
+        snprintf(buf, cap, "(%zu dimensions)", rank);
+    }
+}
+
 /* Checks entry i against its tensor t in the file: dtype, shape, size and bool values. */
 static dlrt_status check_match(const load_plan *p, size_t i, const sf_tensor *t) {
     const dlrt_tensor *e = &p->ts[i];
     const char *tag = dlrt_dtype_tag(e->dtype);
     bool same_shape = t->rank == (size_t)e->rank;
     for (size_t k = 0; same_shape && k < t->rank; k++) {
-        same_shape = t->shape[k] == e->shape[k];
+        same_shape = t->shape[k] == (uint64_t)e->shape[k];
     }
     if (strcmp(t->dtype, tag) != 0 || !same_shape) {
         char got[96], want[96];
-        dlrt_format_shape(got, sizeof got, t->shape, t->rank);
+        format_file_shape(got, sizeof got, t->shape, t->rank);
         dlrt_format_shape(want, sizeof want, e->shape, (size_t)e->rank);
         return dlrt_error(DLRT_ERR_FORMAT,
                           "dlrt_load: '%s': tensor '%s' is %.16s %s in the file, expected %s %s",
                           p->path, e->name, t->dtype, got, tag, want);
     }
-    if ((uint64_t)(t->end - t->begin) != p->bytes[i]) {
+    if (t->end - t->begin != p->bytes[i]) {
         return dlrt_error(DLRT_ERR_FORMAT,
-                          "dlrt_load: '%s': tensor '%s' has %" PRId64
+                          "dlrt_load: '%s': tensor '%s' has %" PRIu64
                           " bytes of data in the file, expected %zu",
                           p->path, e->name, t->end - t->begin, p->bytes[i]);
     }
@@ -110,15 +125,17 @@ static dlrt_status check_match(const load_plan *p, size_t i, const sf_tensor *t)
     return DLRT_OK;
 }
 
-/* Checks the file's tensors against the entries and fills p->found. */
+/* Checks the file's tensors (their offsets, then against the entries) and fills p->begin. */
 static dlrt_status check_tensors(load_plan *p, const sf_header *h) {
     for (size_t k = 0; k < h->count; k++) {
         const sf_tensor *t = &h->tensors[k];
-        if ((uint64_t)t->end > p->data_len) {
+        if (t->end > p->data_len || t->end < t->begin) {
             return dlrt_error(DLRT_ERR_FORMAT,
-                              "dlrt_load: '%s': tensor '%s' has data_offsets [%" PRId64
-                              ", %" PRId64 "] past the %zu bytes of data (truncated file?)",
-                              p->path, t->name, t->begin, t->end, p->data_len);
+                              "dlrt_load: '%s': tensor '%s' has data_offsets [%" PRIu64
+                              ", %" PRIu64 "] %s%zu bytes of data%s",
+                              p->path, t->name, t->begin, t->end,
+                              t->end < t->begin ? "(not a range of bytes) in the " : "past the ",
+                              p->data_len, t->end < t->begin ? "" : " (truncated file?)");
         }
     }
     const sf_tensor *extra = first_unexpected(p, h);
@@ -139,7 +156,12 @@ static dlrt_status check_tensors(load_plan *p, const sf_header *h) {
         if (status != DLRT_OK) {
             return status;
         }
-        p->begin[i] = t == NULL ? -1 : t->begin;
+        p->begin[i] = t == NULL ? -1 : (int64_t)t->begin; /* at most data_len */
+    }
+    /* Last, since a mismatch above says more: no overlap, hole or trailing byte. */
+    char why[256];
+    if (!sf_check_layout(h, p->data_len, why, sizeof why)) {
+        return dlrt_error(DLRT_ERR_FORMAT, "dlrt_load: '%s': %s", p->path, why);
     }
     return DLRT_OK;
 }
@@ -155,6 +177,12 @@ static dlrt_status check_file(load_plan *p, const unsigned char *file, size_t si
     uint64_t header_len = 0;
     for (int k = 7; k >= 0; k--) {
         header_len = header_len << 8 | file[k];
+    }
+    if (header_len > SF_MAX_HEADER) {
+        return dlrt_error(DLRT_ERR_FORMAT,
+                          "dlrt_load: '%s': the header length %" PRIu64
+                          " is more than safetensors allows (%u bytes)",
+                          p->path, header_len, SF_MAX_HEADER);
     }
     if (header_len > size - 8) {
         return dlrt_error(DLRT_ERR_FORMAT,
