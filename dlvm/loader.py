@@ -47,6 +47,19 @@ def load(
     return Model(path, device=device, seed=seed, name=name)
 
 
+def _no_nul(text: str, what: str) -> str:
+    """`text`, which the library receives as a C string: ValueError when it holds a NUL
+    character, at which C would silently cut it ("x.st\0.bak" would name x.st)."""
+    if "\0" in text:
+        raise ValueError(f"{what} {text!r} contains a NUL character, which a C string cannot hold")
+    return text
+
+
+def _c_path(path: str | os.PathLike[str]) -> bytes:
+    """A file name as the library's C functions take it (checked by _no_nul)."""
+    return os.fsencode(_no_nul(os.fsdecode(path), "path"))
+
+
 def dims(shape: Sequence[int]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
@@ -410,6 +423,10 @@ class Model:
             raise TypeError(f"device must be a string such as 'cpu', got {device!r}")
         if not isinstance(seed, int) or not 0 <= seed < 2**64:
             raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+        _no_nul(device, "device")
+        _no_nul(self.path, "library path")
+        if name is not None:
+            _no_nul(name, "model name")
         self._lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_LOCAL)
         self.c_name = name if name is not None else library_name(self._lib, self.path)
         self._last_error = self._lookup("dlrt_last_error")
@@ -483,6 +500,7 @@ class Model:
         return {n: self.get_param(n) for n in self.param_specs}
 
     def _param(self, name: str) -> Tensor:
+        _no_nul(name, "parameter name")
         if name not in self.param_specs:
             known = ", ".join(self.param_specs) or "none"
             raise ValueError(f"model '{self.name}' has no parameter '{name}' (known: {known})")
@@ -500,11 +518,11 @@ class Model:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes the parameters, optimiser state and step count (safetensors, atomically)."""
-        self._call(self._save, os.fsencode(os.fspath(path)))
+        self._call(self._save, _c_path(path))
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Reads a checkpoint written by `save`; on error the model is unchanged."""
-        self._call(self._load, os.fsencode(os.fspath(path)))
+        self._call(self._load, _c_path(path))
 
     # -- lifetime --
 
