@@ -175,6 +175,7 @@ static void test_threads(void) {
 
 /* The pid of a process that existed and is gone. */
 static pid_t dead_pid(void) {
+    fflush(stdout); /* so no child prints what this process has buffered */
     pid_t child = fork();
     if (child == 0) {
         _exit(0);
@@ -193,6 +194,7 @@ static void test_killed_savers(void) {
     CHECK(dlrt_save(path, "m", t, 1) == DLRT_OK, "the first checkpoint");
     int left = 0;
     unsigned seed = 12345;
+    fflush(stdout);
     for (int round = 0; round < 30; round++) {
         pid_t child = fork();
         if (child == 0) {
