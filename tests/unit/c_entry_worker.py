@@ -16,7 +16,7 @@ from typing import Any
 from dlvm.runtime import DLDataType, DLDevice, DLTensor, DType
 
 # The zoo's entries: each argument's dtype and shape (modellib.SPEC), inputs then outputs.
-ENTRIES = {
+ENTRIES: dict[str, list[tuple[str, tuple[int, ...]]]] = {
     "infer": [("f32", (3,)), ("f32", (2,))],
     "train": [("f32", (3,)), ("f32", ())],
     "mix": [("i64", (2, 2)), ("bool", (2,)), ("i64", (2,)), ("i16", ())],
@@ -57,7 +57,8 @@ class Worker:
         """The address of a DLTensor as `spec` describes it (0 for None)."""
         if spec is None:
             return 0
-        shape = strides = None
+        shape: Any = None
+        strides: Any = None
         if spec["shape"] is not None:
             shape = (ctypes.c_int64 * max(1, len(spec["shape"])))(*spec["shape"])
         if spec["strides"] is not None:

@@ -9,6 +9,7 @@ reference accepts the file and it holds the model's tensors, and a failed load c
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def bases(library: Path, tmp_path_factory: pytest.TempPathFactory) -> list[bytes
     """Checkpoints to mutate: as the model saves one, and as the reference writes the same."""
     path = tmp_path_factory.mktemp("base") / "base.safetensors"
     with dlvm.load(library, seed=5) as m:
-        m.train(np.array([1, 2, 3], np.float32))
+        m.entries["train"](np.array([1, 2, 3], np.float32))
         m.save(path)
     saved = path.read_bytes()
     tensors = safetensors.numpy.load(saved)
@@ -187,7 +188,7 @@ def byte_edit(draw: st.DrawFn, file: bytes) -> bytes:
     return file[:at] + draw(st.binary(min_size=1, max_size=8)) + file[at:]
 
 
-def mutant(draw: st.DrawFn, base: bytes) -> bytes:
+def mutant(draw: Callable[..., Any], base: bytes) -> bytes:
     header, data = split(base)
     edited: Any = header
     for _ in range(draw(st.integers(1, 3))):

@@ -47,6 +47,6 @@ def test_the_strings_still_work_without_one(library: Path, tmp_path: Path) -> No
     with dlvm.load(library, device="cpu", seed=1, name="zoo") as model:
         model.set_param("W", np.ones((3, 2), np.float32))
         model.save(tmp_path / "x.st")
-        model.save(bytes(tmp_path / "y.st"))
+        model.save(bytes(tmp_path / "y.st"))  # type: ignore[arg-type] # bytes work too
         model.load(tmp_path / "x.st")
         assert (model.get_param("W") == 1).all()

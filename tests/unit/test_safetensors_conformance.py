@@ -31,7 +31,7 @@ def base(library: Path, tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """A checkpoint of a trained model of seed 5: what every case starts from."""
     path = tmp_path_factory.mktemp("base") / "base.safetensors"
     with dlvm.load(library, seed=5) as m:
-        m.train(np.array([1, 2, 3], np.float32))
+        m.entries["train"](np.array([1, 2, 3], np.float32))
         m.save(path)
     return path.read_bytes()
 
