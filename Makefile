@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all demo test lint unit lit fuzz bench clean
+.PHONY: all demo test lint unit lit fuzz sanitize bench clean
 
 all: test
 
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	$(BIN)/telc demo
 
-test: lint unit lit
+test: lint unit lit sanitize
 
 lint: $(STAMP)
 	$(BIN)/ruff check dlvm telc tests bench
@@ -35,6 +35,11 @@ lit: $(STAMP)
 # The fuzzers at length (minutes, a new random seed each run); `make test` runs them briefly.
 fuzz: $(STAMP)
 	DLVM_FUZZ=long $(BIN)/pytest -n auto -p no:cacheprovider tests/unit -k fuzz
+
+# A sample model's library and the runtime under AddressSanitizer + UBSan, ThreadSanitizer and
+# valgrind (docs/c-abi.md section 8); about a minute and a half, so part of `make test`.
+sanitize: $(STAMP)
+	sh runtime/sanitize/sanitize.sh $(BIN) build/sanitize
 
 # The CPU benchmark's peers (PyTorch, JAX, ONNX Runtime) live in a virtual environment of their
 # own, with this project installed beside them.
