@@ -284,7 +284,9 @@ typedef struct DLManagedTensor {
 #endif /* DLPACK_DLPACK_H_ */
 
 /* Checks DLTensor `t`, argument `name` of function `fn`, against a dtype and shape (contiguous
-   row-major; bool is kDLBool of 8 bits); sets *data to its first element and *on_device to
+   row-major; bool is kDLBool of 8 bits) and its byte_offset (data + byte_offset + its bytes in
+   the address space as one object, the first element aligned to its size); sets *data to its
+   first element (NULL for an empty tensor without data) and *on_device to
    whether it lives in the memory of GPU `ordinal` (kDLCUDA; -1 for a model on the CPU, which
    takes only host memory: kDLCPU, kDLCUDAHost, kDLCUDAManaged). DLRT_ERR_INVALID_ARGUMENT or
    DLRT_ERR_DEVICE with a message naming the argument otherwise. */
