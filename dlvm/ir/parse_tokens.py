@@ -143,6 +143,8 @@ class TokenReader:
             return "end of file"
         if kind == L.NL:
             return "end of line"
+        if kind == L.ERROR and self.texts[p][0] == '"':
+            return "a string without its closing quote"
         return f"'{self.texts[p]}'"
 
     def at(self, text: str) -> bool:
