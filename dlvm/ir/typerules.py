@@ -21,6 +21,7 @@ from dlvm.ir.literals import (
 from dlvm.ir.types import (
     BOOL,
     I64,
+    MAX_TENSOR_BYTES,
     STACK,
     VOID,
     ArrayType,
@@ -36,6 +37,7 @@ from dlvm.ir.types import (
     TupleType,
     Type,
     broadcast_shapes,
+    byte_size,
     canonical,
     same_type,
     shape_text,
@@ -540,9 +542,14 @@ def pop(ops: list[Type], attrs: dict[str, Any]) -> Type:
 
 
 def allocate_stack(ops: list[Type], attrs: dict[str, Any]) -> Type:
-    if attrs["count"] <= 0:
+    count, ty = attrs["count"], attrs["type"]
+    if count <= 0:
         raise TypeRuleError("allocation count must be positive")
-    return PointerType(attrs["type"])
+    if count * max(byte_size(ty), 1) > MAX_TENSOR_BYTES:
+        raise TypeRuleError(
+            f"{count} values of type {ty} take more than the 2^62 - 1 bytes allowed"
+        )
+    return PointerType(ty)
 
 
 def allocate_heap(ops: list[Type], attrs: dict[str, Any]) -> Type:

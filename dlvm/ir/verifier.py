@@ -19,6 +19,7 @@ from dlvm.ir.types import (
     canonical,
     is_void,
     same_type,
+    size_problem,
 )
 from dlvm.ir.values import (
     EXTERN,
@@ -42,6 +43,7 @@ class _Verifier:
     def __init__(self, module: Module) -> None:
         self.module = module
         self.diags: list[Diagnostic] = []
+        self.sized: set[int] = set()  # the types (by id) whose size was checked
 
     def error(self, message: str, loc: Location | None, context: str = "") -> None:
         if loc is None and context:
@@ -56,12 +58,14 @@ class _Verifier:
                 self.error(f"type ${t.name} is defined twice", t.loc)
             seen[t.name] = t
             self.type_decl(t)
+            self.size(t, t.loc)
         names: set[str] = set()
         named: list[GlobalVariable | Function] = [*m.globals, *m.functions]
         for g in named:
             if g.name in names:
                 self.error(f"@{g.name} is defined twice", g.loc)
             names.add(g.name)
+            self.size(g.value_type if isinstance(g, GlobalVariable) else g.type, g.loc)
         for f in m.functions:
             self.function(f)
         return self.diags
@@ -81,6 +85,16 @@ class _Verifier:
                 probe, steps = probe.target, steps + 1
             if probe is t or steps >= 100:
                 self.error(f"type alias ${t.name} refers to itself", t.loc)
+
+    def size(self, ty: Type, loc: Location | None, context: str = "") -> None:
+        """Reports a type whose values would be past the address space (MAX_TENSOR_BYTES), once
+        per type: the code generator and the runtime size every value with 64-bit integers."""
+        if (ty.__class__ is TensorType and not ty.shape) or id(ty) in self.sized:  # type: ignore[attr-defined]
+            return  # a scalar, or seen before
+        self.sized.add(id(ty))
+        problem = size_problem(ty)
+        if problem is not None:
+            self.error(problem, loc, context)
 
     # Functions -------------------------------------------------------------------------------
 
@@ -120,6 +134,7 @@ class _Verifier:
                 if a.name in value_names:
                     self.error(f"%{a.name} is defined twice", a.loc, ctx)
                 value_names.add(a.name)
+                self.size(a.type, a.loc, ctx)
             for inst in b.instructions:
                 if inst.name is not None:
                     if inst.name in value_names:
@@ -252,6 +267,7 @@ class _Verifier:
             return
         if ty is not inst.type and not same_type(ty, inst.type):
             self.error(f"{op.name} produces {ty}, but the instruction says {inst.type}", loc, ctx)
+        self.size(inst.type, loc, ctx)
         if inst.name is not None and inst.type.__class__ is not TensorType and is_void(inst.type):
             self.error(f"cannot name the result of '{op.name}', which produces no value", loc, ctx)
         if op.terminator:
