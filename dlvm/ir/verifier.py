@@ -31,6 +31,7 @@ from dlvm.ir.values import (
     LiteralValue,
     Module,
     Value,
+    attr_values,
     deep_values,
 )
 
@@ -260,6 +261,8 @@ class _Verifier:
                     check_literal_operand(v, aggregate_ok=op.name == "literal")
                 except TypeRuleError as e:
                     self.error(f"{op.name}: {e}", loc, ctx)
+        if inst.attrs:
+            self.attribute_literals(inst, ctx)
         try:
             ty = op.infer([v.type for v in inst.operands], inst.attrs)
         except TypeRuleError as e:
@@ -272,6 +275,19 @@ class _Verifier:
             self.error(f"cannot name the result of '{op.name}', which produces no value", loc, ctx)
         if op.terminator:
             self.terminator(fn, inst, ctx)
+
+    def attribute_literals(self, inst: Instruction, ctx: str) -> None:
+        """Literals an instruction holds in its attributes (a branch's arguments, `zero: <7 x
+        f32>` among them) must fit their types too: `1.5: i32` would reach the passes."""
+        for a in inst.attrs.values():
+            if isinstance(a, (int, str)) or a is None:
+                continue
+            for v in attr_values(a):
+                if v.__class__ is LiteralValue:
+                    try:
+                        check_literal_operand(v, aggregate_ok=True)
+                    except TypeRuleError as e:
+                        self.error(f"{inst.opcode}: {e}", use_location(inst, v), ctx)
 
     def operand(
         self,
