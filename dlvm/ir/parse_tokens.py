@@ -233,6 +233,10 @@ class TokenReader:
             v = int(self.texts[self.pos])
         except ValueError:
             self.too_long(self.pos)
+        if not -(1 << 63) <= v < 1 << 63:  # what rules compute from it must print (4,300 digits)
+            text = self.texts[self.pos]
+            shown = text if len(text) <= 24 else text[:12] + "…"
+            self.error(f"'{shown}' is out of range: integers here must fit in 64 bits")
         self.pos += 1
         return v
 

@@ -121,3 +121,19 @@ def test_a_dimension_of_more_digits_than_int_reads_is_a_located_error(line):
         parse_module(text.replace("{big}", "9" * 5000), "m.dl")
     d = e.value.diagnostics[0]
     assert "has a number with too many digits" in d.message and d.loc is not None
+
+
+def test_an_attribute_past_64_bits_is_a_located_error():
+    """A convolution's padding of 4,300 digits made a result type too long to print."""
+    padding = "9" * 4300
+    text = (
+        'module "m"\nstage raw\n\nfunc @f: (<1 x 1 x 3 x 3 x f32>, <1 x 1 x 3 x 3 x f32>) -> () {\n'
+        "'entry(%x: <1 x 1 x 3 x 3 x f32>, %k: <1 x 1 x 3 x 3 x f32>):\n"
+        "    %0.0 = convolve %x: <1 x 1 x 3 x 3 x f32> kernel %k: <1 x 1 x 3 x 3 x f32> "
+        f"strides 1, 1 padding ({padding}, 0), (0, 0)\n    return\n}}\n"
+    )
+    with pytest.raises(DiagnosticError) as e:
+        parse_module(text, "m.dl")
+    d = e.value.diagnostics[0]
+    assert "'999999999999…' is out of range: integers here must fit in 64 bits" in d.message
+    assert d.loc is not None and d.loc.line_col[0] == 6
