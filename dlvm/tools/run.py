@@ -4,6 +4,7 @@ results, so IR can be tried by hand."""
 from __future__ import annotations
 
 import json
+import warnings
 from typing import NoReturn, cast
 
 import numpy as np
@@ -95,8 +96,10 @@ def _read_npy(path: str, index: int) -> np.ndarray:
     """The array a .npy file holds, mapped rather than read: its shape is checked before its
     data is touched, and a header that claims more data than the file has is an error."""
     try:
-        value = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a shape whose size overflows: not a warning here
+            value = np.load(path, mmap_mode="r", allow_pickle=False)
+    except Exception as e:  # NumPy's reading of a header raises what its parsers raise
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or "empty file"
         if reason.startswith("mmap length is greater"):
             reason = "its header describes more data than the file holds"

@@ -103,6 +103,10 @@ def test_hostile_npy_arguments_are_rejected(tmp_path, capsys):
         # A header that claims far more data than the file holds: never read, nor allocated.
         "huge": (_npy_header((1 << 40,)) + bytes(8), "describes more data than the file holds"),
         "huge_scalar": (_npy_header(()).replace(b"()", b"(1 << 40,)"), "cannot read"),
+        "overflowing": (_npy_header((2**63,)), "cannot read"),  # an OverflowError in NumPy
+        "overflowing_product": (_npy_header((2**62, 2**62)), "cannot read"),
+        # NumPy's header parser raises its tokenizer's own error here.
+        "tokenizer": (b"\x93NUMPY\x01\x00\x07\x000)\xf0\x90\x80\x80\n", "cannot read"),
     }
     for name, (data, message) in files.items():
         path = tmp_path / f"{name}.npy"
