@@ -48,7 +48,9 @@ def read_argument(text: str, ty, index: int, fname: str) -> np.ndarray:
     else:
         value = _read_json(text, index)
     try:
-        arr: np.ndarray = np.asarray(value, dtype=NUMPY_DTYPES[t.dtype.text])
+        # A float past the type's range is infinity, as a literal of that type is: quietly.
+        with np.errstate(over="ignore"):
+            arr: np.ndarray = np.asarray(value, dtype=NUMPY_DTYPES[t.dtype.text])
         # No silent truncation: 1.5 is not an i64, 2 is not a bool.
         exact = t.dtype.is_float or np.array_equal(arr, np.asarray(value))
     except (TypeError, ValueError, OverflowError):

@@ -4,6 +4,7 @@ report it (DLVM_TRACEBACK=1 shows the traceback), an interrupt 130. And the `--r
 that used to end in a traceback: deep or huge JSON, broken .npy files, `-1e999`."""
 
 import io
+import warnings
 
 import numpy as np
 import pytest
@@ -63,6 +64,11 @@ def _run(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_negative_numbers_are_arguments_not_options(capsys):
     status, out, _ = _run(capsys, "@axpy", "--args", "-1e999", "[-1e-3, -Infinity]", "[1, 2]")
+    assert status == EXIT_OK
+    assert "result: <2 x f32> = [inf, inf]" in out
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning from NumPy: 1e300 is inf as an f32
+        status, out, err = _run(capsys, "@axpy", "--args", "1e300", "[1, 2]", "[3, 4]")
     assert status == EXIT_OK
     assert "result: <2 x f32> = [inf, inf]" in out
     status, _, err = _run(capsys, "@factorial", "--args", "-inf")
