@@ -68,6 +68,10 @@ _SPEC = [
     (GLOBAL, rf"@{_IDENT}", _BLANKS),
     (BLOCK, rf"'{_IDENT}", _BLANKS),
     (STRING, r'"(?:[^"\\\n]|\\.)*"', _BLANKS),
+    # A string without its closing quote is one error token, as far as the string's own
+    # pattern reaches (its trailing blanks left out, as every token's): as `"` alone, every
+    # later `"` there would start a string again, each scanning as far (quadratic).
+    (ERROR, r'"(?:(?:[^"\\\n]|\\[^\n])*(?:[^"\\ \t\r\n]|\\[^ \t\r\n]))?', _BLANKS),
     (TYPE, rf"\${_IDENT}", _BLANKS),
     (KEY, rf"#{_IDENT}", _BLANKS),
     (CASE, rf"\?{_IDENT}", _BLANKS),
@@ -187,7 +191,9 @@ def _tokenize_loop(text: str) -> tuple[list[str], list[str], list[int]]:
     # A newline is held back until the next token shows whether the line wraps before it;
     # `held` is its offset (or -1).
     held = -1
-    for m in _MASTER.finditer(text):
+    # Trailing blanks are left out: after them no token can match, and each match attempt
+    # would take its leading blanks and give them back one by one (quadratic in their number).
+    for m in _MASTER.finditer(text, 0, len(text.rstrip(" \t"))):
         idx = m.lastindex
         if idx == _NL_INDEX:
             if held < 0 and texts and texts[-1] not in _JOIN_AFTER and texts[-1][-1] != "=":

@@ -23,7 +23,6 @@ from dlvm.ir.parse_tokens import (
     TokenReader,
     _Error,
     _Poisoned,
-    _split_use,
     _suggest,
 )
 from dlvm.ir.typerules import TypeRuleError, check_literal_operand
@@ -162,7 +161,7 @@ class BodyParser(TokenReader):
                 apos = self.pos
                 aty: Type
                 if self.kinds[apos] == L.USE:
-                    use_name, aname, anonymous, _, aty = _split_use(self.texts[apos])
+                    use_name, aname, anonymous, _, aty = self.use_token(apos)
                     if anonymous:
                         aname = use_name[1:]
                         self.error(f"expected an argument (%name: type), found %{aname}", apos)
@@ -486,7 +485,7 @@ class BodyParser(TokenReader):
         ty: Type
         if kind == L.USE:
             self.pos = pos + 1
-            name, key, anonymous, ty_start, ty = _USE_SPLITS.get(text) or _split_use(text)
+            name, key, anonymous, ty_start, ty = _USE_SPLITS.get(text) or self.use_token(pos)
             # Most uses name a value already defined: look it up here, without resolve's
             # generality (a poisoned name, a forward use and a mismatch go through resolve).
             if scope is not None and not scope.poisoned:

@@ -16,6 +16,7 @@ from dlvm.ir.ops import OPS
 from dlvm.ir.typerules import tensor_type
 from dlvm.ir.types import (
     DATA_TYPES,
+    MAX_TENSOR_BYTES,
     STACK,
     VOID,
     ArrayType,
@@ -26,6 +27,7 @@ from dlvm.ir.types import (
     TensorType,
     TupleType,
     Type,
+    size_problem,
 )
 from dlvm.ir.values import (
     Module,
@@ -55,14 +57,32 @@ class _Poisoned(Exception):
 _TENSOR_CACHE: dict[str, TensorType] = {}  # by the spelling of a TENSOR token
 
 
+class TypeTokenError(Exception):
+    """A tensor type spelt as one token that is no type: a dimension 0 or of too many digits
+    for int(), or a tensor past the address space."""
+
+
 def _tensor_token(text: str) -> TensorType:
     ty = _TENSOR_CACHE.get(text)
     if ty is None:
         parts = text[1:-1].split()
-        ty = tensor_type(tuple(int(p) for p in parts[:-1:2]), DATA_TYPES[parts[-1]])
+        try:
+            shape = tuple(int(p) for p in parts[:-1:2])
+        except ValueError:  # int() refuses more than sys.get_int_max_str_digits() digits
+            raise TypeTokenError(f"'{text[:12]}…' has a number with too many digits") from None
+        ty = tensor_type(shape, DATA_TYPES[parts[-1]])
+        problem = _tensor_problem(ty, text)
+        if problem is not None:
+            raise TypeTokenError(problem)
         if len(_TENSOR_CACHE) < 65536:
             _TENSOR_CACHE[text] = ty
     return ty
+
+
+def _tensor_problem(ty: TensorType, text: str) -> str | None:
+    if 0 in ty.shape:
+        return f"dimension 0 must be positive in {text}"
+    return size_problem(ty)
 
 
 _SCALAR_TYPES = {text: tensor_type((), dt) for text, dt in DATA_TYPES.items()}
@@ -132,6 +152,22 @@ class TokenReader:
         finally:
             self.depth -= 1
 
+    def tensor_token(self, pos: int) -> TensorType:
+        """The type a TENSOR token spells, or a located error."""
+        try:
+            return _tensor_token(self.texts[pos])
+        except TypeTokenError as e:
+            self.error(str(e), pos)
+
+    def use_token(self, pos: int) -> UseSplit:
+        """The parts of a USE token (`%x: <2 x f32>`), or a located error at its type."""
+        text = self.texts[pos]
+        try:
+            return _USE_SPLITS.get(text) or _split_use(text)
+        except TypeTokenError as e:
+            start = len(text) - len(text[text.index(":") + 1 :].lstrip(" \t"))
+            raise _Error(str(e), self.offsets[pos] + start, len(text) - start) from None
+
     def too_long(self, pos: int) -> NoReturn:
         # int() refuses more than sys.get_int_max_str_digits() digits with a ValueError.
         self.error(f"'{self.texts[pos][:12]}…' has a number with too many digits", pos)
@@ -143,6 +179,8 @@ class TokenReader:
             return "end of file"
         if kind == L.NL:
             return "end of line"
+        if kind == L.ERROR and self.texts[p][0] == '"':
+            return "a string without its closing quote"
         return f"'{self.texts[p]}'"
 
     def at(self, text: str) -> bool:
@@ -195,6 +233,10 @@ class TokenReader:
             v = int(self.texts[self.pos])
         except ValueError:
             self.too_long(self.pos)
+        if not -(1 << 63) <= v < 1 << 63:  # what rules compute from it must print (4,300 digits)
+            text = self.texts[self.pos]
+            shown = text if len(text) <= 24 else text[:12] + "…"
+            self.error(f"'{shown}' is out of range: integers here must fit in 64 bits")
         self.pos += 1
         return v
 
@@ -217,12 +259,7 @@ class TokenReader:
         kind = self.kinds[pos]
         text = self.texts[pos]
         if kind == L.TENSOR:
-            try:
-                ty = _tensor_token(text)
-            except ValueError:
-                self.too_long(pos)
-            if 0 in ty.shape:
-                self.error(f"dimension 0 must be positive in {text}")
+            ty = self.tensor_token(pos)
             self.pos += 1
             return ty
         if kind == L.WORD:
@@ -263,12 +300,17 @@ class TokenReader:
             if dt is None:
                 self.error(f"unknown data type '{word}'", dpos)
             self.expect(">")
-            return tensor_type(tuple(dims), dt)
+            ty = tensor_type(tuple(dims), dt)
+            problem = size_problem(ty)
+            if problem is not None:
+                self.error(problem, pos)
+            return ty
         if text == "[" and kind == L.PUNCT:
             self.pos += 1
             n = self.int_("an array size")
-            if n <= 0:
-                self.error(f"array size {n} must be positive", self.pos - 1)
+            if not 0 < n <= MAX_TENSOR_BYTES:
+                limit = "positive" if n <= 0 else "at most 2^62 - 1"
+                self.error(f"array size {n} must be {limit}", self.pos - 1)
             self.expect("x")
             elt = self.nested(self.type_)
             self.expect("]")

@@ -7,6 +7,7 @@ instruction; the parser, builder and verifier all call it through the declaratio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -20,6 +21,7 @@ from dlvm.ir.literals import (
 from dlvm.ir.types import (
     BOOL,
     I64,
+    MAX_TENSOR_BYTES,
     STACK,
     VOID,
     ArrayType,
@@ -35,6 +37,7 @@ from dlvm.ir.types import (
     TupleType,
     Type,
     broadcast_shapes,
+    byte_size,
     canonical,
     same_type,
     shape_text,
@@ -539,9 +542,14 @@ def pop(ops: list[Type], attrs: dict[str, Any]) -> Type:
 
 
 def allocate_stack(ops: list[Type], attrs: dict[str, Any]) -> Type:
-    if attrs["count"] <= 0:
+    count, ty = attrs["count"], attrs["type"]
+    if count <= 0:
         raise TypeRuleError("allocation count must be positive")
-    return PointerType(attrs["type"])
+    if count * max(byte_size(ty), 1) > MAX_TENSOR_BYTES:
+        raise TypeRuleError(
+            f"{count} values of type {ty} take more than the 2^62 - 1 bytes allowed"
+        )
+    return PointerType(ty)
 
 
 def allocate_heap(ops: list[Type], attrs: dict[str, Any]) -> Type:
@@ -658,12 +666,15 @@ def check_literal_operand(value: Any, aggregate_ok: bool) -> None:
             raise TypeRuleError(f"null needs a pointer or box type, found {ty}")
         return
 
-    def expect(elements: tuple, types: list[Type]) -> None:
-        if len(elements) != len(types):
+    def expect(elements: tuple, count: int, type_at: Callable[[int], Type]) -> None:
+        """The elements against their types, the i-th of type type_at(i). A type may declare
+        far more elements than memory holds (`<300000000 x f32>`): they are never listed."""
+        if len(elements) != count:
             raise TypeRuleError(
-                f"literal has {_count(len(elements), 'element')}, {ty} needs {len(types)}"
+                f"literal has {_count(len(elements), 'element')}, {ty} needs {count}"
             )
-        for e, et in zip(elements, types):
+        for i, e in enumerate(elements):
+            et = type_at(i)
             if not same_type(e.type, et):
                 raise TypeRuleError(f"element {e.ref_text()} has type {e.type}, expected {et}")
             if isinstance(e, LiteralValue):
@@ -673,29 +684,32 @@ def check_literal_operand(value: Any, aggregate_ok: bool) -> None:
         if lit.kind == "tensor":
             if not isinstance(t, TensorType) or not t.shape:
                 raise TypeRuleError(f"a tensor literal needs a tensor type, found {ty}")
-            expect(lit.items, [tensor_type(t.shape[1:], t.dtype)] * t.shape[0])
+            row = tensor_type(t.shape[1:], t.dtype)
+            expect(lit.items, t.shape[0], lambda _: row)
         elif lit.kind == "tuple":
             if not isinstance(t, TupleType):
                 raise TypeRuleError(f"a tuple literal needs a tuple type, found {ty}")
-            expect(lit.items, list(t.elements))
+            expect(lit.items, len(t.elements), t.elements.__getitem__)
         else:
             if not isinstance(t, ArrayType):
                 raise TypeRuleError(f"an array literal needs an array type, found {ty}")
-            expect(lit.items, [t.element] * t.count)
+            element = t.element
+            expect(lit.items, t.count, lambda _: element)
     elif isinstance(lit, StructLiteral):
         if not isinstance(t, StructType):
             raise TypeRuleError(f"a struct literal needs a struct type, found {ty}")
         names = [n for n, _ in lit.fields]
         if names != [n for n, _ in t.fields]:
             raise TypeRuleError(f"struct literal fields must be those of {ty}, in order")
-        expect(lit.elements(), [ft for _, ft in t.fields])
+        fields = [ft for _, ft in t.fields]
+        expect(lit.elements(), len(fields), fields.__getitem__)
     elif isinstance(lit, EnumLiteral):
         if not isinstance(t, EnumType):
             raise TypeRuleError(f"an enum literal needs an enum type, found {ty}")
         types = t.case_types(lit.case)
         if types is None:
             raise TypeRuleError(f"enum {ty} has no case ?{lit.case}")
-        expect(lit.items, list(types))
+        expect(lit.items, len(types), types.__getitem__)
 
 
 # Gradient declarations -----------------------------------------------------------------------

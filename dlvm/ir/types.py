@@ -2,7 +2,8 @@
 
 Structural types are frozen dataclasses compared by value; struct, enum and alias types are
 nominal identity objects. `canonical` expands transparent aliases; `same_type` compares types the
-way the verifier does.
+way the verifier does; `byte_size` and `size_problem` say how big a value is and whether it may
+be that big (MAX_TENSOR_BYTES).
 """
 
 from __future__ import annotations
@@ -338,3 +339,99 @@ def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] 
 def shape_text(shape: tuple[int, ...]) -> str:
     """The `2 x 3` / `scalar` form used by shapeCast and random."""
     return " x ".join(map(str, shape)) if shape else "scalar"
+
+
+# Sizes ---------------------------------------------------------------------------------------
+
+# The most bytes a value may take, and the most elements a tensor or array may have: 2^62 - 1.
+# Far past any address space (2^48 to 2^57 bytes), so no real program is refused, and small
+# enough that the sum of two sizes, or one size rounded up to an alignment, stays below 2^63:
+# a signed 64-bit size computation has that much headroom (sums of more must still be checked).
+MAX_TENSOR_BYTES = (1 << 62) - 1
+_LIMIT = f"2^{MAX_TENSOR_BYTES.bit_length()} - 1"  # as messages write it
+_WORD = 8  # a pointer, box, function value or stack handle; an enum's tag
+
+
+def byte_size(ty: Type) -> int:
+    """The bytes a value of type ty takes in memory, laid out as C would (docs/c-abi.md): dense
+    row-major tensors, elements of tuples and structs at their natural alignment, arrays
+    repeating their element, an enum an 8-byte tag then its largest case, 8 bytes for pointers,
+    boxes, functions and stacks. A type that contains itself counts its recursion as nothing."""
+    return _size_align(ty, frozenset())[0]
+
+
+def _round(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def _sequence(types: list[Type], seen: frozenset[Type]) -> tuple[int, int]:
+    end, align = 0, 1
+    for t in types:
+        size, a = _size_align(t, seen)
+        end = _round(end, a) + size
+        align = max(align, a)
+    return _round(end, align), align
+
+
+def _size_align(ty: Type, seen: frozenset[Type]) -> tuple[int, int]:
+    t = canonical(ty)
+    if isinstance(t, TensorType):
+        return prod(t.shape) * t.dtype.size, t.dtype.size
+    if isinstance(t, (PointerType, BoxType, FunctionType, StackType, AliasType)):
+        return _WORD, _WORD  # an opaque alias is a handle
+    if t in seen:
+        return 0, 1
+    seen = seen | {t}
+    if isinstance(t, TupleType):
+        return _sequence(list(t.elements), seen)
+    if isinstance(t, StructType):
+        return _sequence([ft for _, ft in t.fields], seen)
+    if isinstance(t, ArrayType):
+        size, align = _size_align(t.element, seen)
+        return size * t.count, align
+    if isinstance(t, EnumType):
+        payloads = [_sequence(list(tys), seen) for _, tys in t.cases]
+        align = max([_WORD, *(a for _, a in payloads)])
+        return _round(_round(_WORD, align) + max([0, *(s for s, _ in payloads)]), align), align
+    return _WORD, _WORD  # pragma: no cover - every type is one of the above
+
+
+def size_problem(ty: Type) -> str | None:
+    """Why no value of type ty, or of a type inside it (a pointee, a function's argument), can
+    exist: more than MAX_TENSOR_BYTES bytes or elements. None when every one can."""
+    for t in _inner_types(ty):
+        if isinstance(t, ArrayType) and t.count > MAX_TENSOR_BYTES:
+            return f"{t} has {t.count} elements, more than the {_LIMIT} an array may have"
+        size = 0 if isinstance(t, FunctionType) else byte_size(t)
+        if size > MAX_TENSOR_BYTES:
+            amount = size if size.bit_length() <= 64 else f"at least 2^{size.bit_length() - 1}"
+            return f"a value of type {t} takes {amount} bytes, more than the {_LIMIT} allowed"
+    return None
+
+
+def _inner_types(ty: Type) -> list[Type]:
+    """ty and every type written inside it, outermost first; nominal types once each."""
+    out: list[Type] = []
+    pending, seen = [ty], set()
+    while pending:
+        t = pending.pop()
+        if isinstance(t, NominalType):
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+        out.append(t)
+        if isinstance(t, TupleType):
+            pending.extend(reversed(t.elements))
+        elif isinstance(t, ArrayType):
+            pending.append(t.element)
+        elif isinstance(t, (PointerType, BoxType)):
+            pending.append(t.pointee if isinstance(t, PointerType) else t.content)
+        elif isinstance(t, FunctionType):
+            pending.extend(reversed((*t.arguments, t.result)))
+        elif isinstance(t, StructType):
+            pending.extend(reversed([ft for _, ft in t.fields]))
+        elif isinstance(t, EnumType):
+            pending.extend(reversed([et for _, tys in t.cases for et in tys]))
+        elif isinstance(t, AliasType) and t.target is not None:
+            pending.append(t.target)
+    return out

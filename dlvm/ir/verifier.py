@@ -19,6 +19,7 @@ from dlvm.ir.types import (
     canonical,
     is_void,
     same_type,
+    size_problem,
 )
 from dlvm.ir.values import (
     EXTERN,
@@ -30,6 +31,7 @@ from dlvm.ir.values import (
     LiteralValue,
     Module,
     Value,
+    attr_values,
     deep_values,
 )
 
@@ -42,6 +44,7 @@ class _Verifier:
     def __init__(self, module: Module) -> None:
         self.module = module
         self.diags: list[Diagnostic] = []
+        self.sized: set[int] = set()  # the types (by id) whose size was checked
 
     def error(self, message: str, loc: Location | None, context: str = "") -> None:
         if loc is None and context:
@@ -56,12 +59,14 @@ class _Verifier:
                 self.error(f"type ${t.name} is defined twice", t.loc)
             seen[t.name] = t
             self.type_decl(t)
+            self.size(t, t.loc)
         names: set[str] = set()
         named: list[GlobalVariable | Function] = [*m.globals, *m.functions]
         for g in named:
             if g.name in names:
                 self.error(f"@{g.name} is defined twice", g.loc)
             names.add(g.name)
+            self.size(g.value_type if isinstance(g, GlobalVariable) else g.type, g.loc)
         for f in m.functions:
             self.function(f)
         return self.diags
@@ -81,6 +86,16 @@ class _Verifier:
                 probe, steps = probe.target, steps + 1
             if probe is t or steps >= 100:
                 self.error(f"type alias ${t.name} refers to itself", t.loc)
+
+    def size(self, ty: Type, loc: Location | None, context: str = "") -> None:
+        """Reports a type whose values would be past the address space (MAX_TENSOR_BYTES), once
+        per type: the code generator and the runtime size every value with 64-bit integers."""
+        if (ty.__class__ is TensorType and not ty.shape) or id(ty) in self.sized:  # type: ignore[attr-defined]
+            return  # a scalar, or seen before
+        self.sized.add(id(ty))
+        problem = size_problem(ty)
+        if problem is not None:
+            self.error(problem, loc, context)
 
     # Functions -------------------------------------------------------------------------------
 
@@ -120,6 +135,7 @@ class _Verifier:
                 if a.name in value_names:
                     self.error(f"%{a.name} is defined twice", a.loc, ctx)
                 value_names.add(a.name)
+                self.size(a.type, a.loc, ctx)
             for inst in b.instructions:
                 if inst.name is not None:
                     if inst.name in value_names:
@@ -245,6 +261,8 @@ class _Verifier:
                     check_literal_operand(v, aggregate_ok=op.name == "literal")
                 except TypeRuleError as e:
                     self.error(f"{op.name}: {e}", loc, ctx)
+        if inst.attrs:
+            self.attribute_literals(inst, ctx)
         try:
             ty = op.infer([v.type for v in inst.operands], inst.attrs)
         except TypeRuleError as e:
@@ -252,10 +270,24 @@ class _Verifier:
             return
         if ty is not inst.type and not same_type(ty, inst.type):
             self.error(f"{op.name} produces {ty}, but the instruction says {inst.type}", loc, ctx)
+        self.size(inst.type, loc, ctx)
         if inst.name is not None and inst.type.__class__ is not TensorType and is_void(inst.type):
             self.error(f"cannot name the result of '{op.name}', which produces no value", loc, ctx)
         if op.terminator:
             self.terminator(fn, inst, ctx)
+
+    def attribute_literals(self, inst: Instruction, ctx: str) -> None:
+        """Literals an instruction holds in its attributes (a branch's arguments, `zero: <7 x
+        f32>` among them) must fit their types too: `1.5: i32` would reach the passes."""
+        for a in inst.attrs.values():
+            if isinstance(a, (int, str)) or a is None:
+                continue
+            for v in attr_values(a):
+                if v.__class__ is LiteralValue:
+                    try:
+                        check_literal_operand(v, aggregate_ok=True)
+                    except TypeRuleError as e:
+                        self.error(f"{inst.opcode}: {e}", use_location(inst, v), ctx)
 
     def operand(
         self,

@@ -17,15 +17,15 @@ from dlvm.tools.driver import (
     EXIT_INPUT,
     EXIT_OK,
     EXIT_USAGE,
+    command,
     load_module,
-    quiet_broken_pipe,
     report,
 )
 
 EMIT_KINDS = ("ir", "llvm", "ptx", "so")
 
 
-@quiet_broken_pipe
+@command("dlc")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="dlc", description="Compile DLVM IR modules.")
     ap.add_argument("input", metavar="FILE")
@@ -77,15 +77,22 @@ def _compile(module, emit: str, args: argparse.Namespace) -> int:
     except BuildFailure as e:
         report([Diagnostic(f"cannot build: {e}")])
         return EXIT_INPUT
+    except OSError as e:  # the output cannot be written
+        report([Diagnostic(f"{e.filename or args.output}: cannot write: {e.strerror}")])
+        return EXIT_INPUT
     return EXIT_OK
 
 
 def _write(text: str, output: str | None) -> int:
-    if output:
+    if not output:
+        sys.stdout.write(text)
+        return EXIT_OK
+    try:
         with open(output, "w", encoding="utf-8") as f:
             f.write(text)
-    else:
-        sys.stdout.write(text)
+    except OSError as e:
+        report([Diagnostic(f"{output}: cannot write: {e.strerror}")])
+        return EXIT_INPUT
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError
@@ -21,8 +22,8 @@ from dlvm.tools.driver import (
     EXIT_INPUT,
     EXIT_OK,
     EXIT_USAGE,
+    command,
     load_module,
-    quiet_broken_pipe,
     report,
 )
 from dlvm.transforms import PASSES
@@ -43,8 +44,21 @@ passes (name, alias):
 EPILOG += "\n\nlevels:\n" + "\n".join(f"  -O{n}  {p.summary}" for n, p in PIPELINES.items())
 
 
+# What argparse must read as a negative number, not as an unknown option: what JSON and the IR
+# spell as one (`-1e999`, `-.5`, `-Infinity`, `-inf`), so that `--args -1e999` is an argument.
+NEGATIVE_NUMBER = re.compile(r"^-(?:[0-9]|\.[0-9]|Infinity$|inf$|nan$|NaN$)")
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        # argparse's own test takes only `-1` and `-1.5`. No option of dlopt starts with a digit,
+        # so nothing is lost.
+        self._negative_number_matcher = NEGATIVE_NUMBER
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = _ArgumentParser(
         prog="dlopt",
         description="Optimise DLVM IR modules.",
         epilog=EPILOG,
@@ -121,7 +135,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-@quiet_broken_pipe
+@command("dlopt")
 def main(argv: list[str] | None = None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
@@ -174,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             report(e.diagnostics)
             status = EXIT_INPUT
         except BrokenPipeError:
-            raise  # the reader stopped: quiet_broken_pipe ends the run
+            raise  # the reader stopped: `command` ends the run
         except OSError as e:
             report([Diagnostic(f"{e.filename or path}: {e.strerror}")])
             status = EXIT_INPUT

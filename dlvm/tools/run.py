@@ -4,7 +4,8 @@ results, so IR can be tried by hand."""
 from __future__ import annotations
 
 import json
-from typing import cast
+import warnings
+from typing import NoReturn, cast
 
 import numpy as np
 
@@ -28,37 +29,87 @@ def _fail(message: str) -> DiagnosticError:
     return DiagnosticError([Diagnostic(message)])
 
 
+def _shown(text: str) -> str:
+    """An argument as messages quote it: a long one cut short."""
+    return text if len(text) <= 40 else text[:40] + "…"
+
+
 def read_argument(text: str, ty, index: int, fname: str) -> np.ndarray:
     """One command-line argument as an array of the parameter's type."""
     t = canonical(ty)
     if not isinstance(t, TensorType):
         raise _fail(f"argument {index} of @{fname} has type {ty}; only tensors can be given here")
+    value: object
     if text.endswith(".npy"):
-        try:
-            value = np.load(text, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise _fail(f"argument {index}: cannot read {text}: {e}") from None
+        stored = _read_npy(text, index)
+        if stored.shape != t.shape:  # before converting: the file's data is not read yet
+            _wrong_shape(stored, ty, index, fname)
+        value = stored
     else:
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            raise _fail(
-                f"argument {index}: cannot read '{text}' as a number, a nested list or a .npy file"
-            ) from None
+        value = _read_json(text, index)
     try:
-        arr: np.ndarray = np.asarray(value, dtype=NUMPY_DTYPES[t.dtype.text])
+        # A float past the type's range is infinity, as a literal of that type is: quietly.
+        with np.errstate(over="ignore"):
+            arr: np.ndarray = np.asarray(value, dtype=NUMPY_DTYPES[t.dtype.text])
         # No silent truncation: 1.5 is not an i64, 2 is not a bool.
         exact = t.dtype.is_float or np.array_equal(arr, np.asarray(value))
     except (TypeError, ValueError, OverflowError):
         exact = False
     if not exact:
-        raise _fail(f"argument {index}: '{text}' is not a {t.dtype} tensor")
+        raise _fail(f"argument {index}: '{_shown(text)}' is not a {t.dtype} tensor")
     if arr.shape != t.shape:
-        raise _fail(
-            f"argument {index} of @{fname} has type {ty}, but the value has shape "
-            f"{'x'.join(map(str, arr.shape)) or 'scalar'}"
-        )
+        _wrong_shape(arr, ty, index, fname)
     return arr
+
+
+def _wrong_shape(value: np.ndarray, ty, index: int, fname: str) -> NoReturn:
+    raise _fail(
+        f"argument {index} of @{fname} has type {ty}, but the value has shape "
+        f"{'x'.join(map(str, value.shape)) or 'scalar'}"
+    )
+
+
+def _read_json(text: str, index: int) -> object:
+    """A number or a nested list of numbers, in JSON."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _fail(f"argument {index}: '{_shown(text)}' is nested too deeply") from None
+    except json.JSONDecodeError:
+        raise _fail(
+            f"argument {index}: cannot read '{_shown(text)}' as a number, a nested list or a "
+            ".npy file"
+        ) from None
+    except ValueError:  # int() refuses more than sys.get_int_max_str_digits() digits
+        raise _fail(
+            f"argument {index}: '{_shown(text)}' has a number with too many digits"
+        ) from None
+    pending = [value]
+    while pending:  # numbers and lists only: null would become NaN, a string a character
+        v = pending.pop()
+        if isinstance(v, list):
+            pending.extend(v)
+        elif not isinstance(v, (bool, int, float)):
+            raise _fail(f"argument {index}: '{_shown(text)}' is not a number or a nested list")
+    return value
+
+
+def _read_npy(path: str, index: int) -> np.ndarray:
+    """The array a .npy file holds, mapped rather than read: its shape is checked before its
+    data is touched, and a header that claims more data than the file has is an error."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a shape whose size overflows: not a warning here
+            value = np.load(path, mmap_mode="r", allow_pickle=False)
+    except Exception as e:  # NumPy's reading of a header raises what its parsers raise
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or "empty file"
+        if reason.startswith("mmap length is greater"):
+            reason = "its header describes more data than the file holds"
+        raise _fail(f"argument {index}: cannot read {path}: {reason}") from None
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+        what = value.dtype if isinstance(value, np.ndarray) else "not an array"
+        raise _fail(f"argument {index}: {path} holds {what}, not numbers")
+    return value
 
 
 def format_value(value, ty, label: str = "result") -> list[str]:
@@ -91,5 +142,7 @@ def run_and_print(module: Module, func: str, texts: list[str], float64: bool) ->
         result = run_function(module, name, args, float64=float64)
     except InterpreterError as e:
         raise _fail(f"@{name}: {e}") from None
+    except MemoryError:  # the program's values, not a bug: a tensor bigger than this machine
+        raise _fail(f"@{name}: out of memory") from None
     for line in format_value(result, fty.result):
         print(line)

@@ -5,6 +5,7 @@ line may wrap, and with the cache of token kinds cold or warm."""
 import glob
 import random
 import re
+import time
 from pathlib import Path
 
 from ir_examples import module_for
@@ -46,6 +47,17 @@ def test_fast_path_matches_the_exact_loop():
         _same(_wrapped(base, rng))
     for text in ["", "\n\n", "  x", "%", "% x", "-inf-", "a\r\n)", "a,\n\n)", "x\n->", '"a\n']:
         _same(text)
+    # Strings without their closing quote, ending in blanks, escapes, a lone backslash, a CR.
+    for text in [
+        '"a  \n',
+        '"a\\ \n',
+        '"a\\\n',
+        '"\\"\\"',
+        '"a\rb\n"',
+        '"\r\\"\r\\"',
+        'x "a\t\r\n)',
+    ]:
+        _same(text)
 
 
 def test_kinds_do_not_depend_on_what_was_seen_before():
@@ -73,3 +85,36 @@ def test_comments_and_wraps_vanish():
         (L.NL, ""),
         (L.EOF, ""),
     ]
+
+
+def test_an_unterminated_string_is_one_error_token():
+    kinds, texts, _ = L.tokenize('module "m\\"x  \nstage raw\n')
+    assert (kinds[1], texts[1]) == (L.ERROR, '"m\\"x')
+    assert texts[2:5] == ["", "stage", "raw"]
+
+
+def _lexing_time(text: str) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        L.tokenize(text)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def test_lexing_is_linear_on_adversarial_text():
+    """Text built to make a backtracking lexer rescan the same characters from every position
+    (trailing blanks after a comment took 56 s for 16,000 blanks) lexes about as fast as a
+    module of the same size: the bound is generous, a quadratic lexer misses it by far."""
+    n = 8000
+    base = "// c\n" + _bases()[0]  # through the exact path, as most adversarial texts
+    ordinary = (base * (n // len(base) + 1))[:n]
+    adversarial = [
+        'module "m"\n// c\n' + " " * n,  # the exact path's trailing blanks
+        '"' + '\\"' * (n // 2),  # a string that never closes, restarted at every quote
+        '// c\n"' + '\\"' * (n // 2),
+        "// c\n" + '\r\\"' * (n // 3),  # a CR, which ends a line but not a string
+    ]
+    reference = _lexing_time(ordinary)
+    for text in adversarial:
+        assert _lexing_time(text) < 20 * reference + 0.05, repr(text[:20])
