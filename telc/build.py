@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import shlex
 import shutil
 import subprocess
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlvm.c_compiler import c_compiler
 from dlvm.diagnostics import BuildFailure
 from dlvm.ir.printer import module_text
 from dlvm.sources import read_text
@@ -200,18 +200,21 @@ def _add_time(timings: Timings, stage: str, seconds: float) -> None:
 
 
 def _cc_identity() -> str:
-    """The C compiler a library is linked with: its command and the first line of its
-    `--version` (a compiler that does not run is left for the build to report)."""
-    return _identity(os.environ.get("CC") or "cc")
+    """The C compiler a library is linked with (dlvm.c_compiler: $CC as the build splits it):
+    its words and the first line of its `--version` (a compiler that does not run, or a $CC
+    that does not parse, is left for the build to report)."""
+    try:
+        return _identity(c_compiler())
+    except ValueError as e:
+        return f"unavailable: {e}"
 
 
 @functools.cache
-def _identity(command: str) -> str:
+def _identity(command: tuple[str, ...]) -> str:
+    text = shlex.join(command)
     try:
-        done = subprocess.run(
-            [*shlex.split(command), "--version"], capture_output=True, text=True, check=False
-        )
+        done = subprocess.run([*command, "--version"], capture_output=True, text=True, check=False)
         lines = (done.stdout or done.stderr).strip().splitlines()
-        return f"{command}\n{done.returncode}\n{lines[0] if lines else ''}"
-    except (OSError, ValueError, IndexError) as e:
-        return f"{command}\nunavailable: {e}"
+        return f"{text}\n{done.returncode}\n{lines[0] if lines else ''}"
+    except OSError as e:
+        return f"{text}\nunavailable: {e}"
