@@ -121,8 +121,10 @@ class Compiled:
         return model
 
     def entry_call(self) -> Callable[..., Any]:
-        """What a call with arrays comes down to: the library's entry point."""
-        return self if self.tuple_result else self.model().entries[self.entry].direct()
+        """What a call with arrays comes down to: the library's entry point. Unchecked: the
+        staged function's signature key (the one caller) matched each array's type, dtype and
+        shape to this compilation's."""
+        return self if self.tuple_result else self.model().entries[self.entry].unsafe_direct()
 
     def on_optimised(self, callback: Callable[[], None]) -> None:
         """Calls `callback` once the optimised library replaces the first tier's (at once if
