@@ -4,9 +4,9 @@ and to a small planted violation, which it must report: a rule that cannot fail 
 
 What each layer may import (a module may always import its own layer):
 
-- dlvm.diagnostics, dlvm.artifacts, dlvm.c_compiler: nothing of the project (everything builds
-  on them; the C compiler's command is read one way by the runtime's build, the code generator's
-  link and telc's build cache key).
+- dlvm.diagnostics, dlvm.artifacts, dlvm.c_compiler, dlvm.elf, dlvm.elf_dynamic: nothing of
+  the project (everything builds on them; the C compiler's command is read one way by the
+  runtime's build, the code generator's link and telc's build cache key).
 - dlvm.sources (reading an input file): dlvm.diagnostics.
 - dlvm.ir: dlvm.diagnostics. The CFG, dominance and the analysis cache are IR modules, since
   the verifier needs dominance.
@@ -102,7 +102,17 @@ class Layer:
 FRONT_END = ("telc", "telc.ast", "telc.types", "telc.syntax", "telc.program", "telc.lower")
 DRIVER = ("telc.driver", "telc.library", "telc.build", "telc.cache", "telc.progress")
 LAYERS = [
-    Layer("diagnostics", ("dlvm.diagnostics", "dlvm.artifacts", "dlvm.c_compiler"), ()),
+    Layer(
+        "diagnostics",
+        (
+            "dlvm.diagnostics",
+            "dlvm.artifacts",
+            "dlvm.c_compiler",
+            "dlvm.elf",
+            "dlvm.elf_dynamic",
+        ),
+        (),
+    ),
     Layer("sources", ("dlvm.sources",), ("dlvm.diagnostics",)),
     Layer("ir", ("dlvm.ir",), ("dlvm.diagnostics",)),
     Layer("analysis", ("dlvm.analysis",), ("dlvm.ir", "dlvm.diagnostics")),
