@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dlvm.library_check import Refused, check_library
 from dlvm.runtime import DLDataType, DLDevice, DLDeviceType, DLTensor, DType, Status
 
 ABI_VERSION = 1
@@ -38,13 +39,45 @@ class LibraryError(RuntimeError):
         return (type(self), (int(self.status), self.message))
 
 
+class LibraryFileError(LibraryError):
+    """The library file refused before it was opened (status FORMAT): truncated or damaged, not
+    for this process's machine, or not matching the digest its build wrote beside it
+    (dlvm.library_check); or ld.so could not load it. `reason` says why."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path, self.reason = path, reason
+        super().__init__(Status.FORMAT, f"{path}: {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.reason))
+
+
 def load(
-    path: str | os.PathLike[str], device: str = "cpu", seed: int = 0, name: str | None = None
+    path: str | os.PathLike[str],
+    device: str = "cpu",
+    seed: int = 0,
+    name: str | None = None,
+    verify: bool | None = None,
 ) -> Model:
     """Opens the model library at `path` and creates a model on `device` whose parameters are
     initialised with random stream `seed`. `name` is the model's C name (NAME of NAME_create);
-    by default the one model the library exports."""
-    return Model(path, device=device, seed=seed, name=name)
+    by default the one model the library exports. Before it is opened, the file is checked
+    (docs/c-abi.md section 8): against the digest NAME.so.sha256 its build wrote beside it,
+    when there is one (`verify=True`: there must be one; `verify=False`: not read), else for an
+    intact ELF structure; LibraryFileError if it fails."""
+    return Model(path, device=device, seed=seed, name=name, verify=verify)
+
+
+def open_library(path: str, verify: bool | None = None) -> ctypes.CDLL:
+    """The library at `path`, checked (dlvm.library_check), then opened with ctypes."""
+    try:
+        check_library(path, verify)
+    except Refused as e:
+        raise LibraryFileError(path, str(e)) from None
+    try:
+        return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+    except OSError as e:
+        raise LibraryFileError(path, f"ld.so cannot load it: {e}") from None
 
 
 def dims(shape: Sequence[int]) -> str:
@@ -426,6 +459,7 @@ class Model:
         device: str = "cpu",
         seed: int = 0,
         name: str | None = None,
+        verify: bool | None = None,
     ) -> None:
         self._handle: ctypes.c_void_p | None = None
         self._lock = threading.RLock()
@@ -436,7 +470,7 @@ class Model:
             raise TypeError(f"device must be a string such as 'cpu', got {device!r}")
         if not isinstance(seed, int) or not 0 <= seed < 2**64:
             raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
-        self._lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_LOCAL)
+        self._lib = open_library(self.path, verify)
         self.c_name = name if name is not None else library_name(self._lib, self.path)
         self._last_error = self._lookup("dlrt_last_error")
         self._last_error.restype = ctypes.c_char_p
@@ -444,7 +478,10 @@ class Model:
         manifest = self._symbol("manifest")
         manifest.restype = ctypes.c_char_p
         manifest.argtypes = []
-        self.manifest: dict[str, Any] = json.loads(manifest().decode("utf-8"))
+        try:
+            self.manifest: dict[str, Any] = json.loads(manifest().decode("utf-8"))
+        except ValueError as e:  # not UTF-8, or not JSON
+            raise LibraryFileError(self.path, f"its manifest is damaged ({e})") from None
         if self.manifest.get("abi") != ABI_VERSION:
             raise ValueError(
                 f"{self.path}: library ABI {self.manifest.get('abi')!r} is not supported"

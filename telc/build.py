@@ -19,6 +19,7 @@ from typing import Any
 from dlvm.c_compiler import c_compiler
 from dlvm.diagnostics import BuildFailure
 from dlvm.ir.printer import module_text
+from dlvm.library_check import digest_path
 from dlvm.sources import read_text
 from telc.ast import dump
 from telc.cache import Cache, CacheError, build_key, install, write_atomically
@@ -116,7 +117,7 @@ def _build_library(
     from telc import library
 
     name = output.name
-    files = [name, Path(name).stem + ".h", "dlrt.h"]
+    files = [name, digest_path(name).name, Path(name).stem + ".h", "dlrt.h"]
     workspace = None
     if cache is not None and key is not None:
         try:
@@ -159,9 +160,12 @@ def _from_cache(
 
 
 def _install(file: Callable[[str], Path], files: list[str], output: Path) -> Product:
-    """The library, its header and dlrt.h copied beside each other at `output`, atomically."""
+    """The library, its digest, its header and dlrt.h copied beside each other at `output`,
+    each atomically (the library before its digest: dlvm.load reads both again when they
+    disagree, as they do for a moment while a library is replaced)."""
     header = output.with_suffix(".h")
-    for name, target in zip(files, [output, header, output.parent / "dlrt.h"]):
+    targets = [output, digest_path(output), header, output.parent / "dlrt.h"]
+    for name, target in zip(files, targets, strict=True):
         try:
             install(file(name), target)
         except OSError as e:

@@ -30,6 +30,7 @@ from dlvm.codegen.spec import LibrarySpec
 from dlvm.codegen.target import vector_bits
 from dlvm.diagnostics import BuildFailure
 from dlvm.ir.values import Function, Module
+from dlvm.library_check import write_library
 from dlvm.runtime import build_runtime, runtime_dir
 from dlvm.transforms.compute_generation import ComputeGeneration
 from dlvm.transforms.compute_scheduling import ComputeScheduling
@@ -186,7 +187,8 @@ class LibraryBuild:
         return Sources(glue_source(self.spec, kernels), header_source(self.spec, kernels))
 
     def run(self) -> BuildResult:
-        """Writes output (the .so), output with suffix .h, and dlrt.h beside them."""
+        """Writes output (the .so) and its digest output.sha256 (dlvm.library_check), output
+        with suffix .h, and dlrt.h beside them."""
         target, output, module = self.target, self.output, self.module
         try:
             compiler = c_compiler(target.cc)
@@ -223,7 +225,7 @@ class LibraryBuild:
             def write() -> None:
                 try:
                     output.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(work / output.name, output)
+                    write_library(output, (work / output.name).read_bytes())  # and its digest
                     header.write_text(sources.header, encoding="utf-8")
                     shutil.copyfile(include / "dlrt.h", output.parent / "dlrt.h")
                 except OSError as e:

@@ -12,6 +12,7 @@ import pytest
 
 import dlvm
 from dlvm import nnkit as nk
+from dlvm.library_check import check_library
 from dlvm.nnkit import jit
 
 A = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -80,6 +81,28 @@ def test_the_direct_path_falls_back_for_arrays_it_cannot_pass_as_they_are(tmp_pa
     with pytest.raises(ValueError, match="is closed"):
         fast(A, B)
     jit.Compiled.loaded.clear()
+
+
+def test_a_damaged_library_in_the_disk_cache_is_built_again():
+    """The cached library's digest is checked before it is used: one that lost a byte on disk
+    is removed and built again, not loaded (nor refused on every call from then on)."""
+    f = dlvm.stage(lambda x, w: x @ w + 1.0)
+    f(A, B)
+    nk.wait_optimised()
+    (compiled,) = f.compiled.values()
+    path = compiled.cached()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged = path.with_name("damaged")
+    damaged.write_bytes(bytes(data))
+    damaged.replace(path)  # not in place: this process maps the library
+    jit.Compiled.loaded.clear()  # as in a new process
+    hits = jit.Compiled.hits
+    g = dlvm.stage(lambda x, w: x @ w + 1.0)  # the same IR: the same key
+    np.testing.assert_allclose(g(A, B), A @ B + 1, rtol=1e-6)
+    nk.wait_optimised()
+    assert jit.Compiled.hits == hits and path.read_bytes() != bytes(data)
+    check_library(str(path), verify=True)
 
 
 def outcome(call, args):
