@@ -5,6 +5,7 @@ in Python, rather than crashing the process inside ld.so or at its first call.""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -48,6 +49,8 @@ def _replace(target: Path, data: bytes) -> None:
 
 # What has passed, by the files' identities (device, inode, size, times): loading one library
 # again costs two stat calls, not a digest. A file replaced or written to has a new identity.
+# The identity is the one of the bytes read (fstat of the open file), so a file replaced while
+# it was read is checked again next time.
 _passed: set[tuple[object, ...]] = set()
 _RETRIES = 3  # a library replaced while read, then its digest: read both again
 
@@ -59,12 +62,13 @@ def check_library(path: str, verify: bool | None = None) -> None:
     within its loaded segments (dlvm.elf, dlvm.elf_dynamic). `verify`: None (the default)
     checks the digest where there is one, True requires one, False reads none. OSError when
     the library cannot be read."""
-    digest = digest_path(path)
+    digest = path + DIGEST_SUFFIX
+    with contextlib.suppress(OSError):  # unreadable: reported below, by open
+        if (verify, _identity(os.stat(path)), _digest_identity(digest, verify)) in _passed:
+            return
     for attempt in range(_RETRIES):
         with open(path, "rb") as f:
             identity = (verify, _identity(os.fstat(f.fileno())), _digest_identity(digest, verify))
-            if identity in _passed:
-                return
             data = f.read()
         expected = _expected(digest, verify)
         actual = hashlib.sha256(data).hexdigest() if expected is not None else None
@@ -73,9 +77,9 @@ def check_library(path: str, verify: bool | None = None) -> None:
         if attempt == _RETRIES - 1:
             assert actual is not None and expected is not None
             raise Refused(
-                f"does not match its digest {digest.name} (SHA-256 {actual[:16]}…, recorded "
-                f"{expected[:16]}…): damaged or changed since it was built; build it again, "
-                "or load it with verify=False"
+                f"does not match its digest {os.path.basename(digest)} (SHA-256 {actual[:16]}…, "
+                f"recorded {expected[:16]}…): damaged or changed since it was built; build it "
+                "again, or load it with verify=False"
             )
         time.sleep(0.01 * (attempt + 1))
     try:
@@ -92,31 +96,35 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _digest_identity(digest: Path, verify: bool | None) -> tuple[int, ...] | None:
+def _digest_identity(digest: str, verify: bool | None) -> tuple[int, ...] | None:
     if verify is False:
         return None
     try:
-        return _identity(digest.stat())
+        return _identity(os.stat(digest))
     except OSError:
         return None
 
 
-def _expected(digest: Path, verify: bool | None) -> str | None:
+def _expected(digest: str, verify: bool | None) -> str | None:
     """The SHA-256 recorded in the digest file (hex), or None when it is not to be checked."""
     if verify is False:
         return None
+    name = os.path.basename(digest)
     try:
-        text = digest.read_bytes().decode("ascii")
+        with open(digest, "rb") as f:
+            text = f.read(4096).decode("ascii")
     except FileNotFoundError:
         if verify:
             raise Refused(
-                f"has no digest {digest.name} beside it (verify=True requires one; every build "
-                "writes it)"
+                f"has no digest {name} beside it (verify=True requires one; every build writes it)"
             ) from None
         return None
     except (OSError, UnicodeDecodeError) as e:
-        raise Refused(f"its digest {digest.name} cannot be read ({e})") from None
+        raise Refused(f"its digest {name} cannot be read ({e})") from None
     words = text.split()
-    if not words or len(words[0]) != 64 or any(c not in "0123456789abcdef" for c in words[0]):
-        raise Refused(f"its digest {digest.name} is not a SHA-256 line (`sha256sum` format)")
+    if not words or len(words[0]) != 64 or not set(words[0]) <= _HEX:
+        raise Refused(f"its digest {name} is not a SHA-256 line (`sha256sum` format)")
     return words[0]
+
+
+_HEX = frozenset("0123456789abcdef")
