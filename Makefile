@@ -37,7 +37,7 @@ fuzz: $(STAMP)
 	DLVM_FUZZ=long $(BIN)/pytest -n auto -p no:cacheprovider tests/unit -k fuzz
 
 # A sample model's library and the runtime under AddressSanitizer + UBSan, ThreadSanitizer and
-# valgrind (docs/c-abi.md section 8); about a minute and a half, so part of `make test`.
+# valgrind (docs/c-abi.md section 9); about a minute and a half, so part of `make test`.
 sanitize: $(STAMP)
 	sh runtime/sanitize/sanitize.sh $(BIN) build/sanitize
 

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dlvm import artifacts
+from dlvm.c_compiler import c_compiler
 from dlvm.diagnostics import BuildFailure
 
 # Flags every runtime object is compiled with (docs/c-abi.md section 4), before extra_flags.
@@ -69,9 +70,10 @@ def build_runtime(
     atomically, so parallel builds do not clash. The compiler runs in runtime/'s parent
     directory with that path mapped away (-ffile-prefix-map), so objects are byte-identical
     wherever the checkout is."""
-    command = tuple(shlex.split(cc if cc is not None else os.environ.get("CC") or "cc"))
-    if not command:
-        raise RuntimeBuildError("no C compiler: the compiler command is empty")
+    try:
+        command = c_compiler(cc)
+    except ValueError as e:
+        raise RuntimeBuildError(str(e)) from None
     root = runtime_dir()
     sources = sorted((root / "src").glob("*.c"))
     if not sources:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import shlex
 import shutil
 import subprocess
@@ -17,8 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlvm.c_compiler import c_compiler
 from dlvm.diagnostics import BuildFailure
 from dlvm.ir.printer import module_text
+from dlvm.library_check import digest_path
 from dlvm.sources import read_text
 from telc.ast import dump
 from telc.cache import Cache, CacheError, build_key, install, write_atomically
@@ -116,7 +117,7 @@ def _build_library(
     from telc import library
 
     name = output.name
-    files = [name, Path(name).stem + ".h", "dlrt.h"]
+    files = [name, digest_path(name).name, Path(name).stem + ".h", "dlrt.h"]
     workspace = None
     if cache is not None and key is not None:
         try:
@@ -159,9 +160,12 @@ def _from_cache(
 
 
 def _install(file: Callable[[str], Path], files: list[str], output: Path) -> Product:
-    """The library, its header and dlrt.h copied beside each other at `output`, atomically."""
+    """The library, its digest, its header and dlrt.h copied beside each other at `output`,
+    each atomically (the library before its digest: dlvm.load reads both again when they
+    disagree, as they do for a moment while a library is replaced)."""
     header = output.with_suffix(".h")
-    for name, target in zip(files, [output, header, output.parent / "dlrt.h"]):
+    targets = [output, digest_path(output), header, output.parent / "dlrt.h"]
+    for name, target in zip(files, targets, strict=True):
         try:
             install(file(name), target)
         except OSError as e:
@@ -200,18 +204,21 @@ def _add_time(timings: Timings, stage: str, seconds: float) -> None:
 
 
 def _cc_identity() -> str:
-    """The C compiler a library is linked with: its command and the first line of its
-    `--version` (a compiler that does not run is left for the build to report)."""
-    return _identity(os.environ.get("CC") or "cc")
+    """The C compiler a library is linked with (dlvm.c_compiler: $CC as the build splits it):
+    its words and the first line of its `--version` (a compiler that does not run, or a $CC
+    that does not parse, is left for the build to report)."""
+    try:
+        return _identity(c_compiler())
+    except ValueError as e:
+        return f"unavailable: {e}"
 
 
 @functools.cache
-def _identity(command: str) -> str:
+def _identity(command: tuple[str, ...]) -> str:
+    text = shlex.join(command)
     try:
-        done = subprocess.run(
-            [*shlex.split(command), "--version"], capture_output=True, text=True, check=False
-        )
+        done = subprocess.run([*command, "--version"], capture_output=True, text=True, check=False)
         lines = (done.stdout or done.stderr).strip().splitlines()
-        return f"{command}\n{done.returncode}\n{lines[0] if lines else ''}"
-    except (OSError, ValueError, IndexError) as e:
-        return f"{command}\nunavailable: {e}"
+        return f"{text}\n{done.returncode}\n{lines[0] if lines else ''}"
+    except OSError as e:
+        return f"{text}\nunavailable: {e}"

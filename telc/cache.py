@@ -1,9 +1,10 @@
-"""The build cache: finished builds (a library with its headers, or an emitted LLVM module or
-object) kept under a key of everything that decides their bytes: the sources (the root file and
-every file it `use`s), the options, and the compiler's version and own source files. An unchanged
-model rebuilds instantly; any change of source, option or compiler builds afresh. Entries and
-installed files appear atomically (temporary name + rename), so concurrent builds never see half
-a file."""
+"""The build cache: finished builds (a library with its digest and headers, or an emitted LLVM
+module or object) kept under a key of everything that decides their bytes: the sources (the root
+file and every file it `use`s), the options, and the compiler's version and own source files. An
+unchanged model rebuilds instantly; any change of source, option or compiler builds afresh.
+Entries and installed files appear atomically (temporary name + rename), so concurrent builds
+never see half a file; an entry whose files lost the bytes they were stored with is built
+again."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ from telc import __version__
 from telc.driver import BuildOptions
 from telc.program import Program
 
-# Part of every key: bump it when what an entry holds changes.
-FORMAT = "telc-cache-1"
+# Part of every key: bump it when what an entry holds changes (2: a library's digest file, and
+# each file's SHA-256 in META).
+FORMAT = "telc-cache-2"
 META = "telc-cache.json"
 MAX_ENTRIES = 128  # least recently used entries beyond this are removed after each store
 
@@ -132,10 +134,15 @@ class Cache:
         self.root = root if root is not None else cache_root()
 
     def lookup(self, key: str) -> Entry | None:
+        """The entry for `key`: None when there is none, or when a file of it is missing or
+        no longer has the bytes it was stored with (a damaged entry is built again)."""
         path = self.root / key
         try:
             meta = json.loads((path / META).read_text(encoding="utf-8"))
-            if meta.get("format") != FORMAT or not all((path / f).is_file() for f in meta["files"]):
+            if meta.get("format") != FORMAT or any(
+                hashlib.sha256((path / f).read_bytes()).hexdigest() != meta["sha256"].get(f)
+                for f in meta["files"]
+            ):
                 return None
             os.utime(path)  # recently used: pruned last
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -154,9 +161,11 @@ class Cache:
         """Turns `workspace` (holding `files`) into the entry for `key`. When another build
         stored the same key first, that entry is kept (the builds are byte-identical) and the
         workspace removed; a damaged entry is replaced. CacheError leaves the workspace."""
-        meta = {"format": FORMAT, "compiler": compiler_version(), "files": files, "report": report}
         target = self.root / key
         try:
+            digests = {f: hashlib.sha256((workspace / f).read_bytes()).hexdigest() for f in files}
+            meta = {"format": FORMAT, "compiler": compiler_version(), "files": files,
+                    "sha256": digests, "report": report}  # fmt: skip
             (workspace / META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
         except OSError as e:
             raise CacheError(f"cannot write to the cache {self.root}: {e.strerror}") from None

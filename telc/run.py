@@ -127,12 +127,14 @@ def execute(
     """Creates the model of `library` on `device` with parameters from `seed` (or the
     `checkpoint`), runs the entry on the inputs read from their files, saves the parameters to
     `save` if given; the entry and its outputs."""
-    from dlvm.loader import LibraryError, load
+    from dlvm.loader import LibraryError, LibraryFileError, load
 
     try:
         model = load(library, device=device, seed=seed)
     except (OSError, ValueError) as e:
         raise RunError(f"cannot load {library}: {e}") from None
+    except LibraryFileError as e:
+        raise RunError(f"cannot load {library}: {e.reason}") from None
     except LibraryError as e:
         raise RunError(f"cannot create the model on {device}: {e.message}") from None
     entry = choose_entry(model, entry_name)

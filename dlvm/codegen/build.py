@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dlvm.analysis.call_graph import CallGraph
+from dlvm.c_compiler import c_compiler
 from dlvm.codegen.cuda import ptx, ptx_object
 from dlvm.codegen.glue import check_spec, glue_source, header_source
 from dlvm.codegen.glue_cuda import CudaGlue, cuda_glue
@@ -29,6 +30,7 @@ from dlvm.codegen.spec import LibrarySpec
 from dlvm.codegen.target import vector_bits
 from dlvm.diagnostics import BuildFailure
 from dlvm.ir.values import Function, Module
+from dlvm.library_check import write_library
 from dlvm.runtime import build_runtime, runtime_dir
 from dlvm.transforms.compute_generation import ComputeGeneration
 from dlvm.transforms.compute_scheduling import ComputeScheduling
@@ -84,11 +86,12 @@ def schedule(module: Module, cpu: str = "native", cuda: bool = False, tf32: bool
 
 @dataclass(frozen=True)
 class Target:
-    """What a library is built for: the CPU (`cpu`, LLVM level `opt`, the C compiler `cc`,
-    default $CC), and with `cuda` the GPU architecture `gpu` as well (f32 products in TF32 on
-    tensor cores with `tf32`). `quick_link` links with gold where it is installed (a third
-    faster than the default linker), for a library this process alone loads (NNKit's first
-    tier): a shipped library must not depend on what links it."""
+    """What a library is built for: the CPU (`cpu`, LLVM level `opt`, the C compiler command
+    `cc`, default $CC, split into words as a shell would: dlvm.c_compiler), and with `cuda`
+    the GPU architecture `gpu` as well (f32 products in TF32 on tensor cores with `tf32`).
+    `quick_link` links with gold where it is installed (a third faster than the default
+    linker), for a library this process alone loads (NNKit's first tier): a shipped library
+    must not depend on what links it."""
 
     cpu: str = "native"
     opt: int = 3
@@ -184,9 +187,13 @@ class LibraryBuild:
         return Sources(glue_source(self.spec, kernels), header_source(self.spec, kernels))
 
     def run(self) -> BuildResult:
-        """Writes output (the .so), output with suffix .h, and dlrt.h beside them."""
+        """Writes output (the .so) and its digest output.sha256 (dlvm.library_check), output
+        with suffix .h, and dlrt.h beside them."""
         target, output, module = self.target, self.output, self.module
-        compiler = target.cc or os.environ.get("CC", "cc")
+        try:
+            compiler = c_compiler(target.cc)
+        except ValueError as e:
+            raise BuildError(str(e)) from None
         extra = [ptx_object(self.device.ptx, target.cpu)] if self.device is not None else []
         sources = self.sources
         include = runtime_dir() / "include"
@@ -197,28 +204,28 @@ class LibraryBuild:
             # -O1: the glue is tables and calls; it has no loop worth more. At LLVM level 1 and
             # below, -O0: the C compiler then finishes no later than LLVM.
             glue_opt = "-O1" if target.opt > 1 else "-O0"
-            compile_glue = [compiler, "-std=c11", glue_opt, "-fPIC", "-fvisibility=hidden",
+            compile_glue = [*compiler, "-std=c11", glue_opt, "-fPIC", "-fvisibility=hidden",
                             f"-I{include}", f"-ffile-prefix-map={work}=.", "-c", "glue.c",
                             "-o", "glue.o"]  # fmt: skip
             with _Background(compile_glue, work) as glue_job:  # the C compiler runs beside LLVM
                 objects = self.step("llvm", lambda: object_files(module, target.cpu, target.opt))
-                runtime_objects = self.step("runtime", lambda: build_runtime(compiler))
+                runtime_objects = self.step("runtime", lambda: build_runtime(shlex.join(compiler)))
                 self.step("glue", glue_job.wait)
             objects += extra
             models = [f"model{i}.o" for i in range(len(objects))]
             for name, obj in zip(models, objects):
                 (work / name).write_bytes(obj)
-            link = [compiler, "-shared", "-o", output.name, "glue.o", *models,
+            link = [*compiler, "-shared", "-o", output.name, "glue.o", *models,
                     *map(str, runtime_objects), "-lm", "-pthread", "-ldl",
                     f"-Wl,-soname,{output.name}", "-Wl,--build-id=none"]  # fmt: skip
             if target.quick_link and shutil.which("ld.gold"):
-                link.insert(1, "-fuse-ld=gold")
+                link.insert(len(compiler), "-fuse-ld=gold")
             self.step("link", lambda: _run(link, work))
 
             def write() -> None:
                 try:
                     output.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(work / output.name, output)
+                    write_library(output, (work / output.name).read_bytes())  # and its digest
                     header.write_text(sources.header, encoding="utf-8")
                     shutil.copyfile(include / "dlrt.h", output.parent / "dlrt.h")
                 except OSError as e:

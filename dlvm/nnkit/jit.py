@@ -9,10 +9,12 @@ cache ($DLVM_CACHE_DIR/nnkit, else ~/.cache/dlvm/nnkit, keyed by a hash of the I
 compiler); when it is there, a thread of this process loads it and calls go to it from then on.
 The optimised build runs in a process of its own, not a thread, so that it never shares LLVM's
 state with this process nor holds its interpreter lock. A library already in the disk cache is
-loaded straight away. DLVM_JIT_TIERS=1 builds the -O2 library on the first call instead."""
+loaded straight away, once it matches its digest (a damaged one is built again).
+DLVM_JIT_TIERS=1 builds the -O2 library on the first call instead."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -30,6 +32,7 @@ from typing import Any
 from dlvm import artifacts
 from dlvm.ir.printer import module_text
 from dlvm.ir.values import Module
+from dlvm.library_check import Refused, check_library
 
 LIBRARY = "nnkit.so"
 FIRST_TIER, SECOND_TIER = 1, 2  # LLVM levels (dlvm.codegen.llgen.optimise)
@@ -61,11 +64,27 @@ class Compiled:
         """Where the disk cache keeps this IR's -O2 library."""
         return cache_dir() / self.key / LIBRARY
 
+    def intact(self) -> Path | None:
+        """The -O2 library in the disk cache when it is there and matches its digest; a damaged
+        one is removed, so that it is built again."""
+        path = self.cached()
+        if not path.is_file():
+            return None
+        try:
+            check_library(str(path), verify=True)
+        except (Refused, OSError):
+            doomed = path.parent.with_name(f".remove-{self.key}-{os.getpid()}")
+            with contextlib.suppress(OSError):  # another process may have removed it first
+                os.rename(path.parent, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+            return None
+        Compiled.hits += 1
+        return path
+
     def library(self) -> Path:
         """The -O2 library, from the disk cache or built into it."""
         path = self.cached()
-        if path.is_file():
-            Compiled.hits += 1
+        if self.intact() is not None:
             return path
         # Built in a private directory renamed into place whole: concurrent builds of one key
         # never see half a library (the same key gives the same bytes, so either may win).
@@ -107,9 +126,8 @@ class Compiled:
 
             if self.cuda:
                 model = load(self.library(), device=device)
-            elif self.cached().is_file():
-                Compiled.hits += 1
-                model = load(self.cached())
+            elif (path := self.intact()) is not None:
+                model = load(path)
             elif os.environ.get("DLVM_JIT_TIERS", "2") == "1":
                 model = load(self.library())
             else:
@@ -121,8 +139,10 @@ class Compiled:
         return model
 
     def entry_call(self) -> Callable[..., Any]:
-        """What a call with arrays comes down to: the library's entry point."""
-        return self if self.tuple_result else self.model().entries[self.entry].direct()
+        """What a call with arrays comes down to: the library's entry point. Unchecked: the
+        staged function's signature key (the one caller) matched each array's type, dtype and
+        shape to this compilation's."""
+        return self if self.tuple_result else self.model().entries[self.entry].unsafe_direct()
 
     def on_optimised(self, callback: Callable[[], None]) -> None:
         """Calls `callback` once the optimised library replaces the first tier's (at once if

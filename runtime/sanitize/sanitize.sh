@@ -1,5 +1,5 @@
 #!/bin/sh
-# sanitize.sh: `make sanitize` (docs/c-abi.md section 8). Builds samples/xor.tel's library (its
+# sanitize.sh: `make sanitize` (docs/c-abi.md section 9). Builds samples/xor.tel's library (its
 # glue and the runtime) with AddressSanitizer + UBSan and runs xor_driver.c through it (train,
 # save, load, broken files, misuse, two threads saving to one path), every C test of the runtime
 # and the C-entry fuzzer; builds it with ThreadSanitizer and runs the driver and the thread

@@ -4,7 +4,11 @@ and to a small planted violation, which it must report: a rule that cannot fail 
 
 What each layer may import (a module may always import its own layer):
 
-- dlvm.diagnostics, dlvm.artifacts: nothing of the project (everything builds on them).
+- dlvm.diagnostics, dlvm.artifacts, dlvm.c_compiler, dlvm.elf, dlvm.elf_dynamic,
+  dlvm.library_check: nothing of the project (everything builds on them; the C compiler's
+  command is read one way by the runtime's build, the code generator's link and telc's build
+  cache key; a library's digest is written by the code generator and the caches, and checked
+  by the loader).
 - dlvm.sources (reading an input file): dlvm.diagnostics.
 - dlvm.ir: dlvm.diagnostics. The CFG, dominance and the analysis cache are IR modules, since
   the verifier needs dominance.
@@ -13,19 +17,23 @@ What each layer may import (a module may always import its own layer):
   evaluate instructions with the interpreter's own implementations, so that folding computes
   exactly what running computes.
 - dlvm.codegen: dlvm.ir, dlvm.analysis, dlvm.transforms (building runs compute generation and
-  scheduling; kernels read the shapes they made), dlvm.diagnostics, and dlvm.runtime: building
-  a library compiles the C runtime through it (dlvm.runtime.build_runtime) and links it in.
-- dlvm.runtime (the C runtime's build and ctypes mirror): dlvm.artifacts, dlvm.diagnostics;
-  dlvm.loader: dlvm.runtime, dlvm.diagnostics.
+  scheduling; kernels read the shapes they made), dlvm.diagnostics, dlvm.c_compiler,
+  dlvm.library_check (a library's digest), and
+  dlvm.runtime: building a library compiles the C runtime through it
+  (dlvm.runtime.build_runtime) and links it in.
+- dlvm.runtime (the C runtime's build and ctypes mirror): dlvm.artifacts, dlvm.diagnostics,
+  dlvm.c_compiler;
+  dlvm.loader: dlvm.runtime, dlvm.diagnostics, dlvm.library_check.
 - dlvm.nnkit: dlvm.ir, dlvm.diagnostics, dlvm.artifacts, dlvm.transforms, dlvm.codegen, and
-  dlvm.loader and dlvm.runtime to load and call what it compiled.
+  dlvm.loader, dlvm.runtime and dlvm.library_check to load and call what it compiled.
 - dlvm.tools (dlopt, dlc): dlvm.ir, dlvm.diagnostics, dlvm.sources, dlvm.transforms,
   dlvm.interp (`dlopt --run`), dlvm.codegen (dlc), and the package's `__version__`.
 - dlvm (the package facade): dlvm.loader and dlvm.nnkit, whose names it re-exports for users.
 - telc's front end (telc.ast, telc.types, telc.syntax, telc.program, telc.lower): dlvm.ir,
   dlvm.diagnostics, and dlvm.artifacts (the parser's tables are cached there).
 - telc's driver (telc.driver, telc.library, telc.build, telc.cache, telc.progress): the front
-  end, dlvm.ir, dlvm.diagnostics, dlvm.artifacts, dlvm.sources, dlvm.transforms, dlvm.codegen.
+  end, dlvm.ir, dlvm.diagnostics, dlvm.artifacts, dlvm.sources, dlvm.transforms, dlvm.codegen,
+  dlvm.c_compiler, dlvm.library_check.
 - telc's command line (telc.cli, telc.demo, telc.run): all of telc, dlvm.diagnostics,
   dlvm.sources, dlvm.codegen (GPU names, build results), dlvm.loader (telc run and the demo
   call what they built), and dlvm.tools.driver: telc is one of the command-line tools, with
@@ -97,7 +105,18 @@ class Layer:
 FRONT_END = ("telc", "telc.ast", "telc.types", "telc.syntax", "telc.program", "telc.lower")
 DRIVER = ("telc.driver", "telc.library", "telc.build", "telc.cache", "telc.progress")
 LAYERS = [
-    Layer("diagnostics", ("dlvm.diagnostics", "dlvm.artifacts"), ()),
+    Layer(
+        "diagnostics",
+        (
+            "dlvm.diagnostics",
+            "dlvm.artifacts",
+            "dlvm.c_compiler",
+            "dlvm.elf",
+            "dlvm.elf_dynamic",
+            "dlvm.library_check",
+        ),
+        (),
+    ),
     Layer("sources", ("dlvm.sources",), ("dlvm.diagnostics",)),
     Layer("ir", ("dlvm.ir",), ("dlvm.diagnostics",)),
     Layer("analysis", ("dlvm.analysis",), ("dlvm.ir", "dlvm.diagnostics")),
@@ -110,10 +129,18 @@ LAYERS = [
     Layer(
         "codegen",
         ("dlvm.codegen",),
-        ("dlvm.ir", "dlvm.diagnostics", "dlvm.analysis", "dlvm.transforms", "dlvm.runtime"),
+        (
+            "dlvm.ir",
+            "dlvm.diagnostics",
+            "dlvm.analysis",
+            "dlvm.transforms",
+            "dlvm.runtime",
+            "dlvm.c_compiler",
+            "dlvm.library_check",
+        ),
     ),
-    Layer("runtime", ("dlvm.runtime",), ("dlvm.artifacts", "dlvm.diagnostics")),
-    Layer("loader", ("dlvm.loader",), ("dlvm.runtime", "dlvm.diagnostics")),
+    Layer("runtime", ("dlvm.runtime",), ("dlvm.artifacts", "dlvm.diagnostics", "dlvm.c_compiler")),
+    Layer("loader", ("dlvm.loader",), ("dlvm.runtime", "dlvm.diagnostics", "dlvm.library_check")),
     Layer(
         "nnkit",
         ("dlvm.nnkit",),
@@ -125,6 +152,7 @@ LAYERS = [
             "dlvm.codegen",
             "dlvm.loader",
             "dlvm.runtime",
+            "dlvm.library_check",
         ),
     ),
     Layer(
@@ -153,6 +181,8 @@ LAYERS = [
             "dlvm.sources",
             "dlvm.transforms",
             "dlvm.codegen",
+            "dlvm.c_compiler",
+            "dlvm.library_check",
         ),
     ),
     Layer(

@@ -8,15 +8,26 @@ from __future__ import annotations
 import copy
 import ctypes
 import dataclasses
+import shlex
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from telhelp import compiled_sample, sample_names, sample_path
 
 import dlvm.codegen.build as build_module
+import dlvm.loader
+import telc.build
 import telc.driver
-from dlvm.codegen.build import LibraryBuild, Target, build_library, keep_reachable, schedule
+from dlvm.codegen.build import (
+    BuildError,
+    LibraryBuild,
+    Target,
+    build_library,
+    keep_reachable,
+    schedule,
+)
 from dlvm.codegen.glue import SpecError, check_spec, glue_source, manifest_json
 from dlvm.codegen.spec import EntrySpec, LibrarySpec, TensorSpec
 from dlvm.ir.printer import module_text
@@ -146,3 +157,66 @@ def test_names_like_the_glues_own_are_fine(tmp_path: Path) -> None:
 def test_a_name_with_a_nul_is_refused() -> None:
     with pytest.raises(SpecError, match="holds a NUL character"):
         check_spec(LibrarySpec("m", "t", (TensorSpec("w\0", "f32", ()),)))
+
+
+# -- the C compiler command (dlvm.c_compiler) --
+
+
+def logging_compiler(directory: Path) -> tuple[Path, Path]:
+    """A C compiler that logs each command line to a file and runs cc: the script, in a
+    directory whose name has a space (so the command must be quoted), and its log."""
+    directory.mkdir()
+    log = directory / "commands.log"
+    script = directory / "cc"
+    script.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nexec cc "$@"\n')
+    script.chmod(0o755)
+    return script, log
+
+
+@pytest.mark.parametrize("given", ["env", "option"])
+def test_a_c_compiler_command_with_arguments_compiles_and_links(
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CC="'/a b/cc' -DDLVM_CC_WORD=1" (or Target.cc) is a program and its flags, for the
+    runtime's objects, the glue and the link alike (the link took the whole string as the
+    program's name)."""
+    monkeypatch.setenv("DLVM_CACHE_DIR", str(tmp_path / "cache"))  # the runtime, with this CC
+    script, log = logging_compiler(tmp_path / "a compiler")
+    command = f"{shlex.quote(str(script))} -DDLVM_CC_WORD=1"
+    compiled = compiled_sample("xor")
+    if given == "env":
+        monkeypatch.setenv("CC", command)
+        build_library(compiled.module, compiled.spec, tmp_path / "xor.so")
+    else:
+        monkeypatch.setenv("CC", "no-such-compiler")
+        build_library(compiled.module, compiled.spec, tmp_path / "xor.so", cc=command)
+    lines = log.read_text().splitlines()
+    assert all(line.startswith("-DDLVM_CC_WORD=1 ") for line in lines)
+    assert any(" -c glue.c " in line for line in lines)
+    assert any("-shared -o xor.so" in line for line in lines)
+    assert any(" -c runtime/src/" in line for line in lines)
+    with dlvm.loader.load(tmp_path / "xor.so") as model:
+        assert model.infer(np.zeros((4, 2), np.float32)).shape == (4, 1)
+
+
+@pytest.mark.parametrize("command", ["", "   ", "cc 'unclosed"])
+def test_a_c_compiler_command_that_cannot_run_is_a_build_error(
+    command: str, tmp_path: Path
+) -> None:
+    compiled = compiled_sample("xor")
+    with pytest.raises(BuildError, match="compiler command"):
+        build_library(compiled.module, compiled.spec, tmp_path / "xor.so", cc=command)
+
+
+def test_the_build_cache_key_holds_the_c_compiler_command_as_its_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    keys = {}
+    for command in ["cc", "cc -O0", "cc   -O0", "'cc' -O0"]:
+        monkeypatch.setenv("CC", command)
+        keys[command] = telc.build._cc_identity()
+    assert keys["cc"] != keys["cc -O0"]
+    assert keys["cc -O0"] == keys["cc   -O0"] == keys["'cc' -O0"]
+    assert keys["cc -O0"].startswith("cc -O0\n0\n")  # ran `cc -O0 --version`
+    monkeypatch.setenv("CC", "cc 'unclosed")
+    assert "does not parse" in telc.build._cc_identity()

@@ -12,6 +12,7 @@ import pytest
 
 import dlvm
 from dlvm import nnkit as nk
+from dlvm.library_check import check_library
 from dlvm.nnkit import jit
 
 A = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -80,6 +81,69 @@ def test_the_direct_path_falls_back_for_arrays_it_cannot_pass_as_they_are(tmp_pa
     with pytest.raises(ValueError, match="is closed"):
         fast(A, B)
     jit.Compiled.loaded.clear()
+
+
+def test_a_damaged_library_in_the_disk_cache_is_built_again():
+    """The cached library's digest is checked before it is used: one that lost a byte on disk
+    is removed and built again, not loaded (nor refused on every call from then on)."""
+    f = dlvm.stage(lambda x, w: x @ w + 1.0)
+    f(A, B)
+    nk.wait_optimised()
+    (compiled,) = f.compiled.values()
+    path = compiled.cached()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged = path.with_name("damaged")
+    damaged.write_bytes(bytes(data))
+    damaged.replace(path)  # not in place: this process maps the library
+    jit.Compiled.loaded.clear()  # as in a new process
+    hits = jit.Compiled.hits
+    g = dlvm.stage(lambda x, w: x @ w + 1.0)  # the same IR: the same key
+    np.testing.assert_allclose(g(A, B), A @ B + 1, rtol=1e-6)
+    nk.wait_optimised()
+    assert jit.Compiled.hits == hits and path.read_bytes() != bytes(data)
+    check_library(str(path), verify=True)
+
+
+def outcome(call, args):
+    """What a call gives: ("ok", its result) or ("error", the exception's type and message)."""
+    try:
+        return ("ok", call(*args).tolist())
+    except (TypeError, ValueError) as e:
+        return ("error", type(e).__name__, str(e))
+
+
+class Subclass(np.ndarray):
+    pass
+
+
+def test_the_checked_direct_path_compares_each_dtype_and_shape():
+    """Entry.direct() skips conversion, never the bounds: an argument of another dtype, shape,
+    type or number takes the full call, which converts or refuses it exactly as the entry
+    does (an f32[1, 3] array went straight to a library that reads f32[2, 3])."""
+    f = dlvm.stage(lambda x, w: x @ w)
+    f(A, B)
+    nk.wait_optimised()
+    model = jit.Compiled.loaded[next(iter(f.compiled.values())).key]
+    (entry,) = model.entries.values()
+    direct = entry.direct()
+    assert direct is not entry  # the direct path, not the general one
+    cases = [
+        (A, B),
+        (A[:1], B),  # fewer bytes than the library reads
+        (np.zeros((4, 3), np.float32), B),  # more
+        (A, B.reshape(2, 3)),  # as many, another shape
+        (A.astype(np.float64), B),  # converted
+        (A.astype(np.int32), B),  # as many bytes, converted
+        (A.astype(np.complex64), B),  # refused
+        (A.tolist(), B),
+        (A.view(Subclass), B),  # whose attributes might say anything
+        (A,),
+        (A, B, B),
+    ]
+    for args in cases:
+        assert outcome(direct, args) == outcome(entry, args), [np.shape(a) for a in args]
+    assert outcome(entry.unsafe_direct(), (A, B)) == outcome(entry, (A, B))
 
 
 def test_arrays_on_several_gpus_are_refused():
