@@ -1,0 +1,94 @@
+"""Sizes the code generator adds up or multiplies, which no longer wrap at 2^64: a frame past 2^62
+bytes and static data past 1 GiB are located build errors; a frame bigger than memory fails each
+call, and a heap allocation or copy whose bytes pass 2^63 - 1 at run time fails the call, with a
+status instead of an allocation or copy cut short."""
+
+from __future__ import annotations
+
+import pytest
+from irlib import ir_library
+
+import dlvm
+from dlvm.runtime import Status
+from dlvm.tools import dlc
+
+HUGE = 4611686018427387903  # MAX_TENSOR_BYTES: one such value is allowed, three at once are not
+
+FRAME = f"""module "frame"
+stage optimizable
+
+func @f: (*<{HUGE} x i8>) -> <{HUGE} x i8> {{
+'entry(%p: *<{HUGE} x i8>):
+    %a = load %p: *<{HUGE} x i8>
+    %b = load %p: *<{HUGE} x i8>
+    %c = load %p: *<{HUGE} x i8>
+    %s = add %a: <{HUGE} x i8>, %b: <{HUGE} x i8>
+    %t = add %s: <{HUGE} x i8>, %c: <{HUGE} x i8>
+    return %t: <{HUGE} x i8>
+}}
+"""
+
+SOURCE = """module "sizes"
+stage optimizable
+
+func @heap: (i64) -> f32 {
+'entry(%n: i64):
+    %h = allocateHeap <4 x f32> count %n: i64
+    %v = load %h: *<4 x f32>
+    deallocate %h: *<4 x f32>
+    %e = extract 3 from %v: <4 x f32>
+    return %e: f32
+}
+
+func @copy: (i64) -> f32 {
+'entry(%n: i64):
+    %a = allocateHeap <4 x f32> count 1: i64
+    %b = allocateHeap <4 x f32> count 1: i64
+    copy from %a: *<4 x f32> to %b: *<4 x f32> count %n: i64
+    %v = load %b: *<4 x f32>
+    deallocate %a: *<4 x f32>
+    deallocate %b: *<4 x f32>
+    %e = extract 0 from %v: <4 x f32>
+    return %e: f32
+}
+
+func @big_frame: (i64) -> f32 {
+'entry(%i: i64):
+    %r = random 1152921504606846975 from 0: f32 upto 1: f32
+    %e = extract %i: i64 from %r: <1152921504606846975 x f32>
+    return %e: f32
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    with dlvm.load(ir_library(SOURCE, "sizes", tmp_path_factory.mktemp("sizes"))) as lib:
+        yield lib
+
+
+def cannot_build(tmp_path, capsys, text: str) -> str:
+    """dlc's message for a module it must refuse to compile."""
+    src = tmp_path / "m.dl"
+    src.write_text(text)
+    assert dlc.main([str(src), "--emit", "llvm", "-o", str(tmp_path / "m.ll")]) == 1
+    err = capsys.readouterr().err
+    assert "cannot build: " in err and "Traceback" not in err
+    return err
+
+
+def test_a_frame_past_2_62_bytes_is_a_located_build_error(tmp_path, capsys):
+    """Three values of 2^62 - 1 bytes live at once: their sum wrapped to a negative frame size."""
+    err = cannot_build(tmp_path, capsys, FRAME)
+    total = 3 * (HUGE + 1)
+    assert f"m.dl:4:6: in @f: the values it holds at once take {total} bytes of its frame" in err
+    assert "more than the 2^62 a frame may take" in err
+
+
+def test_a_frame_bigger_than_memory_fails_each_call(library):
+    """A frame of 2^62 bytes builds; each call fails, as dlrt_arena_push cannot allocate it."""
+    with pytest.raises(dlvm.LibraryError) as got:
+        library.big_frame(0)
+    assert got.value.status is Status.OUT_OF_MEMORY
+    assert "dlrt_arena_push: cannot allocate 4611686018427387904 bytes" in got.value.message
+    assert library.heap(1) == 0.0  # the model still works
