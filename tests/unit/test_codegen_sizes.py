@@ -92,3 +92,28 @@ def test_a_frame_bigger_than_memory_fails_each_call(library):
     assert got.value.status is Status.OUT_OF_MEMORY
     assert "dlrt_arena_push: cannot allocate 4611686018427387904 bytes" in got.value.message
     assert library.heap(1) == 0.0  # the model still works
+
+
+# 2^60 + 1 elements of 16 bytes wrapped to 16 bytes; 2^59 to 2^63, a negative size.
+@pytest.mark.parametrize("n", [2**60 + 1, 2**59, 2**62])
+def test_a_heap_allocation_past_2_63_bytes_fails_out_of_memory(library, n):
+    with pytest.raises(dlvm.LibraryError) as got:
+        library.heap(n)
+    assert got.value.status is Status.OUT_OF_MEMORY
+    assert got.value.message == (
+        f"sizes_heap: sizes.dl:6:5: in @heap, allocateHeap: heap allocation of {n} elements of "
+        "16 bytes each takes more than 2^63 - 1 bytes"
+    )
+    assert library.heap(1) == 0.0
+
+
+@pytest.mark.parametrize("n", [2**60 + 1, 2**59])
+def test_a_copy_past_2_63_bytes_fails(library, n):
+    with pytest.raises(dlvm.LibraryError) as got:
+        library.copy(n)
+    assert got.value.status is Status.INVALID_ARGUMENT
+    assert got.value.message == (
+        f"sizes_copy: sizes.dl:17:5: in @copy, copy: copy of {n} elements of 16 bytes each "
+        "takes more than 2^63 - 1 bytes"
+    )
+    assert library.copy(1) == 0.0 and library.copy(0) == 0.0
