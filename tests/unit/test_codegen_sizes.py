@@ -117,3 +117,37 @@ def test_a_copy_past_2_63_bytes_fails(library, n):
         "takes more than 2^63 - 1 bytes"
     )
     assert library.copy(1) == 0.0 and library.copy(0) == 0.0
+
+
+STATIC = {
+    "var": (
+        f"var @g: <{HUGE} x i8>\n\nfunc @f: (i8) -> () {{\n'entry(%x: i8):\n"
+        f"    %p = elementPointer @g: *<{HUGE} x i8> at 0, 5\n"
+        "    store %x: i8 to %p: *i8\n    return\n}\n",
+        f"m.dl:4:5: var @g: {HUGE} bytes",
+    ),
+    # Each under the limit, together over it.
+    "vars": (
+        "var @a: <629145600 x i8>\nvar @b: <629145600 x i8>\n\nfunc @f: (i8) -> () {\n"
+        "'entry(%x: i8):\n    %p = elementPointer @a: *<629145600 x i8> at 0, 5\n"
+        "    store %x: i8 to %p: *i8\n    %q = elementPointer @b: *<629145600 x i8> at 0, 5\n"
+        "    store %x: i8 to %q: *i8\n    return\n}\n",
+        "module m, all its globals and constants: 1258291",
+    ),
+    # Host code reads the bytes of `zero` from a constant.
+    "zero": (
+        "struct $Big {\n    #w: <268435457 x f32>\n    #b: f32\n}\n\n"
+        "func @f: (f32, *$Big) -> () {\n'entry(%x: f32, %p: *$Big):\n"
+        "    %b = literal {#w = zero: <268435457 x f32>, #b = %x: f32}: $Big\n"
+        "    store %b: $Big to %p: *$Big\n    return\n}\n",
+        "m.dl:11:5: in @f, literal: the constant zero: <268435457 x f32>: 1073741828 bytes",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STATIC))
+def test_static_data_past_1_gib_is_a_located_build_error(tmp_path, capsys, case):
+    body, message = STATIC[case]
+    err = cannot_build(tmp_path, capsys, f'module "m"\nstage optimizable\n\n{body}')
+    assert message in err
+    assert "more than the 2^30 (1 GiB) that a library's globals and constants may take" in err
