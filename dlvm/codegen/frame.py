@@ -28,10 +28,13 @@ from dlvm.codegen.inplace import aligned_inputs
 from dlvm.codegen.layout import layout
 from dlvm.ir.literals import AggregateLiteral, EnumLiteral, StructLiteral
 from dlvm.ir.typerules import element_type
-from dlvm.ir.types import TensorType, TupleType, Type, canonical
+from dlvm.ir.types import MAX_TENSOR_BYTES, TensorType, TupleType, Type, canonical
 from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
 
 ALIGN = 64
+# The most bytes a frame may take: a value of the most bytes any may take, aligned (2^62). Every
+# offset into a frame and its size are then i64 constants, with no sum of them to wrap.
+MAX_FRAME_BYTES = -(-MAX_TENSOR_BYTES // ALIGN) * ALIGN
 _OWNING = {
     "apply", "random", "pop", "insert", "createStack", "load", "reduce", "allocateStack",
     "allocateHeap", "allocateBox", "projectBox", "elementPointer",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from dlvm.codegen.errors import CodegenError
-from dlvm.codegen.frame import ALIGN
+from dlvm.codegen.frame import ALIGN, MAX_FRAME_BYTES
 from dlvm.codegen.host_aggregates import AggregateOps
 from dlvm.codegen.host_memory import MemoryOps
 from dlvm.codegen.host_tensor import TensorOps
@@ -74,7 +74,20 @@ class HostGen(AggregateOps, MemoryOps, TensorOps):
             b.position_at_end(self.blocks[blk])
             for inst in blk.instructions:
                 self.instruction(inst)
-        size.initializer = ir.Constant(I64, max(self.frame_size, ALIGN))
+        size.initializer = ir.Constant(I64, self.checked_frame_size())
+
+    def checked_frame_size(self) -> int:
+        """The frame's bytes: the planned values and the temporaries past them, which may add up
+        to more than any one value. Past MAX_FRAME_BYTES it is a build error; below, a frame
+        bigger than memory fails each call with DLRT_ERR_OUT_OF_MEMORY (dlrt_arena_push)."""
+        size = max(self.frame_size, ALIGN)
+        if size > MAX_FRAME_BYTES:
+            loc = f"{self.fn.loc}: " if self.fn.loc is not None else ""
+            raise CodegenError(
+                f"{loc}in @{self.fn.name}: the values it holds at once take {size} bytes of its "
+                "frame, more than the 2^62 a frame may take"
+            )
+        return size
 
     def instruction(self, inst: Instruction) -> None:
         op = inst.opcode

@@ -5,8 +5,9 @@ Memory holds values in their layout (dlvm.codegen.layout), zeroed when allocated
 interpreter's fresh memory is. `allocateStack` takes bytes from the arena, released when the
 function returns; `allocateHeap` and boxes come from dlrt_alloc and dlrt_box_create (a box's
 content is DLRT_BOX_HEADER bytes past its address). Null pointers, boxes and counts the
-interpreter refuses fail the call with a status; like C, the generated code does not check
-bounds, lifetimes or double frees of memory (the interpreter does)."""
+interpreter refuses fail the call with a status, as does a count whose bytes pass 2^63 - 1;
+like C, the generated code does not check bounds, lifetimes or double frees of memory (the
+interpreter does)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,15 @@ class MemoryOps(HostBase):
         self.fail_if(bad, STATUS_INVALID_ARGUMENT, message, n)
         return n
 
+    def byte_count(self, n: ir.Value, t: Type, status: int, what: str) -> ir.Value:
+        """The bytes of n (>= 0) values of type t, failing with status when they pass 2^63 - 1:
+        a plain product would wrap to a small size (an allocation or copy far too short)."""
+        size = nbytes(t)
+        product = self.b.smul_with_overflow(n, ir.Constant(I64, size))
+        message = f"{what} of %lld elements of {size} bytes each takes more than 2^63 - 1 bytes"
+        self.fail_if(self.b.extract_value(product, 1), status, message, n)
+        return self.b.extract_value(product, 0)
+
     def allocated(self, address: ir.Value) -> ir.Value:
         """address, after failing with DLRT_ERR_OUT_OF_MEMORY (the runtime's message) if null."""
         bad = self.b.icmp_unsigned("==", address, ir.Constant(PTR, None))
@@ -79,7 +89,7 @@ class MemoryOps(HostBase):
 
     def i_allocateHeap(self, inst: Instruction) -> None:
         n = self.count(inst.operands[0], "allocation")
-        size = self.b.mul(n, ir.Constant(I64, nbytes(inst.attrs["type"])))
+        size = self.byte_count(n, inst.attrs["type"], STATUS_OUT_OF_MEMORY, "heap allocation")
         p = self.allocated(self.b.call(self.rt.alloc, [size]))
         self.zero(p, size)
         self.new_word(inst.type, inst, p)
@@ -145,7 +155,8 @@ class MemoryOps(HostBase):
         src, dst, count = inst.operands
         s = self.not_null(self.word(src), "source pointer")
         d = self.not_null(self.word(dst), "destination pointer")
-        size = self.b.mul(self.count(count, "copy"), ir.Constant(I64, nbytes(pointee(src))))
+        n = self.count(count, "copy")
+        size = self.byte_count(n, pointee(src), STATUS_INVALID_ARGUMENT, "copy")
         self.b.call(self.rt.memmove, [d, s, size, ir.Constant(I1, 0)])
 
     def i_trap(self, inst: Instruction) -> None:

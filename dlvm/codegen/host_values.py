@@ -20,6 +20,7 @@ from dlvm.codegen.frame import ALIGN, FramePlan, builds, storage_size
 from dlvm.codegen.layout import element_offsets, enum_case, layout
 from dlvm.codegen.llvm_types import I1, I8, I32, I64, PTR, constant, load_element, memory_type
 from dlvm.codegen.spec import host_symbol
+from dlvm.codegen.static_data import check_static
 from dlvm.ir.literals import AggregateLiteral, EnumLiteral, ScalarLiteral, StructLiteral
 from dlvm.ir.types import (
     ArrayType,
@@ -243,6 +244,8 @@ class HostBase:
         name = f"dl.var.{g.name}"
         found = self.module.globals.get(name)
         if found is None:
+            loc = f"{g.loc}: " if g.loc is not None else ""
+            check_static(nbytes(g.value_type), f"{loc}var @{g.name}")
             ty = ir.ArrayType(I8, max(nbytes(g.value_type), 1))
             found = ir.GlobalVariable(self.module, ty, name)
             found.initializer = ir.Constant(ty, None)
@@ -285,9 +288,11 @@ class HostBase:
             one = ir.Constant(I8, c.constant) if t.dtype.is_bool else c
             if not t.shape:
                 return self.constant(mt, one)
+            check_static(nbytes(t), f"{self.where()}: the constant {lit.use_text()}")
             n = math.prod(t.shape)
             return self.constant(ir.ArrayType(mt, n), ir.Constant(ir.ArrayType(mt, n), [one] * n))
         if not builds(lit):  # zero, undefined, null: zero bytes
+            check_static(nbytes(t), f"{self.where()}: the constant {lit.use_text()}")
             return self.view(self.constant(ir.ArrayType(I8, max(nbytes(t), 1)), None), t)
         out = self.new_value(t, owner)
         self.build(value, out, t)

@@ -16,6 +16,7 @@ from dlvm.codegen.host import HostGen, Runtime, host_function
 from dlvm.codegen.kernel import KernelGen
 from dlvm.codegen.parallel import part_count, run_forked, split
 from dlvm.codegen.spec import host_symbol
+from dlvm.codegen.static_data import check_module
 from dlvm.codegen.unrolling import disable_unrolling
 from dlvm.ir.values import Function, Module
 
@@ -53,6 +54,7 @@ def _generate(module: Module, compact: bool = False) -> tuple[ir.Module, list[li
     entries = {fn: kg.entry for fn, kg in kernels.items()}
     for fn in hosts:
         HostGen(m, fn, rt, entries, hosts).emit()
+    check_module(m)
     units = {fn: [kg.entry, kg.body] for fn, kg in kernels.items()}
     callees = CallGraph(module).callees
     for fn, llfn in hosts.items():

@@ -6,6 +6,8 @@ Values in registers: floats as half/float/double, integers as iN, bools as i1 (s
 
 from __future__ import annotations
 
+import math
+
 from llvmlite import ir
 
 from dlvm.ir.types import DataType
@@ -42,9 +44,19 @@ def store_element(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, dt: DataType) -> 
     b.store(b.zext(v, I8) if dt.is_bool else v, ptr)
 
 
+# The least magnitude an f16 rounds to infinity (65504 and half its last step): llvmlite packs an
+# f16 constant with struct, which refuses it rather than round it.
+_F16_INFINITE = 65520.0
+
+
 def constant(dt: DataType, value: int | float | bool) -> ir.Constant:
+    """A literal's value as a constant of dt's register type; past a float type's range,
+    infinity (docs/ir.md, "Literals and uses")."""
     if dt.is_bool:
         return ir.Constant(I1, int(bool(value)))
     if dt.is_float:
-        return ir.Constant(value_type(dt), float(value))
+        x = float(value)
+        if dt.bits == 16 and abs(x) >= _F16_INFINITE:
+            x = math.copysign(math.inf, x)
+        return ir.Constant(value_type(dt), x)
     return ir.Constant(value_type(dt), int(value))

@@ -17,6 +17,7 @@ from dlvm.ir.literals import (
     ScalarLiteral,
     SpecialLiteral,
     StructLiteral,
+    fits,
 )
 from dlvm.ir.types import TensorType, canonical
 from dlvm.ir.values import ElementKey, LiteralValue
@@ -31,10 +32,9 @@ def literal_value(frame, use: LiteralValue) -> Any:
     if isinstance(lit, ScalarLiteral):
         if not isinstance(t, TensorType):
             raise InterpreterError(f"scalar literal {lit} cannot have type {ty}")
-        try:
-            return np.full(t.shape, lit.value, dtype=frame.dtype(t))
-        except OverflowError as e:
-            raise InterpreterError(f"literal {lit} does not fit {ty}") from e
+        if not fits(lit.value, t.dtype):
+            raise InterpreterError(f"literal {lit} does not fit {ty}")
+        return np.full(t.shape, lit.value, dtype=frame.dtype(t))
     if isinstance(lit, SpecialLiteral):
         return None if lit.word == "null" else zero_of(ty, frame.interp.float64)
     if isinstance(lit, StructLiteral):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from dlvm.ir.types import DataType
     from dlvm.ir.values import Value
 
 
@@ -53,6 +54,25 @@ def format_float(v: float) -> str:
             exp = exp[1:]
         return mantissa + "e" + exp
     return text
+
+
+def fits(value: int | float | bool, dtype: DataType) -> bool:
+    """Whether a scalar literal's value is one of dtype's (docs/ir.md, "Literals and uses"), the
+    one rule the verifier and the interpreter apply: `true` and `false` only for bool; an integer
+    for an integer type within its range (i8: -128 to 127); for a float type a float (past the
+    type's range it is infinity) or an integer, read as the nearest f64 first, so one past f64's
+    range (about 1.8e308) is not."""
+    if isinstance(value, bool) or dtype.is_bool:
+        return isinstance(value, bool) and dtype.is_bool
+    if dtype.is_int:
+        half = 1 << (dtype.bits - 1)
+        return isinstance(value, int) and -half <= value < half
+    if isinstance(value, int):
+        try:
+            float(value)
+        except OverflowError:
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

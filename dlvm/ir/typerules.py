@@ -17,6 +17,7 @@ from dlvm.ir.literals import (
     ScalarLiteral,
     SpecialLiteral,
     StructLiteral,
+    fits,
 )
 from dlvm.ir.types import (
     BOOL,
@@ -620,14 +621,16 @@ def copy(ops: list[Type], attrs: dict[str, Any]) -> Type:
 
 
 def _check_scalar_literal(lit: ScalarLiteral, t: TensorType) -> None:
-    v = lit.value
-    base = t.dtype.base
-    if isinstance(v, bool):
-        ok = base is _BOOL
-    else:
-        ok = base is not _BOOL if isinstance(v, int) else base is _FLOAT
-    if not ok:
-        raise TypeRuleError(f"literal {lit} does not fit data type {t.dtype}")
+    dt = t.dtype
+    if fits(lit.value, dt):
+        return
+    why = ""
+    if dt.is_int and isinstance(lit.value, int) and not isinstance(lit.value, bool):
+        half = 1 << (dt.bits - 1)
+        why = f" ({-half} to {half - 1})"
+    elif dt.is_float and isinstance(lit.value, int):
+        why = " (an integer past the range of f64)"
+    raise TypeRuleError(f"literal {lit} does not fit data type {dt}{why}")
 
 
 def check_literal_operand(value: Any, aggregate_ok: bool) -> None:

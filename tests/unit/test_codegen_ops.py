@@ -69,6 +69,9 @@ case(
     "%h = dataTypeCast %a: <7 x f32> to f16",
     "%r = dataTypeCast %h: <7 x f16> to f64",
 )
+# Past f16's range a literal is infinity (65519 rounds down to 65504, 65520 up to inf).
+case("f16-literals", ["<5 x f16>"], "<5 x f16>", "%m = min %a: <5 x f16>, 65519: f16",
+     "%r = add %m: <5 x f16>, 70000: f16")  # fmt: skip
 case("dot-odd", ["<7 x 13 x f32>", "<13 x 5 x f32>"], "<7 x 5 x f32>",
      "%r = dot %a: <7 x 13 x f32>, %b: <13 x 5 x f32>")  # fmt: skip
 case("dot-one", ["<1 x 1 x f64>", "<1 x 1 x f64>"], "<1 x 1 x f64>",
