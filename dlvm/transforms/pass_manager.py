@@ -18,6 +18,16 @@ from dlvm.transforms.pass_base import Pass
 from dlvm.transforms.pipelines import Pipeline
 
 
+class PassBroke(Exception):
+    """A pass left the module malformed. Its input verified, so this is a bug in the compiler,
+    never in the input: the tools report it as an internal error (exit status 3)."""
+
+    def __init__(self, cls: type[Pass], diags: list[Diagnostic]) -> None:
+        self.diags = diags
+        lines = [f"malformed IR after {cls.name} ({cls.alias})"] + [d.render() for d in diags]
+        super().__init__("\n".join(lines))
+
+
 @dataclass(frozen=True)
 class PassRun:
     """One run of a pass: whether it changed the module, and its time in seconds."""
@@ -71,9 +81,7 @@ class PassManager:
             if self.verify_each:
                 diags = verify(module)
                 if diags:
-                    raise DiagnosticError(
-                        [Diagnostic(f"malformed IR after {cls.name} ({cls.alias})")] + diags
-                    )
+                    raise PassBroke(cls, diags)
             results.append((cls, changed))
             self.runs.append(PassRun(cls.name, cls.alias, changed, seconds))
             if self.print_after_all or cls in self.print_after:
