@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
 from dlvm.ir.types import DataType
+from dlvm.sources import Unreadable, read_source
 from telc import ast
 from telc.syntax import parse
 from telc.types import DTYPES
@@ -166,11 +167,15 @@ class _Loader:
         else:
             path = os.path.join(STDLIB, item.target + ".tel")
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError):
-            if item.is_path:
-                self.error(f"cannot read '{item.target}' (looked for {path})", item.target_span)
+            text = read_source(path)
+        except Unreadable as e:
+            if e.diagnostic is not None:  # not UTF-8: where, in the file used
+                self.diags.append(e.diagnostic)
+            elif item.is_path:
+                self.error(f"cannot read '{item.target}': {path}: {e.reason}", item.target_span)
+            elif os.path.exists(path):
+                self.error(f"cannot read the standard module '{item.target}': {path}: "
+                           f"{e.reason}", item.target_span)  # fmt: skip
             else:
                 names = sorted(n[:-4] for n in os.listdir(STDLIB) if n.endswith(".tel"))
                 hint = _hint(item.target, names)
