@@ -23,7 +23,8 @@ What each layer may import (a module may always import its own layer):
   dlvm.interp (`dlopt --run`), dlvm.codegen (dlc), and the package's `__version__`.
 - dlvm (the package facade): dlvm.loader and dlvm.nnkit, whose names it re-exports for users.
 - telc's front end (telc.ast, telc.types, telc.syntax, telc.program, telc.lower): dlvm.ir,
-  dlvm.diagnostics, and dlvm.artifacts (the parser's tables are cached there).
+  dlvm.diagnostics, dlvm.sources (the files a program `use`s are read as every source is) and
+  dlvm.artifacts (the parser's tables are cached there).
 - telc's driver (telc.driver, telc.library, telc.build, telc.cache, telc.progress): the front
   end, dlvm.ir, dlvm.diagnostics, dlvm.artifacts, dlvm.sources, dlvm.transforms, dlvm.codegen.
 - telc's command line (telc.cli, telc.demo, telc.run): all of telc, dlvm.diagnostics,
@@ -141,7 +142,11 @@ LAYERS = [
         ),
     ),
     Layer("facade", ("dlvm",), ("dlvm.loader", "dlvm.nnkit")),
-    Layer("telc front end", FRONT_END, ("dlvm.ir", "dlvm.diagnostics", "dlvm.artifacts")),
+    Layer(
+        "telc front end",
+        FRONT_END,
+        ("dlvm.ir", "dlvm.diagnostics", "dlvm.sources", "dlvm.artifacts"),
+    ),
     Layer(
         "telc driver",
         DRIVER,
