@@ -1,7 +1,15 @@
 """The limits telc puts on a program, each a located error (docs/tel.md, "Limits"): how deeply
-expressions and statements nest, and how many digits a number has."""
+expressions and statements nest, how many digits a number has, how deeply modules use each
+other and compiling recurses; and `deep_stack`, which runs the front end on a thread whose
+stack holds the deepest recursion those limits allow."""
 
 from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar, cast
 
 from lark import Tree
 
@@ -14,6 +22,11 @@ MAX_NESTING = 256
 # The digits of a number literal: more than any number TEL holds (an i64 has 19, the largest
 # f64 309 before its point, its shortest exact decimals a few dozen) would ever need.
 MAX_DIGITS = 400
+# How many modules deep `use` may go (a uses b, which uses c…).
+MAX_USE_DEPTH = 256
+# How deeply compiling may recurse: nested expressions and blocks, counted on through the
+# functions they call and the dims and consts they name (each a body compiled inside the call).
+MAX_DEPTH = 2048
 
 # The parse-tree nodes that make one level of nesting (grammar.lark's rule names): of an
 # expression, operators, postfix forms, calls, aggregates and conditionals; of statements, those
@@ -75,3 +88,101 @@ def _too_deep(node: Tree, source: Source) -> Diagnostic:
         Location(source, start),
         notes=(help_line(fix),),
     )
+
+
+# deep_stack ------------------------------------------------------------------------------
+
+# The most Python frames one level of MAX_DEPTH takes is 7 (a call of a built-in: the call, the
+# registry's check and match, the evaluation of an argument); tests/unit/test_tel_limits.py
+# measures the deepest programs. Twice that, and what the driver and a test runner need below
+# the front end, make the recursion limit.
+FRAMES_PER_LEVEL = 16
+FRAMES_BELOW = 1000
+RECURSION_LIMIT = MAX_DEPTH * FRAMES_PER_LEVEL + FRAMES_BELOW
+# The thread's stack: Python 3.11 and later keep Python frames on the heap, and a program at
+# MAX_DEPTH then needs under 2 MiB of C stack; 3.10 puts each Python call on the C stack too (a
+# few hundred bytes each, some 10 MiB at RECURSION_LIMIT). Only the pages used are committed.
+STACK_BYTES = 64 * 1024 * 1024
+
+P = ParamSpec("P")
+T = TypeVar("T")
+_lock = threading.Lock()
+_running = 0  # deep_stack calls in progress
+_saved_limit = 0  # the recursion limit before the first of them
+
+
+def deep_stack(work: Callable[P, T]) -> Callable[P, T]:
+    """`work` run on a thread with a STACK_BYTES stack, under a recursion limit of at least
+    RECURSION_LIMIT (restored when the last such call ends), so that the recursion the limits
+    allow always fits: Python's defaults (1000 frames, 8 MiB of stack) hold about 100 nested
+    calls. Its result or exception is the caller's; a thread that is already deep_stack's runs
+    `work` in place."""
+
+    @functools.wraps(work)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        if getattr(_here, "deep", False):
+            return work(*args, **kwargs)
+        outcome: list[Any] = []
+
+        def body() -> None:
+            _here.deep = True
+            try:
+                outcome.append((True, work(*args, **kwargs)))
+            except BaseException as e:  # noqa: BLE001 - raised again on the caller's thread
+                outcome.append((False, e))
+            finally:
+                _here.deep = False
+
+        _enter()
+        try:
+            thread = _start(body)
+            if thread is None:  # no thread to be had: in place, within the raised limit
+                body()
+            else:
+                thread.join()
+        finally:
+            _leave()
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return cast(T, value)
+
+    return run
+
+
+_here = threading.local()
+
+
+def _start(body: Callable[[], None]) -> threading.Thread | None:
+    """A thread running body with a STACK_BYTES stack, or None if the system refuses one."""
+    with _lock:
+        try:
+            size = threading.stack_size(STACK_BYTES)
+        except (ValueError, RuntimeError):
+            return None
+        try:
+            thread = threading.Thread(target=body, name="telc-front-end", daemon=True)
+            thread.start()
+        except RuntimeError:  # "can't start new thread": no memory for the stack
+            return None
+        finally:
+            threading.stack_size(size)
+    return thread
+
+
+def _enter() -> None:
+    global _running, _saved_limit
+    with _lock:
+        if _running == 0:
+            _saved_limit = sys.getrecursionlimit()
+        _running += 1
+        if sys.getrecursionlimit() < RECURSION_LIMIT:
+            sys.setrecursionlimit(RECURSION_LIMIT)
+
+
+def _leave() -> None:
+    global _running
+    with _lock:
+        _running -= 1
+        if _running == 0 and sys.getrecursionlimit() == max(_saved_limit, RECURSION_LIMIT):
+            sys.setrecursionlimit(_saved_limit)

@@ -13,6 +13,7 @@ from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
 from dlvm.ir.types import DataType
 from dlvm.sources import Unreadable, read_source
 from telc import ast
+from telc.limits import MAX_USE_DEPTH, deep_stack, help_line
 from telc.syntax import parse
 from telc.types import DTYPES
 
@@ -51,8 +52,11 @@ class Program:
     defines: dict[str, int | float]
 
 
+@deep_stack
 def load(path: str, text: str, defines: dict[str, int | float] | None = None) -> Program:
-    """Parses the root file and everything it uses; DiagnosticError with every problem."""
+    """Parses the root file and everything it uses; DiagnosticError with every problem. A
+    module is loaded inside the `use` that names it, up to MAX_USE_DEPTH deep, on a deep stack
+    (telc.limits)."""
     loader = _Loader()
     root = loader.unit(path, text, None)
     if loader.diags:
@@ -89,6 +93,17 @@ class _Loader:
             return None
         if key in self.by_path:
             return self.by_path[key]
+        if len(self.loading) >= MAX_USE_DEPTH:
+            assert used_at is not None
+            chain = " -> ".join(os.path.basename(p) for p in self.loading[:3])
+            self.diags.append(
+                Diagnostic(
+                    f"modules use each other more than {MAX_USE_DEPTH} deep ({chain} -> …)",
+                    used_at.span.loc,
+                    notes=(help_line("use the modules this one needs from the root directly"),),
+                )
+            )
+            return None
         source = Source(path, text)
         try:
             tree = parse(source)

@@ -1,20 +1,28 @@
-"""The limits of telc/limits.py (docs/tel.md, "Limits") that the parser enforces: nesting
-deeper than MAX_NESTING and number literals of more than MAX_DIGITS digits are errors at the
-place they are written, found before anything recurses over the tree; a chain of one operator
-is one level however long."""
+"""The limits of telc/limits.py (docs/tel.md, "Limits"): what a program may be and what is a
+located error instead of a crash. Long chains of an operator compile however long; nesting
+deeper than MAX_NESTING, compiling deeper than MAX_DEPTH (through functions, dims and consts),
+modules used more than MAX_USE_DEPTH deep and number literals of more than MAX_DIGITS digits
+are errors at the place they are written; and deep_stack gives the front end room for
+everything within the limits."""
 
 from __future__ import annotations
 
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError
-from telc import ast
+from dlvm.ir.printer import module_text
+from telc import ast, limits
 from telc.cli import cli
 from telc.driver import compile_text
-from telc.limits import MAX_DIGITS, MAX_NESTING
+from telc.limits import MAX_DEPTH, MAX_DIGITS, MAX_NESTING, MAX_USE_DEPTH
+from telc.lower import context
+from telc.lower.dependencies import DeclarationGraph
+from telc.lower.walk import ProgramFacts
 from telc.program import load
 
 
@@ -41,6 +49,23 @@ def helps(d: Diagnostic) -> list[str]:
 # Chains of an operator: as long as one likes ----------------------------------------------
 
 
+@pytest.mark.parametrize("op", ["+", "-", "*", "/", ".", "and", "or"])
+def test_a_long_chain_of_one_operator_compiles(op: str) -> None:
+    operand = {"and": "c", "or": "c", ".": "m"}.get(op, "x")
+    terms = f" {op} ".join([operand] * 3000)
+    text = f"x: in[2]\nc: in bool[2]\nm: in[2 x 2]\ny: out = {terms}\n"
+    ir = module_text(compile_text("chain.tel", text).module)
+    assert ir.count("\n") > 3000
+
+
+def test_a_sum_of_ten_thousand_terms_compiles_through_the_command_line(tmp_path: Path) -> None:
+    path = tmp_path / "sum.tel"
+    path.write_text("x: in[2]\ny: out = " + " + ".join(["x"] * 10_000) + "\n", encoding="utf-8")
+    for command in (["check", "-q"], ["build", "--emit", "ir"]):
+        result = CliRunner().invoke(cli, [*command, str(path)])
+        assert result.exit_code == 0, result.output
+
+
 def test_a_chain_is_folded_to_the_left_with_the_spans_of_nested_operators() -> None:
     text = "y: out = (a) + (b // note\n) - c * d * (e)\n"
     decl = load("m.tel", text).root.tree.items[0]
@@ -54,6 +79,14 @@ def test_a_chain_is_folded_to_the_left_with_the_spans_of_nested_operators() -> N
     product = outer.right
     assert isinstance(product, ast.Binary) and product.span.text() == "c * d * (e)"
     assert isinstance(product.left, ast.Binary) and product.left.span.text() == "c * d"
+
+
+def test_an_error_inside_a_long_chain_is_located() -> None:
+    terms = ["x"] * 2000
+    terms[1500] = "q"
+    d = only("x: in[2]\ny: out = " + " + ".join(terms) + "\n")
+    assert d.message == "unknown name 'q'"
+    assert where(d) == (2, 10 + 1500 * 4)
 
 
 # Nesting ------------------------------------------------------------------------------------
@@ -96,6 +129,11 @@ def test_nesting_beyond_the_limit_is_located(kind: str) -> None:
         assert col == column + n * len(opening)
 
 
+@pytest.mark.parametrize("kind", NESTS)
+def test_nesting_to_the_limit_compiles(kind: str) -> None:
+    compile_text("deep.tel", _nested(kind, MAX_NESTING // _levels(kind)))
+
+
 def test_nesting_far_beyond_the_limit_is_refused_before_anything_recurses() -> None:
     d = only("x: in[2]\ny: out = " + "-" * 200_000 + "x\n")
     assert d.message == f"expression nested deeper than {MAX_NESTING} levels"
@@ -110,6 +148,157 @@ def test_nested_statements_beyond_the_limit_are_located() -> None:
     assert d.message == f"statements nested deeper than {MAX_NESTING} levels"
     assert where(d) == (3 + depth, 5)
     assert helps(d) == ["help: move the inner statements into a function"]
+
+
+def test_two_hundred_nested_calls_compile() -> None:
+    compile_text("calls.tel", "x: in[2]\ny: out = " + "exp(" * 200 + "x" + ")" * 200 + "\n")
+
+
+# Depth through functions, dims and consts ---------------------------------------------------
+
+
+def _function_chain(n: int) -> str:
+    lines = ["x: in[2]", "def f0(a: [2]) -> [2] = a"]
+    lines += [f"def f{i}(a: [2]) -> [2] = f{i - 1}(a) + 1" for i in range(1, n)]
+    return "\n".join([*lines, f"y: out = f{n - 1}(x)", ""])
+
+
+def test_a_chain_of_functions_compiles_up_to_the_depth_limit() -> None:
+    compile_text("chain.tel", _function_chain(500))  # Python's own limit held fewer than 100
+
+
+def test_a_chain_of_functions_beyond_the_depth_limit_is_located() -> None:
+    diags = errors(_function_chain(MAX_DEPTH // 2 + 50))
+    d = diags[0]
+    assert d.message.startswith(f"nested deeper than {MAX_DEPTH} levels, counting")
+    assert where(d)[0] > 2 and helps(d)[0].startswith("help: shorten the chain of functions")
+
+
+@pytest.mark.parametrize("kind", ["dim", "const"])
+def test_a_chain_of_dims_or_consts_is_compiled_or_located(kind: str) -> None:
+    def chain(n: int) -> str:
+        name = "D" if kind == "dim" else "C"
+        lines = [f"{kind} {name}0 = 1"]
+        lines += [f"{kind} {name}{i} = {name}{i - 1} + 0" for i in range(1, n)]
+        use = f"x: in[{name}{n - 1}]\ny: out = x" if kind == "dim" else f"y: out = {name}{n - 1}"
+        return "\n".join([*lines, use, ""])
+
+    compile_text("chain.tel", chain(1000))
+    assert any(d.message.startswith("nested deeper than") for d in errors(chain(2 * MAX_DEPTH)))
+
+
+def test_declarations_are_ordered_without_recursion() -> None:
+    n = 3 * sys.getrecursionlimit()
+    lines = ["x: in[2]", f"y: out = h{n - 1}"]
+    lines += [f"h{i}: hidden = h{i - 1} + 1" for i in range(n - 1, 0, -1)] + ["h0: hidden = x"]
+    program = load("decls.tel", "\n".join(lines) + "\n")
+
+    class Reporter:
+        def error(self, span: ast.Span, message: str, details: list[str] | None = None) -> None:
+            raise AssertionError(message)
+
+    # On this thread (not deep_stack's), under Python's own recursion limit.
+    graph = DeclarationGraph(program, ProgramFacts(program), Reporter())
+    order = graph.dependency_order()
+    assert order is not None and order[:2] == ["x", "h0"] and order[-1] == "y"
+
+
+def test_modules_used_more_than_the_limit_deep_are_located(tmp_path: Path) -> None:
+    for i in range(MAX_USE_DEPTH + 1):
+        (tmp_path / f"m{i}.tel").write_text(f"use ./m{i + 1}\n" if i < MAX_USE_DEPTH else "")
+    root = tmp_path / "root.tel"
+    d = only("use ./m0\nx: in[2]\ny: out = x\n", str(root))
+    assert d.message.startswith(f"modules use each other more than {MAX_USE_DEPTH} deep")
+    assert str(d.loc) == f"{tmp_path / f'm{MAX_USE_DEPTH - 2}.tel'}:1:1"  # root.tel is the first
+
+
+# Frames per level: what RECURSION_LIMIT is made of -------------------------------------------
+
+
+def _peak(text: str) -> tuple[int, int]:
+    """The most Python frames on deep_stack's thread and the deepest Context.depth while
+    compiling text."""
+    peak = [0, 0]
+    depth: list[int | None] = [None]
+    contexts: list[context.Context] = []
+
+    def profile(frame, event, arg) -> None:
+        if event == "call":
+            if depth[0] is None:
+                n, f = 0, frame
+                while f is not None:
+                    n, f = n + 1, f.f_back
+                depth[0] = n
+            else:
+                depth[0] += 1
+            peak[0] = max(peak[0], depth[0])
+            if contexts:
+                peak[1] = max(peak[1], contexts[-1].depth)
+        elif event == "return" and depth[0] is not None:
+            depth[0] -= 1
+
+    init = context.Context.__init__
+
+    def recording(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        contexts.append(self)
+
+    context.Context.__init__ = recording  # type: ignore[method-assign]
+    threading.setprofile(profile)
+    try:
+        compile_text("deep.tel", text)
+    finally:
+        threading.setprofile(None)  # type: ignore[arg-type]
+        context.Context.__init__ = init  # type: ignore[method-assign]
+    return peak[0], peak[1]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _function_chain(150),
+        "x: in[2]\ny: out = " + "exp(" * 200 + "x" + ")" * 200 + "\n",
+        "x: in[2]\nc: in bool\n"
+        + "def f0(a: [2], c: bool) -> [2] = a\n"
+        + "".join(f"def f{i}(a: [2], c: bool) -> [2] = if c then f{i - 1}(a, c) else a\n"
+                  for i in range(1, 150))
+        + "y: out = f149(x, c)\n",
+    ],
+    ids=["functions", "built-ins", "conditionals"],
+)  # fmt: skip
+def test_a_level_of_depth_takes_at_most_half_the_frames_allowed(text: str) -> None:
+    frames, depth = _peak(text)
+    assert depth > 100
+    assert frames <= depth * limits.FRAMES_PER_LEVEL // 2
+
+
+# deep_stack -----------------------------------------------------------------------------------
+
+
+def test_deep_stack_restores_the_recursion_limit_and_passes_exceptions_on() -> None:
+    before = sys.getrecursionlimit()
+    seen = []
+
+    @limits.deep_stack
+    def inner() -> int:
+        seen.append(sys.getrecursionlimit())
+        return threading.get_ident()
+
+    @limits.deep_stack
+    def outer() -> int:
+        assert inner() == threading.get_ident()  # already deep: in place
+        raise KeyError("x")
+
+    with pytest.raises(KeyError):
+        outer()
+    assert seen == [limits.RECURSION_LIMIT] and sys.getrecursionlimit() == before
+    assert inner() != threading.get_ident()
+
+
+def test_deep_stack_runs_in_place_without_a_thread(monkeypatch) -> None:
+    monkeypatch.setattr(limits, "_start", lambda body: None)
+    compile_text("calls.tel", "x: in[2]\ny: out = " + "exp(" * 100 + "x" + ")" * 100 + "\n")
+    assert not getattr(limits._here, "deep", False)
 
 
 # Numbers --------------------------------------------------------------------------------------
@@ -146,6 +335,3 @@ def test_a_define_with_too_many_digits_is_bad_usage(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["check", str(path), "-D", f"B={'9' * 5000}"])
     assert result.exit_code == 2
     assert f"the number has 5000 digits, above the limit of {MAX_DIGITS}" in result.output
-
-
-# Tensor sizes ---------------------------------------------------------------------------------
