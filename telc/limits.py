@@ -1,11 +1,12 @@
 """The limits telc puts on a program, each a located error (docs/tel.md, "Limits"): how deeply
 expressions and statements nest, how many digits a number has, how deeply modules use each
-other and compiling recurses; and `deep_stack`, which runs the front end on a thread whose
-stack holds the deepest recursion those limits allow."""
+other and compiling recurses, how large a tensor is; and `deep_stack`, which runs the front end
+on a thread whose stack holds the deepest recursion those limits allow."""
 
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -27,6 +28,10 @@ MAX_USE_DEPTH = 256
 # How deeply compiling may recurse: nested expressions and blocks, counted on through the
 # functions they call and the dims and consts they name (each a body compiled inside the call).
 MAX_DEPTH = 2048
+# The bytes of one tensor: fewer than 2**62, so that no size or offset computed from it (a
+# frame of several tensors, an end pointer) can wrap a signed 64-bit integer, and far beyond any
+# machine's address space (2**48 on x86-64 today, 2**57 with five-level paging).
+MAX_TENSOR_BYTES = 1 << 62
 
 # The parse-tree nodes that make one level of nesting (grammar.lark's rule names): of an
 # expression, operators, postfix forms, calls, aggregates and conditionals; of statements, those
@@ -45,6 +50,18 @@ def digits(number: str) -> int:
     """The significant digits of a number's text (`007.50e3`: 3), exponent aside."""
     mantissa = number.strip().lower().lstrip("+-").partition("e")[0]
     return sum(c.isdigit() for c in mantissa.lstrip("0._"))
+
+
+def too_large(dtype_bytes: int, shape: tuple[int, ...], shown: str) -> str | None:
+    """Why a tensor of this shape and element size is larger than a tensor may be (shown is
+    its type as a message writes it), or None when it is not."""
+    size = math.prod(shape) * dtype_bytes
+    if size < MAX_TENSOR_BYTES:
+        return None
+    return (
+        f"{shown} is too large: {size} bytes (2**{math.log2(size):.4g}); "
+        "a tensor must take fewer than 2**62 bytes"
+    )
 
 
 def help_line(text: str) -> Diagnostic:

@@ -15,7 +15,7 @@ from dlvm.ir.typerules import TypeRuleError
 from dlvm.ir.types import DataType, FunctionType, TensorType, TupleType, Type
 from dlvm.ir.values import Block, Function, Instruction, Module, Value, fresh_name
 from telc import ast
-from telc.limits import MAX_DEPTH, help_line
+from telc.limits import MAX_DEPTH, help_line, too_large
 from telc.lower.values import POISON, TV, Elaborated, _Poison, show, weak_misfit
 from telc.lower.walk import ProgramFacts
 from telc.program import Program, Unit
@@ -166,10 +166,17 @@ class Context:
             self.error(span, self.refusal)
             raise Abort
         try:
-            return self.b.build(opname, operands, None, **attrs)
+            value = self.b.build(opname, operands, None, **attrs)
         except TypeRuleError as e:
             self.error(span, f"internal error: telc produced an ill-typed '{opname}': {e}")
             raise Abort from None
+        ty = value.type
+        if isinstance(ty, TensorType) and ty.shape:
+            error = too_large(ty.dtype.size, ty.shape, show(ty))
+            if error is not None:  # a broadcast, a concatenation… larger than any tensor
+                self.error(span, error)
+                raise Abort
+        return value
 
     def name_value(self, value: Value | None, name: str) -> None:
         """Gives an instruction the TEL name it is bound to (unique within the function)."""

@@ -1,9 +1,9 @@
 """The limits of telc/limits.py (docs/tel.md, "Limits"): what a program may be and what is a
 located error instead of a crash. Long chains of an operator compile however long; nesting
 deeper than MAX_NESTING, compiling deeper than MAX_DEPTH (through functions, dims and consts),
-modules used more than MAX_USE_DEPTH deep and number literals of more than MAX_DIGITS digits
-are errors at the place they are written; and deep_stack gives the front end room for
-everything within the limits."""
+modules used more than MAX_USE_DEPTH deep, number literals of more than MAX_DIGITS digits and
+tensors of 2**62 bytes or more are errors at the place they are written; and deep_stack gives
+the front end room for everything within the limits."""
 
 from __future__ import annotations
 
@@ -335,3 +335,23 @@ def test_a_define_with_too_many_digits_is_bad_usage(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["check", str(path), "-D", f"B={'9' * 5000}"])
     assert result.exit_code == 2
     assert f"the number has 5000 digits, above the limit of {MAX_DIGITS}" in result.output
+
+
+# Tensor sizes ---------------------------------------------------------------------------------
+
+
+def test_a_declared_tensor_of_2_to_the_62_bytes_or_more_is_located() -> None:
+    d = only("x: param f32[2147483648 x 2147483648] = 0.0\ny: out = x\n")
+    assert d.message == (
+        "f32[2147483648 x 2147483648] is too large: 18446744073709551616 bytes (2**64); "
+        "a tensor must take fewer than 2**62 bytes"
+    )
+    assert where(d) == (1, 10)
+    assert only("dim N = 4611686018427387904\nx: in bool[N]\n").loc is not None
+    compile_text("big.tel", "x: in f32[1073741824 x 536870912]\ny: out = x\n")  # 2**61 bytes
+
+
+def test_a_computed_tensor_of_2_to_the_62_bytes_or_more_is_located() -> None:
+    d = only("x: in[2147483648 x 1]\ny: in[1 x 2147483648]\nz: out = x + y\n")
+    assert d.message.startswith("f32[2147483648 x 2147483648] is too large")
+    assert where(d) == (3, 10)
