@@ -16,6 +16,10 @@ from lark import Tree
 
 from dlvm.diagnostics import Diagnostic, Location, Source
 
+# The bytes of a TEL file. Parsing takes about 8 µs and 250 bytes of memory per byte of TEL, so
+# a file at the limit takes half a minute and a GiB; a model is a few KiB. (Any source file,
+# IR included, is at most dlvm.sources.MAX_SOURCE_BYTES.)
+MAX_TEL_BYTES = 4 * 1024 * 1024
 # How deeply one item's expressions and statements may nest: what a person writes stays far
 # below (clang's default bracket depth is 256 too), and every walk of the syntax tree stays
 # well within deep_stack. A chain of one operator (`a + b + c + …`) is one level, however long.
@@ -52,15 +56,31 @@ def digits(number: str) -> int:
     return sum(c.isdigit() for c in mantissa.lstrip("0._"))
 
 
-def too_large(dtype_bytes: int, shape: tuple[int, ...], shown: str) -> str | None:
-    """Why a tensor of this shape and element size is larger than a tensor may be (shown is
-    its type as a message writes it), or None when it is not."""
+def too_large(dtype_bytes: int, shape: tuple[int, ...], shown: Callable[[], str]) -> str | None:
+    """Why a tensor of this shape and element size is larger than a tensor may be (`shown()`
+    writes its type as a message does), or None when it is not."""
     size = math.prod(shape) * dtype_bytes
     if size < MAX_TENSOR_BYTES:
         return None
     return (
-        f"{shown} is too large: {size} bytes (2**{math.log2(size):.4g}); "
+        f"{shown()} is too large: {size} bytes (2**{math.log2(size):.4g}); "
         "a tensor must take fewer than 2**62 bytes"
+    )
+
+
+def size_error(source: Source) -> Diagnostic | None:
+    """The error for a TEL file of more than MAX_TEL_BYTES, at its start; None if it is not."""
+    text = source.text
+    if len(text) * 4 <= MAX_TEL_BYTES:  # fewer bytes than that, whatever the characters
+        return None
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size <= MAX_TEL_BYTES:
+        return None
+    mib = MAX_TEL_BYTES // (1024 * 1024)
+    return Diagnostic(
+        f"this file has {size} bytes of TEL; telc reads at most {MAX_TEL_BYTES} ({mib} MiB)",
+        Location(source, 0),
+        notes=(help_line("split it into modules that `use` each other"),),
     )
 
 

@@ -18,7 +18,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from dlvm.artifacts import cache_dir, read_checked, sha256, write_checked
 from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
 from telc import ast
-from telc.limits import nesting_errors
+from telc.limits import nesting_errors, size_error
 from telc.syntax_tree import build
 
 # A newline after one of these continues the line.
@@ -124,9 +124,15 @@ def _parser() -> Lark:
 def parse(source: Source) -> ast.Module:
     """The syntax tree of one file; DiagnosticError with every syntax error found."""
     text = source.text
+    too_large = size_error(source)
+    if too_large is not None:
+        raise DiagnosticError([too_large])
     diags: list[Diagnostic] = []
     # After an error, the rest of the faulty item is blanked out (columns and lines kept) and
-    # the file parsed again, so later independent errors are reported too.
+    # the file parsed again, so later independent errors are reported too: up to 50, and while
+    # the parses so far have read less than twice the file and 2 MiB, so that a large file with
+    # many errors takes a few parses' time, not 50.
+    budget = 2 * len(text) + REPARSE_FLOOR
     for _ in range(50):
         try:
             tree = _parser().parse(text)
@@ -138,6 +144,9 @@ def parse(source: Source) -> ast.Module:
             else:
                 diag, offset = _describe(e, source, text)
             diags.append(diag)
+            budget -= offset
+            if budget < 0:
+                break
             blanked = _blank_item(text, offset)
             if blanked == text:
                 break
@@ -173,6 +182,9 @@ def _starts_item(text: str, i: int) -> bool:
     a comment and does not close a block)."""
     return i < len(text) and text[i] not in " \t\r\n}/)]"
 
+
+# Characters the parses after a syntax error may read whatever the file's size (see parse).
+REPARSE_FLOOR = 2 << 20
 
 # What a user calls the terminals lark expects.
 _EXPRESSION_START = {"NAME", "INT", "FLOAT", "LPAR", "LSQB", "NEG", "NOT", "TRUE", "FALSE", "IF"}

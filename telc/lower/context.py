@@ -172,7 +172,7 @@ class Context:
             raise Abort from None
         ty = value.type
         if isinstance(ty, TensorType) and ty.shape:
-            error = too_large(ty.dtype.size, ty.shape, show(ty))
+            error = too_large(ty.dtype.size, ty.shape, lambda: show(ty))
             if error is not None:  # a broadcast, a concatenation… larger than any tensor
                 self.error(span, error)
                 raise Abort

@@ -193,7 +193,7 @@ class Resolver:
         if dt is None or shape is None:
             return None
         ty = TensorType(shape, dt)
-        error = too_large(dt.size, shape, show(ty))
+        error = too_large(dt.size, shape, lambda: show(ty))
         if error is not None:
             self.cx.error(spec.span, error)
             return None

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.printer import module_text
-from telc import ast, limits
+from telc import ast, limits, syntax
 from telc.cli import cli
 from telc.driver import compile_text
 from telc.limits import MAX_DEPTH, MAX_DIGITS, MAX_NESTING, MAX_USE_DEPTH
@@ -355,3 +355,24 @@ def test_a_computed_tensor_of_2_to_the_62_bytes_or_more_is_located() -> None:
     d = only("x: in[2147483648 x 1]\ny: in[1 x 2147483648]\nz: out = x + y\n")
     assert d.message.startswith("f32[2147483648 x 2147483648] is too large")
     assert where(d) == (3, 10)
+
+
+# File sizes -----------------------------------------------------------------------------------
+
+
+def test_a_tel_file_of_more_than_the_limit_is_refused_before_parsing() -> None:
+    text = "x: in[2]\ny: out = x\n// " + "é" * (limits.MAX_TEL_BYTES // 2)  # 2 bytes each
+    d = only(text)
+    size = len(text.encode())
+    assert d.message == f"this file has {size} bytes of TEL; telc reads at most 4194304 (4 MiB)"
+    assert where(d) == (1, 1) and helps(d) == ["help: split it into modules that `use` each other"]
+    compile_text("m.tel", text[: limits.MAX_TEL_BYTES // 2])
+
+
+def test_a_large_file_with_many_errors_is_parsed_a_few_times_only(monkeypatch) -> None:
+    monkeypatch.setattr(syntax, "REPARSE_FLOOR", 0)  # as if the file were large
+    lines = ["x: in[2]"] + [f"y{i}: out = x + ) 1" for i in range(40)]
+    reported = errors("\n".join(lines) + "\n")
+    assert 1 < len(reported) < 40  # not one parse per error
+    monkeypatch.undo()
+    assert len(errors("\n".join(lines) + "\n")) == 40
