@@ -24,8 +24,8 @@ MAX_TEL_BYTES = 4 * 1024 * 1024
 # below (clang's default bracket depth is 256 too), and every walk of the syntax tree stays
 # well within deep_stack. A chain of one operator (`a + b + c + …`) is one level, however long.
 MAX_NESTING = 256
-# The digits of a number literal: more than any number TEL holds (an i64 has 19, the largest
-# f64 309 before its point, its shortest exact decimals a few dozen) would ever need.
+# The digits of a number literal: more than any number TEL holds would ever need (an i64 has
+# 19, the largest f64 309 before its point, and 17 significant digits name any f64).
 MAX_DIGITS = 400
 # How many modules deep `use` may go (a uses b, which uses c…).
 MAX_USE_DEPTH = 256

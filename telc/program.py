@@ -96,11 +96,12 @@ class _Loader:
         if len(self.loading) >= MAX_USE_DEPTH:
             assert used_at is not None
             chain = " -> ".join(os.path.basename(p) for p in self.loading[:3])
+            fix = "make the chain shorter: a module can `use` several side by side"
             self.diags.append(
                 Diagnostic(
                     f"modules use each other more than {MAX_USE_DEPTH} deep ({chain} -> …)",
                     used_at.span.loc,
-                    notes=(help_line("use the modules this one needs from the root directly"),),
+                    notes=(help_line(fix),),
                 )
             )
             return None
