@@ -39,8 +39,8 @@ MAX_TENSOR_BYTES = 1 << 62
 
 # The parse-tree nodes that make one level of nesting (grammar.lark's rule names): of an
 # expression, operators, postfix forms, calls, aggregates and conditionals; of statements, those
-# that open a block. Each counts on its own: an expression inside 200 nested `if`s may still
-# nest 256 levels.
+# that open a block; of a type, tuples. Each counts on its own: an expression inside 200 nested
+# `if`s may still nest 256 levels.
 EXPRESSIONS = frozenset(
     {
         "binary", "unary", "transpose", "index", "call", "reshape", "conditional", "tuple",
@@ -48,6 +48,7 @@ EXPRESSIONS = frozenset(
     }
 )  # fmt: skip
 STATEMENTS = frozenset({"if_statement", "for_statement"})
+TYPES = frozenset({"tuple_type"})  # `((f32, f32), f32)`
 
 
 def digits(number: str) -> int:
@@ -97,29 +98,38 @@ def nesting_errors(tree: Tree, source: Source) -> list[Diagnostic]:
     for item in tree.children:
         if not isinstance(item, Tree):
             continue
-        stack: list[tuple[Tree, int, int]] = [(item, 0, 0)]  # node, expression and statement depth
+        # Each node with the depths of expressions, statements and types it is in.
+        stack: list[tuple[Tree, int, int, int]] = [(item, 0, 0, 0)]
         while stack:
-            node, expr, stmt = stack.pop()
+            node, expr, stmt, typ = stack.pop()
             if node.data in STATEMENTS:
                 expr, stmt = 0, stmt + 1
             elif node.data in EXPRESSIONS:
                 expr += 1
-            if max(expr, stmt) > MAX_NESTING:
+            elif node.data in TYPES:
+                typ += 1
+            if max(expr, stmt, typ) > MAX_NESTING:
                 diags.append(_too_deep(node, source))
                 break
-            stack.extend((c, expr, stmt) for c in reversed(node.children) if isinstance(c, Tree))
+            children = reversed(node.children)
+            stack.extend((c, expr, stmt, typ) for c in children if isinstance(c, Tree))
     return diags
 
 
+# What is nested too deeply, by the kind of node one level too deep, and how to fix it.
+_WHAT = {**{n: "statements" for n in STATEMENTS}, **{n: "type" for n in TYPES}}
+_FIXES = {
+    "statements": "move the inner statements into a function",
+    "type": "make the tuple type flatter",
+    "expression": "give a part of it a name: `let` in a function, a `hidden` declaration in "
+    "a model",
+}
+
+
 def _too_deep(node: Tree, source: Source) -> Diagnostic:
-    statement = node.data in STATEMENTS
-    what = "statements" if statement else "expression"
+    what = _WHAT.get(node.data, "expression")
     start = node.meta.start_pos if not node.meta.empty else 0
-    fix = (
-        "move the inner statements into a function"
-        if statement
-        else "give a part of it a name: `let` in a function, a `hidden` declaration in a model"
-    )
+    fix = _FIXES[what]
     return Diagnostic(
         f"{what} nested deeper than {MAX_NESTING} levels",
         Location(source, start),

@@ -150,6 +150,17 @@ def test_nested_statements_beyond_the_limit_are_located() -> None:
     assert helps(d) == ["help: move the inner statements into a function"]
 
 
+def test_a_type_nested_beyond_the_limit_is_located() -> None:
+    def program(n: int) -> str:
+        return f"x: in[2]\ndef f(a: [2]) -> {'(' * n}[2]{')' * n} = a\ny: out = f(x)\n"
+
+    d = only(program(MAX_NESTING + 1))
+    assert d.message == f"type nested deeper than {MAX_NESTING} levels"
+    assert where(d) == (2, 18 + MAX_NESTING) and helps(d) == ["help: make the tuple type flatter"]
+    [d] = errors(program(MAX_NESTING))  # parsed: the result is not a tuple of tuples
+    assert d.message.startswith("the result of 'f': expected (((")
+
+
 def test_two_hundred_nested_calls_compile() -> None:
     compile_text("calls.tel", "x: in[2]\ny: out = " + "exp(" * 200 + "x" + ")" * 200 + "\n")
 
