@@ -378,28 +378,29 @@ class Module(Node):
 
 def dump(module: Module) -> str:
     """The tree as indented text, one node per line with its line:col and its plain fields
-    (`telc --emit ast`); child nodes follow indented under the field that holds them."""
+    (`telc --emit ast`); child nodes follow indented under the field that holds them. The walk
+    keeps its own stack: a chain `a + b + c …` is as deep as it is long."""
     lines: list[str] = []
-    for item in module.items:
-        _dump(item, "", 0, lines)
+    stack: list[tuple[Node, str, int]] = [(item, "", 0) for item in reversed(module.items)]
+    while stack:
+        node, label, depth = stack.pop()
+        line, col = node.span.loc.line_col
+        plain = []
+        children: list[tuple[Node, str, int]] = []
+        for f in fields(node):
+            value = getattr(node, f.name)
+            if isinstance(value, Span):
+                continue
+            items = value if isinstance(value, tuple) else (value,)
+            if value != () and all(isinstance(v, Node) for v in items):
+                many = isinstance(value, tuple)
+                labels = [f"{f.name}[{i}]" if many else f.name for i in range(len(items))]
+                children += [(v, name, depth + 1) for v, name in zip(items, labels)]
+            elif value is not None and value != () and value is not False:
+                plain.append(
+                    f"{f.name}={value!r}" if isinstance(value, str) else f"{f.name}={value}"
+                )
+        head = "  " * depth + (f"{label}: " if label else "") + type(node).__name__
+        lines.append(" ".join([head, f"<{line}:{col}>", *plain]))
+        stack.extend(reversed(children))
     return "\n".join(lines) + "\n"
-
-
-def _dump(node: Node, label: str, depth: int, lines: list[str]) -> None:
-    line, col = node.span.loc.line_col
-    plain = []
-    children: list[tuple[str, Node]] = []
-    for f in fields(node):
-        value = getattr(node, f.name)
-        if isinstance(value, Span):
-            continue
-        items = value if isinstance(value, tuple) else (value,)
-        if value != () and all(isinstance(v, Node) for v in items):
-            many = isinstance(value, tuple)
-            children += [(f"{f.name}[{i}]" if many else f.name, v) for i, v in enumerate(items)]
-        elif value is not None and value != () and value is not False:
-            plain.append(f"{f.name}={value!r}" if isinstance(value, str) else f"{f.name}={value}")
-    head = "  " * depth + (f"{label}: " if label else "") + type(node).__name__
-    lines.append(" ".join([head, f"<{line}:{col}>", *plain]))
-    for name, child in children:
-        _dump(child, name, depth + 1, lines)

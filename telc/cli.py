@@ -32,7 +32,9 @@ from telc.driver import (
     BuildOptions,
     compile_text,
     optimize,
+    parse_define,
     parse_defines,
+    shown_define,
 )
 from telc.progress import Progress, console
 
@@ -100,9 +102,11 @@ def cli() -> None:
 def _defines(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
     for item in value:
         try:
-            parse_defines([item])
-        except DiagnosticError:
-            raise click.BadParameter(f"'{item}' is not NAME=NUMBER (such as -D B=64)") from None
+            parse_define(item)
+        except ValueError as e:
+            malformed = str(e).startswith("expected")
+            reason = " is not NAME=NUMBER (such as -D B=64)" if malformed else f": {e}"
+            raise click.BadParameter(f"'{shown_define(item)}'{reason}") from None
     return tuple(parse_defines(list(value)).items())
 
 

@@ -19,6 +19,7 @@ from dlvm.ir.verifier import verify
 from dlvm.transforms.pass_manager import PassManager, PassRun
 from dlvm.transforms.pipelines import PIPELINES, Pipeline
 from telc import __version__
+from telc.limits import MAX_DIGITS, digits
 from telc.lower import Interface, lower
 from telc.program import Program, load
 
@@ -122,23 +123,37 @@ def parse_defines(items: list[str]) -> dict[str, int | float]:
     out: dict[str, int | float] = {}
     diags = []
     for item in items:
-        name, sep, text = item.partition("=")
-        value: int | float | None = None
-        if sep and name.isidentifier():
-            try:
-                value = int(text)
-            except ValueError:
-                try:
-                    value = float(text)
-                except ValueError:
-                    value = None
-        if value is None:
-            diags.append(Diagnostic(f"-D {item}: expected NAME=NUMBER, such as -D B=64"))
-        else:
-            out[name] = value
+        try:
+            name, value = parse_define(item)
+        except ValueError as e:
+            diags.append(Diagnostic(f"-D {shown_define(item)}: {e}"))
+            continue
+        out[name] = value
     if diags:
         raise DiagnosticError(diags)
     return out
+
+
+def parse_define(item: str) -> tuple[str, int | float]:
+    """One `-D NAME=VALUE` as its name and number; ValueError saying what is wrong."""
+    name, sep, text = item.partition("=")
+    if sep and name.isidentifier():
+        count = digits(text)
+        if count > MAX_DIGITS:
+            raise ValueError(f"the number has {count} digits, above the limit of {MAX_DIGITS}")
+        try:
+            return name, int(text)
+        except ValueError:
+            try:
+                return name, float(text)
+            except ValueError:
+                pass
+    raise ValueError("expected NAME=NUMBER, such as -D B=64")
+
+
+def shown_define(item: str) -> str:
+    """A -D option as a message shows it: a long one cut short."""
+    return item if len(item) <= 40 else item[:40] + "…"
 
 
 def compile_text(

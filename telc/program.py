@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
 from dlvm.ir.types import DataType
+from dlvm.sources import Unreadable, read_source
 from telc import ast
+from telc.limits import MAX_USE_DEPTH, deep_stack, help_line
 from telc.syntax import parse
 from telc.types import DTYPES
 
@@ -50,8 +52,11 @@ class Program:
     defines: dict[str, int | float]
 
 
+@deep_stack
 def load(path: str, text: str, defines: dict[str, int | float] | None = None) -> Program:
-    """Parses the root file and everything it uses; DiagnosticError with every problem."""
+    """Parses the root file and everything it uses; DiagnosticError with every problem. A
+    module is loaded inside the `use` that names it, up to MAX_USE_DEPTH deep, on a deep stack
+    (telc.limits)."""
     loader = _Loader()
     root = loader.unit(path, text, None)
     if loader.diags:
@@ -88,6 +93,18 @@ class _Loader:
             return None
         if key in self.by_path:
             return self.by_path[key]
+        if len(self.loading) >= MAX_USE_DEPTH:
+            assert used_at is not None
+            chain = " -> ".join(os.path.basename(p) for p in self.loading[:3])
+            fix = "make the chain shorter: a module can `use` several side by side"
+            self.diags.append(
+                Diagnostic(
+                    f"modules use each other more than {MAX_USE_DEPTH} deep ({chain} -> …)",
+                    used_at.span.loc,
+                    notes=(help_line(fix),),
+                )
+            )
+            return None
         source = Source(path, text)
         try:
             tree = parse(source)
@@ -166,11 +183,15 @@ class _Loader:
         else:
             path = os.path.join(STDLIB, item.target + ".tel")
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError):
-            if item.is_path:
-                self.error(f"cannot read '{item.target}' (looked for {path})", item.target_span)
+            text = read_source(path)
+        except Unreadable as e:
+            if e.diagnostic is not None:  # not UTF-8: where, in the file used
+                self.diags.append(e.diagnostic)
+            elif item.is_path:
+                self.error(f"cannot read '{item.target}': {path}: {e.reason}", item.target_span)
+            elif os.path.exists(path):
+                self.error(f"cannot read the standard module '{item.target}': {path}: "
+                           f"{e.reason}", item.target_span)  # fmt: skip
             else:
                 names = sorted(n[:-4] for n in os.listdir(STDLIB) if n.endswith(".tel"))
                 hint = _hint(item.target, names)

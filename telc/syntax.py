@@ -12,12 +12,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import lark
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from dlvm.artifacts import cache_dir, read_checked, sha256, write_checked
 from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
 from telc import ast
+from telc.limits import nesting_errors, size_error
+from telc.syntax_tree import build
 
 # A newline after one of these continues the line.
 _CONTINUES = frozenset(
@@ -122,9 +124,15 @@ def _parser() -> Lark:
 def parse(source: Source) -> ast.Module:
     """The syntax tree of one file; DiagnosticError with every syntax error found."""
     text = source.text
+    too_large = size_error(source)
+    if too_large is not None:
+        raise DiagnosticError([too_large])
     diags: list[Diagnostic] = []
     # After an error, the rest of the faulty item is blanked out (columns and lines kept) and
-    # the file parsed again, so later independent errors are reported too.
+    # the file parsed again, so later independent errors are reported too: up to 50, and while
+    # the parses so far have read less than twice the file and 2 MiB, so that a large file with
+    # many errors takes a few parses' time, not 50.
+    budget = 2 * len(text) + REPARSE_FLOOR
     for _ in range(50):
         try:
             tree = _parser().parse(text)
@@ -136,6 +144,9 @@ def parse(source: Source) -> ast.Module:
             else:
                 diag, offset = _describe(e, source, text)
             diags.append(diag)
+            budget -= offset
+            if budget < 0:
+                break
             blanked = _blank_item(text, offset)
             if blanked == text:
                 break
@@ -143,7 +154,11 @@ def parse(source: Source) -> ast.Module:
             continue
         if diags:
             break
-        return _Build(source).transform(tree)
+        # Nothing may recurse over a tree deeper than the limit: it is checked first.
+        too_deep = nesting_errors(tree, source)
+        if too_deep:
+            raise DiagnosticError(too_deep)
+        return build(tree, source)
     raise DiagnosticError(sorted(diags, key=lambda d: d.loc.offset if d.loc else 0))
 
 
@@ -167,6 +182,9 @@ def _starts_item(text: str, i: int) -> bool:
     a comment and does not close a block)."""
     return i < len(text) and text[i] not in " \t\r\n}/)]"
 
+
+# Characters the parses after a syntax error may read whatever the file's size (see parse).
+REPARSE_FLOOR = 2 << 20
 
 # What a user calls the terminals lark expects.
 _EXPRESSION_START = {"NAME", "INT", "FLOAT", "LPAR", "LSQB", "NEG", "NOT", "TRUE", "FALSE", "IF"}
@@ -287,206 +305,3 @@ def _previous_token(text: str, offset: int) -> str:
         return before[-1]
     word = before.split()[-1] if before.split() else ""
     return word if word in {"and", "or", "not", "then", "else", "as", "return", "in"} else ""
-
-
-# Tree to AST ---------------------------------------------------------------------------------
-
-
-@v_args(meta=True)
-class _Build(Transformer):
-    """Turns lark's tree into telc.ast nodes with spans."""
-
-    def __init__(self, source: Source) -> None:
-        super().__init__()
-        self.source = source
-
-    def _span(self, meta: Any) -> ast.Span:
-        if getattr(meta, "empty", True):
-            return ast.Span(self.source, 0, 0)
-        return ast.Span(self.source, meta.start_pos, meta.end_pos)
-
-    def _tok(self, tok: Token) -> ast.Span:
-        return ast.Span(self.source, tok.start_pos or 0, tok.end_pos or 0)
-
-    # Items
-    def start(self, meta, items):
-        return ast.Module(self._span(meta), tuple(items))
-
-    def module_decl(self, meta, c):
-        return ast.ModuleDecl(self._span(meta), str(c[0]))
-
-    def type_decl(self, meta, c):
-        return ast.TypeDecl(self._span(meta), str(c[0]), self._tok(c[0]))
-
-    def use_decl(self, meta, c):
-        return ast.UseDecl(self._span(meta), str(c[0]), c[0].type == "PATH", self._tok(c[0]))
-
-    def dim_decl(self, meta, c):
-        return ast.DimDecl(self._span(meta), str(c[0]), c[1])
-
-    def const_decl(self, meta, c):
-        return ast.ConstDecl(self._span(meta), str(c[0]), c[1])
-
-    def declaration(self, meta, c):
-        name, role, type_, init, value = c
-        return ast.Declaration(
-            self._span(meta),
-            str(name),
-            str(role),
-            type_,
-            init,
-            value,
-            self._tok(name),
-            self._tok(role),
-        )
-
-    def recurrent(self, meta, c):
-        return ast.Recurrent(self._span(meta), str(c[0]), c[1], c[2], tuple(c[3:]))
-
-    def train(self, meta, c):
-        name, objective, opt, args = c
-        return ast.Train(
-            self._span(meta),
-            str(name) if name is not None else None,
-            objective,
-            str(opt),
-            tuple(args or ()),
-            self._tok(opt),
-        )
-
-    def function(self, meta, c):
-        export, name, params, result, body = c
-        return ast.Function(
-            self._span(meta),
-            str(name),
-            tuple(params or ()),
-            result,
-            body,
-            export is not None,
-            self._tok(name),
-        )
-
-    def parameters(self, meta, c):
-        return list(c)
-
-    def parameter(self, meta, c):
-        return ast.Parameter(self._span(meta), str(c[0]), c[1], c[2])
-
-    # Types
-    def tensor_type(self, meta, c):
-        return ast.TensorType(self._span(meta), str(c[0]) if c[0] is not None else None, c[1])
-
-    def scalar_type(self, meta, c):
-        return ast.ScalarType(self._span(meta), str(c[0]))
-
-    def tuple_type(self, meta, c):
-        return ast.TupleType(self._span(meta), tuple(c))
-
-    def type_spec(self, meta, c):
-        return c[0]
-
-    def _dim(self, tok: Token) -> ast.Dim:
-        value: int | str = int(tok) if tok.type == "INT" else str(tok)
-        return ast.Dim(self._tok(tok), value)
-
-    def shape(self, meta, c):
-        return ast.Shape(self._span(meta), tuple(self._dim(t) for t in c))
-
-    def rest_shape(self, meta, c):
-        return ast.Shape(self._span(meta), (), str(c[0]))
-
-    # Statements
-    def block(self, meta, c):
-        return ast.Block(self._span(meta), tuple(c))
-
-    def let(self, meta, c):
-        return ast.Let(self._span(meta), str(c[0]), c[1], c[2])
-
-    def let_tuple(self, meta, c):
-        return ast.LetTuple(self._span(meta), tuple(str(n) for n in c[:-1]), c[-1])
-
-    def var(self, meta, c):
-        return ast.Var(self._span(meta), str(c[0]), c[1], c[2])
-
-    def assign(self, meta, c):
-        return ast.Assign(self._span(meta), str(c[0]), c[1])
-
-    def if_statement(self, meta, c):
-        return ast.IfStatement(self._span(meta), c[0], c[1], c[2])
-
-    def for_statement(self, meta, c):
-        return ast.ForStatement(self._span(meta), str(c[0]), c[1], c[2], c[3])
-
-    def return_(self, meta, c):
-        return ast.Return(self._span(meta), c[0])
-
-    # Expressions
-    def conditional(self, meta, c):
-        return ast.Conditional(self._span(meta), c[0], c[1], c[2])
-
-    def binary(self, meta, c):
-        op = "." if c[1] == "•" else str(c[1])
-        return ast.Binary(self._span(meta), op, c[0], c[2])
-
-    def unary(self, meta, c):
-        return ast.Unary(self._span(meta), str(c[0]), c[1])
-
-    def reshape(self, meta, c):
-        return ast.Reshape(self._span(meta), c[0], c[1])
-
-    def transpose(self, meta, c):
-        return ast.Transpose(self._span(meta), c[0])
-
-    def index(self, meta, c):
-        return ast.Index(self._span(meta), c[0], tuple(c[1:]))
-
-    def call(self, meta, c):
-        return ast.Call(self._span(meta), c[0], tuple(c[1] or ()))
-
-    def name(self, meta, c):
-        return ast.Name(self._tok(c[0]), str(c[0]))
-
-    def number(self, meta, c):
-        tok = c[0]
-        value: int | float = int(tok) if tok.type == "INT" else float(tok)
-        return ast.Number(self._tok(tok), value)
-
-    def boolean(self, meta, c):
-        return ast.Boolean(self._tok(c[0]), c[0] == "true")
-
-    def tuple(self, meta, c):
-        return ast.Tuple(self._span(meta), tuple(e for e in c if e is not None))
-
-    def concat(self, meta, c):
-        axis = c[-1]
-        return ast.Concat(self._span(meta), tuple(c[:-1]), int(axis) if axis is not None else None)
-
-    def shape_literal(self, meta, c):
-        span = self._span(meta)
-        if (
-            len(c) == 1
-            and isinstance(c[0], Token)
-            and c[0].type == "NAME"
-            and "..." in (span.text())
-        ):
-            return ast.ShapeLiteral(span, ast.Shape(span, (), str(c[0])))
-        return ast.ShapeLiteral(span, ast.Shape(span, tuple(self._dim(t) for t in c)))
-
-    def at(self, meta, c):
-        return ast.At(self._span(meta), c[0])
-
-    def range(self, meta, c):
-        return ast.Range(self._span(meta), c[0], c[1])
-
-    def every(self, meta, c):
-        return ast.Every(self._span(meta))
-
-    def arguments(self, meta, c):
-        return list(c)
-
-    def keyword(self, meta, c):
-        return ast.Keyword(self._span(meta), str(c[0]), c[1])
-
-
-# `return` is a Python keyword: lark looks up the rule's method by name.
-setattr(_Build, "return", _Build.return_)

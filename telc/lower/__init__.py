@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.values import Module
+from telc.limits import deep_stack
 from telc.lower.entries import Entry, Interface
 from telc.lower.model import Model
 from telc.program import Program
 
 
+@deep_stack
 def lower(program: Program) -> tuple[Module, Interface]:
     """The IR module and entry-point interface of a loaded program; DiagnosticError with
-    every error found."""
+    every error found. It recurses as deeply as the program nests (up to MAX_DEPTH levels),
+    so it runs on a deep stack (telc.limits)."""
     model = Model(program)
     interface = model.lower_program()
     diags = model.cx.diags

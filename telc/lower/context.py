@@ -15,6 +15,7 @@ from dlvm.ir.typerules import TypeRuleError
 from dlvm.ir.types import DataType, FunctionType, TensorType, TupleType, Type
 from dlvm.ir.values import Block, Function, Instruction, Module, Value, fresh_name
 from telc import ast
+from telc.limits import MAX_DEPTH, help_line, too_large
 from telc.lower.values import POISON, TV, Elaborated, _Poison, show, weak_misfit
 from telc.lower.walk import ProgramFacts
 from telc.program import Program, Unit
@@ -106,6 +107,7 @@ class Context:
         # and the entry points' names, which no specialisation of a def may take.
         self.param_types: dict[str, TensorType] = {}
         self.reserved: set[str] = set()
+        self.depth = 0  # expressions and blocks being lowered, one inside the other (MAX_DEPTH)
 
     # Diagnostics ----------------------------------------------------------------------------
 
@@ -116,6 +118,22 @@ class Context:
             self._seen.add(key)
             notes = tuple(Diagnostic(d, None, "detail") for d in details or ())
             self.diags.append(Diagnostic(message, span.loc, notes=notes))
+        return POISON
+
+    def too_deep(self, span: ast.Span) -> _Poison:
+        """The error for an expression or block that would go deeper than MAX_DEPTH."""
+        key = (id(span.source), span.start, "too deep")
+        if key not in self._seen:
+            self._seen.add(key)
+            fix = (
+                "shorten the chain of functions that call each other (or of dims or consts "
+                "defined through each other), or give parts of deep expressions a name"
+            )
+            message = (
+                f"nested deeper than {MAX_DEPTH} levels, counting the expressions and blocks of "
+                "the functions, dims and consts it uses"
+            )
+            self.diags.append(Diagnostic(message, span.loc, notes=(help_line(fix),)))
         return POISON
 
     def missing_parameter(self, span: ast.Span, fn: str, param: str, scope: Scope) -> _Poison:
@@ -148,10 +166,17 @@ class Context:
             self.error(span, self.refusal)
             raise Abort
         try:
-            return self.b.build(opname, operands, None, **attrs)
+            value = self.b.build(opname, operands, None, **attrs)
         except TypeRuleError as e:
             self.error(span, f"internal error: telc produced an ill-typed '{opname}': {e}")
             raise Abort from None
+        ty = value.type
+        if isinstance(ty, TensorType) and ty.shape:
+            error = too_large(ty.dtype.size, ty.shape, lambda: show(ty))
+            if error is not None:  # a broadcast, a concatenation… larger than any tensor
+                self.error(span, error)
+                raise Abort
+        return value
 
     def name_value(self, value: Value | None, name: str) -> None:
         """Gives an instruction the TEL name it is bound to (unique within the function)."""

@@ -4,6 +4,8 @@ members of a recurrent block together), cycles, and what each entry point needs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from telc import ast
@@ -58,13 +60,16 @@ class DeclarationGraph:
 
     def dependency_order(self) -> list[str] | None:
         """Every declaration after those it uses (members of a recurrent block together);
-        None after reporting a cycle."""
+        None after reporting a cycle. A depth-first search that keeps its own stack, so a
+        chain of any length of declarations using each other is fine."""
         root = self.root
-        state: dict[str, int] = {}
+        state: dict[str, int] = {}  # 1 while being visited, 2 once ordered
         order: list[str] = []
         path: list[str] = []
 
-        def visit(name: str) -> bool:
+        def enter(name: str) -> bool | _Visit:
+            """The visit of name's unit (itself, or its recurrent block), or its outcome
+            when there is nothing to visit: done before, or a cycle (reported)."""
             block = root.recurrent_of.get(name)
             unit = [m.name for m in block.declarations] if block else [name]
             key = unit[0]
@@ -77,31 +82,53 @@ class DeclarationGraph:
                 return False
             state[key] = 1
             path.append(key)
-            ok = True
             inner = set(unit) if block is not None else set()
-            for member in unit:
-                for dep in self.refs(root.declarations[member]):
-                    if dep not in inner:
-                        ok &= visit(dep)
-            if block is not None:
-                ok &= self.block_order(block) is not None
-            path.pop()
-            state[key] = 2
-            order.extend(unit)
-            return ok
+            deps = (
+                dep
+                for member in unit
+                for dep in self.refs(root.declarations[member])
+                if dep not in inner
+            )
+            return _Visit(key, unit, block, deps)
 
         ok = True
         for name in root.declarations:
-            ok &= visit(name)
+            first = enter(name)
+            if isinstance(first, bool):
+                ok &= first
+                continue
+            stack = [first]
+            while stack:
+                top = stack[-1]
+                dep = next(top.deps, None)
+                if dep is not None:
+                    child = enter(dep)
+                    if isinstance(child, bool):
+                        top.ok &= child
+                    else:
+                        stack.append(child)
+                    continue
+                if top.block is not None:
+                    top.ok &= self.block_order(top.block) is not None
+                path.pop()
+                state[top.key] = 2
+                order.extend(top.unit)
+                stack.pop()
+                if stack:
+                    stack[-1].ok &= top.ok
+                else:
+                    ok &= top.ok
         return order if ok else None
 
     def block_order(self, block: ast.Recurrent) -> list[ast.Declaration] | None:
-        """A recurrent block's declarations in the order one step computes them."""
+        """A recurrent block's declarations in the order one step computes them (a search
+        with its own stack, as dependency_order's); None after reporting a cycle."""
         members = {m.name: m for m in block.declarations}
         state: dict[str, int] = {}
         out: list[ast.Declaration] = []
 
-        def visit(m: ast.Declaration) -> bool:
+        def enter(m: ast.Declaration) -> bool | None:
+            """True if m is done, False after reporting a cycle through it, None if entered."""
             if state.get(m.name) == 2:
                 return True
             if state.get(m.name) == 1:
@@ -111,12 +138,35 @@ class DeclarationGraph:
                 )
                 return False
             state[m.name] = 1
-            ok = all(visit(members[r]) for r in self.refs(m) if r in members)
-            state[m.name] = 2
-            out.append(m)
-            return ok
+            return None
 
-        return out if all(visit(m) for m in block.declarations) else None
+        def deps(m: ast.Declaration) -> Iterator[ast.Declaration]:
+            return iter([members[r] for r in self.refs(m) if r in members])
+
+        for first in block.declarations:
+            entered = enter(first)
+            if entered is not None:
+                if not entered:
+                    return None
+                continue
+            stack = [(first, deps(first))]
+            failed = False  # a cycle was found: every member on the stack ends at once
+            while stack:
+                m, pending = stack[-1]
+                dep = None if failed else next(pending, None)
+                if dep is not None:
+                    entered = enter(dep)
+                    if entered is None:
+                        stack.append((dep, deps(dep)))
+                    elif not entered:
+                        failed = True
+                    continue
+                state[m.name] = 2
+                out.append(m)
+                stack.pop()
+            if failed:
+                return None
+        return out
 
     def closure(self, names: list[str]) -> set[str]:
         """The declarations names need, themselves included."""
@@ -185,6 +235,18 @@ class DeclarationGraph:
                 ):
                     return True
         return False
+
+
+@dataclass
+class _Visit:
+    """A declaration (or recurrent block) being visited by dependency_order: the declarations
+    it still has to visit first, and whether those visited so far were free of cycles."""
+
+    key: str
+    unit: list[str]
+    block: ast.Recurrent | None
+    deps: Iterator[str]
+    ok: bool = True
 
 
 def previous_step(e: ast.Index, var: str) -> bool:

@@ -8,6 +8,7 @@ import math
 from dlvm.ir.types import BOOL, DataType, TensorType, TupleType
 from dlvm.ir.values import ElementKey, Successor, Value
 from telc import ast
+from telc.limits import MAX_DEPTH
 from telc.lower.builtins import BUILTINS
 from telc.lower.context import Abort, Context, Scope
 from telc.lower.dependencies import previous_step
@@ -44,6 +45,16 @@ class ExprLowerer:
         self.calls = calls
 
     def lower_expr(self, e: ast.Expr, scope: Scope) -> Elaborated:
+        cx = self.cx
+        if cx.depth >= MAX_DEPTH:
+            return cx.too_deep(e.span)
+        cx.depth += 1
+        try:
+            return self.elaborate(e, scope)
+        finally:
+            cx.depth -= 1
+
+    def elaborate(self, e: ast.Expr, scope: Scope) -> Elaborated:
         match e:
             case ast.Number():
                 return self.number_literal(e, scope)
@@ -75,7 +86,10 @@ class ExprLowerer:
 
     def tensor_of(self, e: ast.Expr, scope: Scope, what: str) -> TV | _Poison:
         """An expression that must be a tensor (or a number)."""
-        tv = self.lower_expr(e, scope)
+        return self.as_tensor(self.lower_expr(e, scope), e, what)
+
+    def as_tensor(self, tv: Elaborated, e: ast.Expr, what: str) -> TV | _Poison:
+        """tv, the value of e, if it is a tensor (or a number)."""
         if isinstance(tv, _Poison):
             return tv
         if isinstance(tv, TV) and isinstance(tv.ty, TensorType):
@@ -147,7 +161,20 @@ class ExprLowerer:
     # Operators ------------------------------------------------------------------------------
 
     def binary(self, e: ast.Binary, scope: Scope) -> Elaborated:
-        a = self.tensor_of(e.left, scope, f"the left operand of '{e.op}'")
+        # A chain `a + b + c …` is a spine of binary nodes down their left operands: it is
+        # walked with a loop, so that its length takes no stack and no depth (MAX_DEPTH).
+        spine = [e]
+        while isinstance(spine[-1].left, ast.Binary):
+            spine.append(spine[-1].left)
+        first = spine[-1]
+        value = self.lower_expr(first.left, scope)
+        for node in reversed(spine):
+            value = self.binary_step(node, value, scope)
+        return value
+
+    def binary_step(self, e: ast.Binary, left: Elaborated, scope: Scope) -> Elaborated:
+        """e, given the value of its left operand."""
+        a = self.as_tensor(left, e.left, f"the left operand of '{e.op}'")
         b = self.tensor_of(e.right, scope, f"the right operand of '{e.op}'")
         if isinstance(a, _Poison) or isinstance(b, _Poison):
             return POISON

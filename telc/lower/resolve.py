@@ -8,9 +8,10 @@ import math
 
 from dlvm.ir.types import DataType, TensorType, TupleType, Type
 from telc import ast
+from telc.limits import too_large
 from telc.lower.context import Abort, Context, Scope, compile_time
 from telc.lower.interfaces import ExprLowering
-from telc.lower.values import POISON, TV, Elaborated, _Poison
+from telc.lower.values import POISON, TV, Elaborated, _Poison, show
 from telc.program import Unit, suggest
 from telc.types import DTYPES, fits, shape_str
 
@@ -191,4 +192,9 @@ class Resolver:
         shape = self.resolve_shape(spec.shape, scope)
         if dt is None or shape is None:
             return None
-        return TensorType(shape, dt)
+        ty = TensorType(shape, dt)
+        error = too_large(dt.size, shape, lambda: show(ty))
+        if error is not None:
+            self.cx.error(spec.span, error)
+            return None
+        return ty

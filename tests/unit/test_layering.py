@@ -29,8 +29,9 @@ What each layer may import (a module may always import its own layer):
 - dlvm.tools (dlopt, dlc): dlvm.ir, dlvm.diagnostics, dlvm.sources, dlvm.transforms,
   dlvm.interp (`dlopt --run`), dlvm.codegen (dlc), and the package's `__version__`.
 - dlvm (the package facade): dlvm.loader and dlvm.nnkit, whose names it re-exports for users.
-- telc's front end (telc.ast, telc.types, telc.syntax, telc.program, telc.lower): dlvm.ir,
-  dlvm.diagnostics, and dlvm.artifacts (the parser's tables are cached there).
+- telc's front end (telc.ast, telc.types, telc.syntax, telc.syntax_tree, telc.limits,
+  telc.program, telc.lower): dlvm.ir, dlvm.diagnostics, dlvm.sources (the files a program
+  `use`s are read as every source is) and dlvm.artifacts (the parser's tables are cached there).
 - telc's driver (telc.driver, telc.library, telc.build, telc.cache, telc.progress): the front
   end, dlvm.ir, dlvm.diagnostics, dlvm.artifacts, dlvm.sources, dlvm.transforms, dlvm.codegen,
   dlvm.c_compiler, dlvm.library_check.
@@ -102,7 +103,16 @@ class Layer:
         )
 
 
-FRONT_END = ("telc", "telc.ast", "telc.types", "telc.syntax", "telc.program", "telc.lower")
+FRONT_END = (
+    "telc",
+    "telc.ast",
+    "telc.types",
+    "telc.syntax",
+    "telc.syntax_tree",
+    "telc.limits",
+    "telc.program",
+    "telc.lower",
+)
 DRIVER = ("telc.driver", "telc.library", "telc.build", "telc.cache", "telc.progress")
 LAYERS = [
     Layer(
@@ -169,7 +179,11 @@ LAYERS = [
         ),
     ),
     Layer("facade", ("dlvm",), ("dlvm.loader", "dlvm.nnkit")),
-    Layer("telc front end", FRONT_END, ("dlvm.ir", "dlvm.diagnostics", "dlvm.artifacts")),
+    Layer(
+        "telc front end",
+        FRONT_END,
+        ("dlvm.ir", "dlvm.diagnostics", "dlvm.sources", "dlvm.artifacts"),
+    ),
     Layer(
         "telc driver",
         DRIVER,
