@@ -20,7 +20,7 @@ from rich.console import Console
 from dlvm.codegen.gpus import DEFAULT_GPU, GPUS
 from dlvm.diagnostics import BuildFailure, DiagnosticError
 from dlvm.sources import read_text
-from dlvm.tools.driver import EXIT_INPUT, EXIT_USAGE, report
+from dlvm.tools.driver import EXIT_INPUT, EXIT_USAGE, internal_error_message, report
 from telc import __version__
 from telc.cache import Cache, compiler_version, write_atomically
 from telc.demo import demo
@@ -510,12 +510,7 @@ def _guard(work: Callable[[], T], *refused: type[Exception]) -> T:
     except Exception as e:
         if os.environ.get("TELC_TRACEBACK"):  # our bug, not the user's: no traceback unless asked
             raise
-        click.echo(
-            f"telc: internal error: {type(e).__name__}: {e}\n"
-            "This is a bug in telc; please report it with the input file "
-            "(TELC_TRACEBACK=1 shows where it happened).",
-            err=True,
-        )
+        click.echo(internal_error_message("telc", e, "TELC_TRACEBACK"), err=True)
         sys.exit(EXIT_INTERNAL)
 
 

@@ -15,6 +15,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 from lark import Tree
 
 from dlvm.diagnostics import Diagnostic, Location, Source
+from dlvm.ir.types import MAX_TENSOR_BYTES
 
 # The bytes of a TEL file. Parsing takes about 8 µs and 250 bytes of memory per byte of TEL, so
 # a file at the limit takes half a minute and a GiB; a model is a few KiB. (Any source file,
@@ -32,10 +33,6 @@ MAX_USE_DEPTH = 256
 # How deeply compiling may recurse: nested expressions and blocks, counted on through the
 # functions they call and the dims and consts they name (each a body compiled inside the call).
 MAX_DEPTH = 2048
-# The bytes of one tensor: fewer than 2**62, so that no size or offset computed from it (a
-# frame of several tensors, an end pointer) can wrap a signed 64-bit integer, and far beyond any
-# machine's address space (2**48 on x86-64 today, 2**57 with five-level paging).
-MAX_TENSOR_BYTES = 1 << 62
 
 # The parse-tree nodes that make one level of nesting (grammar.lark's rule names): of an
 # expression, operators, postfix forms, calls, aggregates and conditionals; of statements, those
@@ -61,7 +58,7 @@ def too_large(dtype_bytes: int, shape: tuple[int, ...], shown: Callable[[], str]
     """Why a tensor of this shape and element size is larger than a tensor may be (`shown()`
     writes its type as a message does), or None when it is not."""
     size = math.prod(shape) * dtype_bytes
-    if size < MAX_TENSOR_BYTES:
+    if size <= MAX_TENSOR_BYTES:  # the IR's limit, dlvm.ir.types: fewer than 2**62 bytes
         return None
     return (
         f"{shown()} is too large: {size} bytes (2**{math.log2(size):.4g}); "
