@@ -17,7 +17,7 @@ from dlvm.ir.values import Value
 from telc import ast
 from telc.lower.context import Context
 from telc.lower.values import POISON, TV, Elaborated, shape_of, show, weak_misfit
-from telc.types import fits, numpy_broadcast
+from telc.types import fits, numpy_broadcast, shape_str
 
 ARITHMETIC = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide", "%": "modulo"}
 ARITHMETIC["**"] = "power"
@@ -155,7 +155,8 @@ class TensorOps:
         return a.dtype
 
     def matmul(self, e: ast.Binary, a: TV, b: TV) -> Elaborated:
-        """`a . b`: vectors, matrices, or batches of matrices."""
+        """`a . b` as NumPy's `matmul`: vectors, matrices, or stacks of matrices whose batch
+        dimensions broadcast (docs/tel.md, "Matrix products")."""
         span = e.span
         if a.weak or b.weak or not a.shape or not b.shape:
             return self.cx.error(span, "matrix product of a scalar; use '*' to scale")
@@ -169,22 +170,49 @@ class TensorOps:
         if len(sa) == 1 and len(sb) == 1:
             if sa != sb:
                 return self.cx.error(span, "matrix product: the vectors differ in length", details)
-        elif len(sa) != len(sb):
+            value = self.cx.emit("dot", [a.ir(dtype), b.ir(dtype)], span)
+            return TV(value.type, value)
+        # A vector is a matrix of one row (on the left) or one column (on the right) whose
+        # unit dimension is dropped from the result, as NumPy does.
+        ma = (1,) + sa if len(sa) == 1 else sa
+        mb = sb + (1,) if len(sb) == 1 else sb
+        if ma[-1] != mb[-2]:
+            return self.cx.error(span, "matrix product: inner dimensions differ", details)
+        batch = numpy_broadcast(ma[:-2], mb[:-2])
+        if batch is None:
             return self.cx.error(
                 span,
-                f"matrix product of rank {len(sa)} and rank {len(sb)} tensors; both need the "
-                "same rank (reshape a vector with `as [1 x n]`)",
+                f"matrix product: the batch dimensions differ: {shape_str(ma[:-2])} and "
+                f"{shape_str(mb[:-2])} do not broadcast",
                 details,
             )
-        elif sa[-1] != sb[-2]:
-            return self.cx.error(span, "matrix product: inner dimensions differ", details)
-        elif sa[:-2] != sb[:-2]:
-            return self.cx.error(span, "matrix product: the batch dimensions differ", details)
-        value = self.cx.emit("dot", [a.ir(), b.ir()], span)
-        sym = None
-        if a.sym is not None and b.sym is not None and len(sa) >= 2:
-            sym = a.sym[:-1] + b.sym[-1:]
-        return TV(value.type, value, sym=sym)
+        m, k, n = ma[-2], ma[-1], mb[-1]
+        x, y = a.ir(dtype), b.ir(dtype)
+        if ma[:-2] == mb[:-2]:  # the IR's dot: one matrix, or a batch of equal batches
+            x, y = self._reshape(x, ma, span), self._reshape(y, mb, span)
+        elif math.prod(mb[:-2]) == 1:
+            # One matrix on the right: the left's matrices stacked into one taller matrix make
+            # a single product (the packed kernel's best case) instead of a batch of small ones.
+            x = self._reshape(x, (math.prod(ma[:-2]) * m, k), span)
+            y = self._reshape(y, (k, n), span)
+        else:  # batches that broadcast: both stretched to the common batch
+            ones = len(batch) + 2
+            x = self._reshape(x, (1,) * (ones - len(ma)) + ma, span)
+            y = self._reshape(y, (1,) * (ones - len(mb)) + mb, span)
+            x = self.cx.broadcast_to(x, batch + (m, k), span)
+            y = self.cx.broadcast_to(y, batch + (k, n), span)
+        value = self.cx.emit("dot", [x, y], span)
+        shape = batch + ((m,) if len(sa) > 1 else ()) + ((n,) if len(sb) > 1 else ())
+        value = self._reshape(value, shape, span)
+        return TV(value.type, value, sym=_product_sym(a, b, len(batch)))
+
+    def _reshape(self, value: Value, shape: tuple[int, ...], span: ast.Span) -> Value:
+        """value as `shape` (a `shapeCast`, none when it already has it)."""
+        t = value.type
+        assert isinstance(t, TensorType)
+        if t.shape == shape:
+            return value
+        return self.cx.emit("shapeCast", [value], span, shape=shape)
 
     def select(self, c: TV, a: TV, b: TV, span: ast.Span) -> Elaborated:
         """a where c holds, else b, elementwise over the three broadcast operands."""
@@ -266,6 +294,26 @@ def fold(op: str, x: Number, y: Number, a: TV, b: TV) -> TV:
     if isinstance(result, float):
         dtype = dtype if dtype.is_float else DataType.F32
     return TV(TensorType((), dtype), weak=True, const=result)
+
+
+def _product_sym(a: TV, b: TV, batch: int) -> tuple[int | str, ...] | None:
+    """The written shape of `a . b`: each batch dimension as the operand that sets it wrote it,
+    then a's rows and b's columns (for messages)."""
+    if a.sym is None or b.sym is None or len(a.sym) != len(a.shape) or len(b.sym) != len(b.shape):
+        return None
+    ra, rb = a.sym[:-2], b.sym[:-2]
+    sa, sb = a.shape[:-2], b.shape[:-2]
+    out: list[int | str] = []
+    for i in range(batch, 0, -1):
+        if i <= len(sa) and (i > len(sb) or sb[-i] == 1):
+            out.append(ra[-i])
+        else:
+            out.append(rb[-i])
+    if len(a.shape) > 1:
+        out.append(a.sym[-2])
+    if len(b.shape) > 1:
+        out.append(b.sym[-1])
+    return tuple(out)
 
 
 def operand_details(*operands: Operand) -> list[str]:

@@ -441,13 +441,13 @@ SHAPES = [
         (18, 27, "matrix product: inner dimensions differ"),
     ),
     case(
-        "matrix-product-rank-mismatch",
+        "matrix-product-vector-inner-dims",
         """
         x: in[2 x 3]
-        v: in[3]
+        v: in[4]
         y: out = x . v
         """,
-        (3, 10, "matrix product of rank 2 and rank 1 tensors"),
+        (3, 10, "matrix product: inner dimensions differ"),
     ),
     case(
         "matrix-product-batch-dims",
@@ -456,7 +456,16 @@ SHAPES = [
         b: in[5 x 4 x 2]
         y: out = a . b
         """,
-        (3, 10, "matrix product: the batch dimensions differ"),
+        (3, 10, "matrix product: the batch dimensions differ: [2] and [5] do not broadcast"),
+    ),
+    case(
+        "matrix-product-batch-dims-of-different-rank",
+        """
+        a: in[3 x 2 x 3 x 4]
+        b: in[5 x 4 x 2]
+        y: out = a . b
+        """,
+        (3, 10, "the batch dimensions differ: [3 x 2] and [5] do not broadcast"),
     ),
     case(
         "matrix-product-of-a-scalar",
