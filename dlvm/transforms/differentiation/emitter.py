@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 from dlvm.analysis.differentiability import carries_gradient
 from dlvm.ir.builder import Builder
-from dlvm.ir.compose import slice_along
+from dlvm.ir.compose import permute, slice_along
 from dlvm.ir.literals import ZERO, AggregateLiteral, Literal, ScalarLiteral, StructLiteral
 from dlvm.ir.types import (
     ArrayType,
@@ -101,22 +102,28 @@ class Emitter:
 
     def dot_transposed(self, a: Value, b: Value, transpose_left: bool) -> Value:
         """`dot a, bᵀ` (or `dot aᵀ, b`), transposing only the last two dimensions: `transpose`
-        for matrices; for batches, a broadcast product summed over the contracted axis."""
+        for matrices; for batches, the batched `dot` of a swap of the last two dimensions (a
+        few views and transposes, which the product's kernel reads as its operand)."""
         r = canonical(a.type).rank  # type: ignore[attr-defined]
         if r == 2:
             if transpose_left:
                 return self.op("dot", self.op("transpose", a), b)
             return self.op("dot", a, self.op("transpose", b))
-        if transpose_left:  # [P, m, k]ᵀ · [P, m, n] -> [P, k, n], summing over m
-            prod = self.op(
-                "multiply", self.op("padShape", a, index=r), self.op("padShape", b, index=r - 1)
-            )
-            return self.op("reduce", prod, self.scalar(0, a), comb="add", dims=(r - 2,))
-        # [P, m, n] · [P, k, n]ᵀ -> [P, m, k], summing over n
-        prod = self.op(
-            "multiply", self.op("padShape", a, index=r - 1), self.op("padShape", b, index=r - 2)
-        )
-        return self.op("reduce", prod, self.scalar(0, a), comb="add", dims=(r,))
+        if transpose_left:  # [P, m, k]ᵀ · [P, m, n] -> [P, k, n]
+            return self.op("dot", self.swap_last(a), b)
+        return self.op("dot", a, self.swap_last(b))  # [P, m, n] · [P, k, n]ᵀ -> [P, m, k]
+
+    def swap_last(self, v: Value) -> Value:
+        """v [B…, m, k] as [B…, k, m]: the batch dimensions merged into one for the swap."""
+        t = canonical(v.type)
+        assert isinstance(t, TensorType)
+        batch, (m, k) = t.shape[:-2], t.shape[-2:]
+        if len(batch) != 1:
+            v = self.op("shapeCast", v, shape=(math.prod(batch), m, k))
+        v = permute(self.op, v, (0, 2, 1))
+        if len(batch) != 1:
+            v = self.op("shapeCast", v, shape=(*batch, k, m))
+        return v
 
     # Aggregates ------------------------------------------------------------------------------
 
