@@ -45,6 +45,35 @@ export def matmul(a: [N x N], b: [N x N]) -> [N x N] = a . b
 CHAIN_N = 16_777_216
 MATMUL_N = 2048
 
+# Products of any rank (TEL's `.` is NumPy's matmul), each an exported `product`: a batch times
+# one matrix, the same work as one flat product, and a batch of products (attention's scores).
+PRODUCTS = {
+    "stacked": ((32, 128, 256), (256, 256)),
+    "stacked_flat": ((4096, 256), (256, 256)),
+    "batched": ((8, 4, 128, 64), (8, 4, 64, 128)),
+}
+
+
+def product_shape(sa: tuple[int, ...], sb: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of matmul(a, b) for operands of rank 2 or more."""
+    return (*np.broadcast_shapes(sa[:-2], sb[:-2]), sa[-2], sb[-1])
+
+
+def product_source(case: str) -> str:
+    sa, sb = PRODUCTS[case]
+    out = product_shape(sa, sb)
+
+    def shape(dims: tuple[int, ...]) -> str:
+        return "[" + " x ".join(map(str, dims)) + "]"
+
+    signature = f"product(a: {shape(sa)}, b: {shape(sb)}) -> {shape(out)}"
+    return f"module {case}\nexport def {signature} = a . b\n"
+
+
+def product_flops(case: str) -> float:
+    sa, sb = PRODUCTS[case]
+    return 2 * float(np.prod(np.broadcast_shapes(sa[:-2], sb[:-2]))) * sa[-2] * sa[-1] * sb[-1]
+
 
 @dataclass(frozen=True)
 class Case:
@@ -70,6 +99,9 @@ CASES = [
     ),  # fmt: skip
     Case("chain", "tanh(a*x+b)*sigmoid(x), 16M f32", "GB/s", 2 * 4 * CHAIN_N),
     Case("matmul", "matmul 2048^3 f32", "GFLOP/s", 2 * MATMUL_N**3),
+    Case("stacked", "[32x128x256] . [256x256] f32", "GFLOP/s", product_flops("stacked")),
+    Case("stacked_flat", "[4096x256] . [256x256] f32", "GFLOP/s", product_flops("stacked_flat")),
+    Case("batched", "[8x4x128x64] . [8x4x64x128] f32", "GFLOP/s", product_flops("batched")),
 ]
 
 
@@ -98,6 +130,12 @@ def inputs(case: str) -> dict[str, Any]:
         return {
             "a": rng.standard_normal((MATMUL_N, MATMUL_N)).astype(np.float32),
             "b": rng.standard_normal((MATMUL_N, MATMUL_N)).astype(np.float32),
+        }
+    if case in PRODUCTS:
+        sa, sb = PRODUCTS[case]
+        return {
+            "a": rng.standard_normal(sa).astype(np.float32),
+            "b": rng.standard_normal(sb).astype(np.float32),
         }
     raise KeyError(case)
 
@@ -130,6 +168,8 @@ class Ours:
             "chain": build(CHAIN, "chain", d, {}),
             "matmul": build(MATMUL, "matmul", d, {}),
         }
+        for case in PRODUCTS:
+            self.models[case] = build(product_source(case), case, d, {})
 
     def make(self, case: str, inp: dict[str, Any]) -> Any:
         model = self.models[case]
@@ -147,7 +187,9 @@ class Ours:
             out = np.empty_like(x)
             return lambda: model.chain(x, out=out)
         a, b = inp["a"], inp["b"]
-        out = np.empty((a.shape[0], b.shape[1]), np.float32)
+        out = np.empty(product_shape(a.shape, b.shape), np.float32)
+        if case in PRODUCTS:
+            return lambda: model.product(a, b, out=out)
         return lambda: model.matmul(a, b, out=out)
 
     def close(self) -> None:

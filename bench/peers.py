@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from cases import PRODUCTS, product_shape
 
 Runner = Callable[[], object]
 Maker = Callable[[dict[str, Any]], Runner | None]
@@ -64,9 +65,9 @@ def numpy_maker(case: str) -> Maker:
                 np.divide(out, tmp, out=out)
 
             return chain
-        if case == "matmul":
+        if case == "matmul" or case in PRODUCTS:
             a, b = inp["a"], inp["b"]
-            out = np.empty((a.shape[0], b.shape[1]), np.float32)
+            out = np.empty(product_shape(a.shape, b.shape), np.float32)
             return lambda: np.matmul(a, b, out=out)
         return None
 
@@ -129,10 +130,10 @@ def torch_maker(case: str) -> Maker:
                 out.mul_(tmp)
 
             return chain
-        if case == "matmul":
+        if case == "matmul" or case in PRODUCTS:
             a, b = torch.from_numpy(inp["a"]), torch.from_numpy(inp["b"])
-            out = torch.empty(a.shape[0], b.shape[1])
-            return lambda: torch.mm(a, b, out=out)
+            out = torch.empty(product_shape(a.shape, b.shape))
+            return lambda: torch.matmul(a, b, out=out)
         return None
 
     return make
@@ -182,7 +183,7 @@ def jax_maker(case: str) -> Maker:
                 box["x"].block_until_ready()
 
             return run
-        if case == "matmul":
+        if case == "matmul" or case in PRODUCTS:
             f = jax.jit(jnp.matmul)
             a, b = jnp.asarray(inp["a"]), jnp.asarray(inp["b"])
             return lambda: f(a, b).block_until_ready()
@@ -228,12 +229,12 @@ def _onnx_graph(case: str, inp: dict[str, Any]) -> tuple[bytes, list[str]] | Non
             helper.make_node("Mul", ["t", "s"], ["y"]),
         ]
         ins, outs = [value("x", n)], [value("y", n)]
-    elif case == "matmul":
+    elif case == "matmul" or case in PRODUCTS:
         a, b = inp["a"], inp["b"]
         inits = []
         nodes = [helper.make_node("MatMul", ["a", "b"], ["y"])]
         ins = [value("a", a.shape), value("b", b.shape)]
-        outs = [value("y", (a.shape[0], b.shape[1]))]
+        outs = [value("y", product_shape(a.shape, b.shape))]
     else:
         return None
     graph = helper.make_graph(nodes, case, ins, outs, initializer=inits)
