@@ -182,8 +182,8 @@ class TensorOps:
         if batch is None:
             return self.cx.error(
                 span,
-                f"matrix product: the batch dimensions differ: {shape_str(ma[:-2])} and "
-                f"{shape_str(mb[:-2])} do not broadcast",
+                f"matrix product: the batch dimensions differ: {_batch_str(a)} and "
+                f"{_batch_str(b)} do not broadcast",
                 details,
             )
         m, k, n = ma[-2], ma[-1], mb[-1]
@@ -294,6 +294,12 @@ def fold(op: str, x: Number, y: Number, a: TV, b: TV) -> TV:
     if isinstance(result, float):
         dtype = dtype if dtype.is_float else DataType.F32
     return TV(TensorType((), dtype), weak=True, const=result)
+
+
+def _batch_str(tv: TV) -> str:
+    """The batch dimensions of a product's operand as written: `[B x H]`."""
+    written = tv.sym if tv.sym is not None and len(tv.sym) == len(tv.shape) else tv.shape
+    return shape_str(written[:-2])
 
 
 def _product_sym(a: TV, b: TV, batch: int) -> tuple[int | str, ...] | None:

@@ -152,3 +152,26 @@ def test_products_and_their_gradients_generate_ptx(tmp_path, sa, sb):
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert ".visible .entry dlk_" in out.read_text()
+
+
+def test_mismatched_products_are_located_errors_naming_both_shapes(tmp_path):
+    src = tmp_path / "bad.tel"
+    src.write_text(
+        "module bad\ndim B = 2\ndim T = 3\nx: in[B x T x 4]\nW: in[4 x 5]\nk: in[7 x 4 x 2]\n"
+        "b: in[6]\nv: in[5]\n"
+        "y: out = x . W + b\n"  # the product's shape keeps the names it was written with
+        "z: out = x . k\n"
+        "u: out = v . x\n"
+    )
+    result = CliRunner().invoke(cli, ["check", str(src)])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output and "internal error" not in result.output
+    lines = result.output.splitlines()
+    assert f"{src}:9:10: error: cannot broadcast [B x T x 5] and [6] for addition" in lines
+    assert "  left  x . W : [B x T x 5]     (B = 2, T = 3)" in lines
+    batch = "the batch dimensions differ: [B] and [7] do not broadcast"
+    assert f"{src}:10:10: error: matrix product: {batch}" in lines
+    assert "  left  x : [B x T x 4]     (B = 2, T = 3)" in lines
+    assert "  right k : [7 x 4 x 2]" in lines
+    assert f"{src}:11:10: error: matrix product: inner dimensions differ" in lines
+    assert "  left  v : [5]" in lines
