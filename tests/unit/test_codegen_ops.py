@@ -367,7 +367,8 @@ case("scatterAdd-axis-1-zeros", ["<3 x 6 x 4 x f64>", "<6 x i64>"], "<3 x 5 x 4 
      "%r = scatterAdd %a: <3 x 6 x 4 x f64> at %b: <6 x i64> into %z: <3 x 5 x 4 x f64> "
      "along 1")  # fmt: skip
 case("scatterAdd-int-last-axis", ["<2 x 7 x i32>", "<7 x i32>", "<2 x 4 x i32>"], "<2 x 4 x i32>",
-     "%r = scatterAdd %a: <2 x 7 x i32> at %b: <7 x i32> into %c: <2 x 4 x i32> along 1")  # fmt: skip
+     "%r = scatterAdd %a: <2 x 7 x i32> at %b: <7 x i32> into %c: <2 x 4 x i32> "
+     "along 1")  # fmt: skip
 
 HELPERS = """
 func @blend: (f32, f32) -> f32 {
