@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlvm.codegen.gather import ids_operand
 from dlvm.codegen.host_values import flat_types, nbytes
 from dlvm.ir.literals import AggregateLiteral
 from dlvm.ir.types import FunctionType, TensorType, TupleType, canonical
@@ -152,6 +153,11 @@ class _Walk:
             t = inst.type
             if not isinstance(t, TensorType) or any(isinstance(a, list) for a in args):
                 raise NotPlannable(f"@{callee.name} is not a kernel of tensors")
+            indexed = ids_operand(callee)
+            if indexed is not None:  # its ids are checked before it runs (dlvm.codegen.gather)
+                raise NotPlannable(
+                    f"@{callee.name}: the ids of {indexed[0].opcode} are checked on the CPU"
+                )
             self.plan.slots.append(Slot(max(1, nbytes(t))))
             out = len(self.plan.slots) - 1
             self.plan.steps.append((self.kernels[callee], [*args, out]))

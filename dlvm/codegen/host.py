@@ -14,6 +14,7 @@ from llvmlite import ir
 
 from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.frame import ALIGN, MAX_FRAME_BYTES
+from dlvm.codegen.gather import check_ids, ids_operand
 from dlvm.codegen.host_aggregates import AggregateOps
 from dlvm.codegen.host_memory import MemoryOps
 from dlvm.codegen.host_tensor import TensorOps
@@ -27,11 +28,11 @@ from dlvm.codegen.host_values import (
     host_function,
     nbytes,
 )
-from dlvm.codegen.kernel import tensor_type
+from dlvm.codegen.kernel import constant_array, tensor_type
 from dlvm.codegen.layout import enum_case
 from dlvm.codegen.llvm_types import I32, I64, PTR, load_element
 from dlvm.ir.types import EnumType, FunctionType, canonical
-from dlvm.ir.values import Block, Function, Instruction, Successor, Value
+from dlvm.ir.values import Block, Function, Instruction, LiteralValue, Successor, Value
 
 __all__ = ["HostGen", "Runtime", "host_function"]
 
@@ -107,6 +108,13 @@ class HostGen(AggregateOps, MemoryOps, TensorOps):
         self.values[inst] = out
         outs = flatten(out)
         if isinstance(callee, Function) and callee.compute:
+            indexed = ids_operand(callee)
+            if indexed is not None:
+                gather, ids = indexed
+                if isinstance(ids, LiteralValue):
+                    check_ids(self, gather, [int(i) for i in constant_array(ids)])
+                else:
+                    check_ids(self, gather, args[callee.arguments.index(ids)])  # type: ignore[arg-type]
             arr = self.entry_alloca(PTR, len(args) + 1)
             for i, p in enumerate([*args, *outs]):
                 b.store(p, b.gep(arr, [ir.Constant(I64, i)], source_etype=PTR))

@@ -18,6 +18,13 @@ from llvmlite import ir
 from dlvm.codegen.combinators import not_inlinable
 from dlvm.codegen.elementwise import binary, cast, compare, unary
 from dlvm.codegen.errors import CodegenError
+from dlvm.codegen.gather import (
+    copies_rows,
+    gather_element,
+    gather_rows,
+    scatter_add,
+    scatter_extent,
+)
 from dlvm.codegen.host_values import Runtime
 from dlvm.codegen.inplace import aligned_inputs
 from dlvm.codegen.llvm_types import (
@@ -132,6 +139,8 @@ class KernelGen:
         """The trip count of the loop the body splits: the output's first dimension (groups of
         columns for a product scheduled by `columns`)."""
         out = tensor_type(self.core)
+        if self.core.opcode == "scatterAdd":
+            return scatter_extent(self)
         if self.flat and self.core.opcode != "scan":
             return math.prod(out.shape)  # each_output's elements
         if self.columns:
@@ -169,6 +178,10 @@ class KernelGen:
             self.reduce_window(out, begin, end)
         elif op == "scan":
             self.scan(out)
+        elif op == "gather" and copies_rows(self):
+            gather_rows(self, out, begin, end)
+        elif op == "scatterAdd":
+            scatter_add(self, out, begin, end)
         else:
             self.pointwise(out, begin, end)
         b.ret_void()
@@ -624,6 +637,8 @@ class KernelGen:
             return self.elem(v.operands[0], unravel(b, flat, src_t.shape))
         if op == "concatenate":
             return self.concatenate(v, idx)
+        if op == "gather":
+            return gather_element(self, v, idx)
         if op == "apply" and isinstance(v.operands[0], Function):  # inside a combinator
             return self.inline(v.operands[0], [self.elem(a, []) for a in v.operands[1:]])
         raise CodegenError(f"@{self.fn.name}: '{op}' cannot be fused into a kernel")

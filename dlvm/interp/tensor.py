@@ -42,6 +42,35 @@ def _slice(frame, inst, args):
     return x[lo : hi + 1]
 
 
+def _checked_ids(ids: np.ndarray, n: int, axis: int) -> np.ndarray:
+    """The ids as int64 after checking each is in [0, n): a negative id does not count from
+    the end (docs/ir.md, "gather")."""
+    bad = (ids < 0) | (ids >= n)
+    if bad.any():
+        first = int(ids[bad].flat[0])
+        raise InterpreterError(f"id {first} out of range [0, {n}) along axis {axis}")
+    return ids.astype(np.int64)
+
+
+@impl("gather")
+def _gather(frame, inst, args):
+    """NumPy's `take`: the ids select along `axis`, their shape replacing that dimension."""
+    table, ids = args
+    axis = inst.attrs["axis"]
+    return np.take(table, _checked_ids(ids, table.shape[axis], axis), axis=axis)
+
+
+@impl("scatterAdd")
+def _scatter_add(frame, inst, args):
+    """The base plus each update added at its id along `axis` (repeated ids accumulate)."""
+    updates, ids, base = args
+    axis = inst.attrs["axis"]
+    out = np.array(base, copy=True)
+    where = (slice(None),) * axis + (_checked_ids(ids, base.shape[axis], axis),)
+    np.add.at(out, where, updates)
+    return out
+
+
 @impl("padShape")
 def _pad_shape(frame, inst, args):
     return np.expand_dims(args[0], inst.attrs["index"])

@@ -267,6 +267,25 @@ def slice_(e: Any, inst: Instruction, d: Value) -> Pairs:
     return [(x, e.op("concatenate", *parts, axis=0))]
 
 
+def gather(e: Any, inst: Instruction, d: Value) -> Pairs:
+    """The adjoint scattered back into zeros of the table's type (repeated ids accumulate);
+    the ids are integers: no gradient."""
+    table, ids = inst.operands
+    axis = inst.attrs["axis"]
+    return [(table, e.op("scatterAdd", d, e.primal(ids), e.zeros(table.type), axis=axis))]
+
+
+def scatter_add(e: Any, inst: Instruction, d: Value) -> Pairs:
+    """The updates receive the adjoint at their ids, the base all of it."""
+    updates, ids, base = inst.operands
+    out: Pairs = []
+    if e.wants(updates):
+        out.append((updates, e.op("gather", d, e.primal(ids), axis=inst.attrs["axis"])))
+    if e.wants(base):
+        out.append((base, d))
+    return out
+
+
 def pad_shape(e: Any, inst: Instruction, d: Value) -> Pairs:
     return [(_x(inst), e.op("squeezeShape", d, index=inst.attrs["index"]))]
 

@@ -312,6 +312,26 @@ declare(
         adjoint=A.convolve,
     )
 )
+declare(
+    OpDef(
+        "gather",
+        "index",
+        "$0 at $1 along {axis:int}",
+        R.gather,
+        adjoint=A.gather,
+        gradient_slots=(0,),
+    )
+)
+declare(
+    OpDef(
+        "scatterAdd",
+        "index",
+        "$0 at $1 into $2 along {axis:int}",
+        R.scatter_add,
+        adjoint=A.scatter_add,
+        gradient_slots=(0, 2),
+    )
+)
 declare(OpDef("padShape", "shape", "$0 at {index:int}", R.pad_shape, adjoint=A.pad_shape))
 declare(
     OpDef("squeezeShape", "shape", "$0 at {index:int}", R.squeeze_shape, adjoint=A.squeeze_shape)

@@ -261,6 +261,39 @@ def slice_(ops: list[Type], attrs: dict[str, Any]) -> Type:
     return tensor_type((hi - lo + 1,) + t.shape[1:], t.dtype)
 
 
+def _indices(ty: Type) -> TensorType:
+    ids = tensor(ty, "indices")
+    if not ids.dtype.is_int:
+        raise TypeRuleError(f"indices must be integers, found {ids.dtype}")
+    return ids
+
+
+def _taken_shape(t: TensorType, ids: TensorType, axis: int) -> tuple[int, ...]:
+    """The shape of `gather t at ids along axis`: t's dimension `axis` replaced by ids' shape."""
+    if not 0 <= axis < t.rank:
+        raise TypeRuleError(f"axis {axis} is out of range for rank {t.rank}")
+    return t.shape[:axis] + ids.shape + t.shape[axis + 1 :]
+
+
+def gather(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    t, ids = tensor(ops[0]), _indices(ops[1])
+    return tensor_type(_taken_shape(t, ids, attrs["axis"]), t.dtype)
+
+
+def scatter_add(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    updates, ids, base = tensor(ops[0]), _indices(ops[1]), tensor(ops[2], "base")
+    _same_dtype(updates, base)
+    if not base.dtype.is_numeric:
+        raise TypeRuleError(f"scatterAdd needs numeric data, found {base.dtype}")
+    shape = _taken_shape(base, ids, attrs["axis"])
+    if updates.shape != shape:
+        want = tensor_type(shape, base.dtype)
+        raise TypeRuleError(
+            f"updates must have type {want} to scatter into {base}, found {updates}"
+        )
+    return base
+
+
 @cache
 def _declared_ops() -> dict[str, Any]:
     from dlvm.ir.ops import OPS  # ops.py imports this module: bound at the first use

@@ -57,7 +57,7 @@ POINTWISE_OPS = {
     "shapeCast",
     "literal",
 }
-ROOT_ONLY = {"dot", "convolve", "scan", "reduceWindow"}
+ROOT_ONLY = {"dot", "convolve", "scan", "reduceWindow", "gather", "scatterAdd"}
 ADDRESS_ONLY = {"transpose", "padShape", "squeezeShape"}
 # Instructions whose elements are their operand's, moved: fused, they cost only addressing.
 VIEWS = {"transpose", "slice", "padShape", "squeezeShape", "shapeCast", "reverse"}

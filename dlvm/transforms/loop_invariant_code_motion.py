@@ -142,6 +142,8 @@ def _may_fail(inst: Instruction) -> bool:
     keys = inst.attrs.get("keys") or ()
     if any(isinstance(k, ElementKey) and k.value is not None for k in keys):
         return True  # a dynamic index may be out of bounds
+    if inst.opcode in ("gather", "scatterAdd"):
+        return True  # so may an id
     if not _integer(inst.type):
         return False
     if inst.opcode in INTEGER_DIVISIONS:  # by zero, or the smallest integer by -1 (overflow)

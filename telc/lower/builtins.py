@@ -351,6 +351,27 @@ def argmax(c: Call) -> Elaborated:
     return TV(v.type, v)
 
 
+@BUILTINS.define(
+    "take",
+    Signature(
+        (Param("table"), Param("ids"), Param("axis", Kind.INTS, (0,))),
+        rule=ElementRule("ids", "int", "take takes integer ids, found {type}", at_argument=True),
+    ),
+)
+def take(c: Call) -> Elaborated:
+    """NumPy's take: the ids (each in [0, n), checked when the program runs) select along one
+    axis of the table, their shape in place of that axis."""
+    table, ids = materialise(c.tensor("table"), c.scope), materialise(c.tensor("ids"), c.scope)
+    rank, given = len(table.shape), c.ints("axis")[0]
+    if rank == 0:
+        return c.error(f"take needs a table of rank ≥ 1, found {show(table.ty)}", c.span("table"))
+    axis = given + rank if given < 0 else given
+    if not 0 <= axis < rank:
+        return c.error(f"axis {given} is out of range for {show(table.ty)}", c.span("axis"))
+    v = c.emit("gather", [table.ir(), ids.ir()], axis=axis)
+    return TV(v.type, v)
+
+
 # Gradients -------------------------------------------------------------------------------------
 
 GRAD_OPTIONS = ["wrt", "keeping", "seed"]

@@ -53,6 +53,8 @@ EXAMPLES.update(
         "padding half",
         "convolve": "%r = convolve %img: <1 x 2 x 5 x 5 x f32> kernel %ker: <4 x 1 x 3 x 3 x f32> "
         "strides 2, 1 padding (1, 1), (0, 2) leftDilation 1, 2 rightDilation 2, 1 groups 2",
+        "gather": f"%r = gather %m: {M} at %ids: <2 x i64> along 1",
+        "scatterAdd": f"%r = scatterAdd %m: {M} at %ids: <2 x i64> into %m: {M} along 0",
         "padShape": f"%r = padShape %m: {M} at 2",
         "squeezeShape": "%r = squeezeShape %row: <1 x 3 x f32> at 0",
         "shapeCast": f"%r = shapeCast %m: {M} to 3 x 2",
@@ -100,11 +102,11 @@ SETUP = {
 ARGS = (
     f"%m: {M}, %row: <1 x 3 x f32>, %k: <3 x 4 x f32>, %flags: <2 x 3 x bool>, "
     "%img: <1 x 2 x 5 x 5 x f32>, %ker: <4 x 1 x 3 x 3 x f32>, %s: $S, %e: $E, %n: i64, "
-    "%p: *$S"
+    "%p: *$S, %ids: <2 x i64>"
 )
 ARG_TYPES = (
     f"({M}, <1 x 3 x f32>, <3 x 4 x f32>, <2 x 3 x bool>, <1 x 2 x 5 x 5 x f32>, "
-    "<4 x 1 x 3 x 3 x f32>, $S, $E, i64, *$S)"
+    "<4 x 1 x 3 x 3 x f32>, $S, $E, i64, *$S, <2 x i64>)"
 )
 
 

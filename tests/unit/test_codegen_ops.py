@@ -339,6 +339,37 @@ case(
     "%r = or %c: <13 x bool>, %d: <13 x bool>",
 )
 
+# gather and scatterAdd: rows of a table by integer ids of any shape and width (ids are drawn
+# in [0, 3), so scatterAdd meets repeated ids), along the first axis (rows copied whole) and
+# others, a scalar id, ids computed by a kernel of their own, a literal base of zeros.
+case("gather-rows", ["<7 x 19 x f32>", "<4 x 3 x i32>"], "<4 x 3 x 19 x f32>",
+     "%r = gather %a: <7 x 19 x f32> at %b: <4 x 3 x i32> along 0")  # fmt: skip
+case("gather-axis-1", ["<3 x 5 x 4 x f64>", "<6 x i64>"], "<3 x 6 x 4 x f64>",
+     "%r = gather %a: <3 x 5 x 4 x f64> at %b: <6 x i64> along 1")  # fmt: skip
+case("gather-last-axis-scalar-id", ["<3 x 5 x f32>", "i8"], "<3 x f32>",
+     "%r = gather %a: <3 x 5 x f32> at %b: i8 along 1")  # fmt: skip
+case("gather-int-table-computed-ids", ["<4 x 9 x i32>", "<2 x 5 x i16>"], "<2 x 5 x 9 x i32>",
+     "%i = add %b: <2 x 5 x i16>, 1: i16",
+     "%t = multiply %a: <4 x 9 x i32>, 3: i32",
+     "%r = gather %t: <4 x 9 x i32> at %i: <2 x 5 x i16> along 0")  # fmt: skip
+case("gather-literal-ids", ["<5 x 3 x f32>"], "<2 x 3 x f32>",
+     "%i = literal <4: i32, 0: i32>: <2 x i32>",
+     "%g = gather %a: <5 x 3 x f32> at %i: <2 x i32> along 0",
+     "%s = gather %a: <5 x 3 x f32> at 2: i64 along 0",
+     "%p = padShape %s: <3 x f32> at 0",
+     "%r = add %g: <2 x 3 x f32>, %p: <1 x 3 x f32>")  # fmt: skip
+case("scatterAdd-rows", ["<4 x 3 x 19 x f32>", "<4 x 3 x i32>", "<7 x 19 x f32>"],
+     "<7 x 19 x f32>",
+     "%r = scatterAdd %a: <4 x 3 x 19 x f32> at %b: <4 x 3 x i32> into %c: <7 x 19 x f32> "
+     "along 0")  # fmt: skip
+case("scatterAdd-axis-1-zeros", ["<3 x 6 x 4 x f64>", "<6 x i64>"], "<3 x 5 x 4 x f64>",
+     "%z = literal zero: <3 x 5 x 4 x f64>",
+     "%r = scatterAdd %a: <3 x 6 x 4 x f64> at %b: <6 x i64> into %z: <3 x 5 x 4 x f64> "
+     "along 1")  # fmt: skip
+case("scatterAdd-int-last-axis", ["<2 x 7 x i32>", "<7 x i32>", "<2 x 4 x i32>"], "<2 x 4 x i32>",
+     "%r = scatterAdd %a: <2 x 7 x i32> at %b: <7 x i32> into %c: <2 x 4 x i32> "
+     "along 1")  # fmt: skip
+
 HELPERS = """
 func @blend: (f32, f32) -> f32 {
 'entry(%acc: f32, %x: f32):
@@ -410,6 +441,8 @@ def random_input(t: str, rng: np.random.Generator, name: str) -> np.ndarray:
     inner = t.strip("<>").split(" x ")
     dtype, shape = inner[-1], tuple(int(d) for d in inner[:-1])
     if dtype[0] == "i":
+        if "gather" in name or "scatter" in name:  # ids (and integer tables) in [0, 3)
+            return rng.integers(0, 3, shape).astype(NP[dtype])
         if "ties" in name:  # equal operands are common
             return rng.integers(-3, 3, shape).astype(NP[dtype])
         x = rng.integers(-20, 20, shape).astype(NP[dtype])
