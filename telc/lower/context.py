@@ -252,9 +252,10 @@ class Context:
                 return self.splat(tv.const, ty, span)
             return self.broadcast_to(tv.ir(ty.dtype), ty.shape, span)
         if t.dtype is not ty.dtype:
-            return self.error(
-                span, f"{what}: expected element type {ty.dtype}, found {t.dtype} ({show(t)})"
-            )
+            message = f"{what}: expected element type {ty.dtype}, found {t.dtype} ({show(t)})"
+            # such as i32 class indices where a stdlib loss takes i64 ones
+            fix = [f"  help: cast(…, {ty.dtype}) converts it"]
+            return self.error(span, message, fix if t.dtype.can_cast_to(ty.dtype) else None)
         if t.shape != ty.shape:
             if numpy_broadcast(t.shape, ty.shape) != ty.shape:
                 return self.error(

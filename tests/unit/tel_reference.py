@@ -64,9 +64,36 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return s - np.log(np.exp(s).sum(axis=-1, keepdims=True))
 
 
-def cross_entropy(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Mean over the rows of -sum(labels * log(probs)) along each row (a scalar)."""
-    return _f64(-np.mean(np.sum(_f64(labels) * np.log(_f64(probs)), axis=-1)))
+def cross_entropy(probs: np.ndarray, labels: np.ndarray, eps: float = 1e-30) -> np.ndarray:
+    """Mean over the rows of -sum(labels * log(max(probs, eps))) along each row (a scalar)."""
+    clamped = np.maximum(_f64(probs), eps)
+    return _f64(-np.mean(np.sum(_f64(labels) * np.log(clamped), axis=-1)))
+
+
+def softmax_cross_entropy(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Mean over the rows of -sum(labels * log_softmax(logits)) along each row (a scalar)."""
+    return _f64(-np.mean(np.sum(_f64(labels) * log_softmax(logits), axis=-1)))
+
+
+def nll_loss(log_probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Mean over the rows i of -log_probs[i, labels[i]] (a scalar); an index outside the row
+    picks nothing (adds 0)."""
+    lp = _f64(log_probs)
+    k = lp.shape[-1]
+    inside = (labels >= 0) & (labels < k)
+    picked = lp[np.arange(len(lp)), np.where(inside, labels, 0)]
+    return _f64(-np.mean(np.where(inside, picked, 0.0)))
+
+
+def sparse_softmax_cross_entropy(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """nll_loss of log_softmax(logits) (a scalar)."""
+    return nll_loss(log_softmax(logits), labels)
+
+
+def binary_cross_entropy_with_logits(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Mean of max(x, 0) - x * t + log(1 + exp(-|x|)) over all elements (a scalar)."""
+    x, t = _f64(logits), _f64(targets)
+    return _f64(np.mean(np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x)))))
 
 
 def mse(pred: np.ndarray, target: np.ndarray) -> np.ndarray:

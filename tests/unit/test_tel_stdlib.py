@@ -47,6 +47,21 @@ def positive(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return rng.uniform(0.1, 2.0, size=shape)
 
 
+def extreme(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Logits of ±100 and a few near 0: beyond where exp under- or overflows in float32."""
+    return rng.choice([-100.0, 100.0, 0.5, -0.5], size=shape)
+
+
+def classes(count: int) -> Gen:
+    """Integer class indices (int64) in [0, count), one per row of the shape's first dim."""
+    return lambda rng, shape: rng.integers(0, count, size=shape)
+
+
+def targets(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Binary targets: 0, 1, or a probability in between."""
+    return rng.choice([0.0, 1.0, 0.3], size=shape)
+
+
 @dataclass
 class Case:
     """A call of a stdlib function on arguments of given shapes, its result shape and its NumPy
@@ -57,6 +72,11 @@ class Case:
     result: tuple[int, ...]
     model: Callable[..., np.ndarray]
     wrt: list[str] | None = None
+
+    def float_args(self) -> list[str]:
+        """The arguments whose generator draws floats (the others are i64 class indices)."""
+        rng = np.random.default_rng(0)
+        return [n for n, s, gen in self.args if np.asarray(gen(rng, s)).dtype.kind == "f"]
 
 
 X34 = [("x", (3, 4), normal)]
@@ -102,6 +122,73 @@ NN_CASES: dict[str, Case] = {
         (),
         ref.cross_entropy,
     ),
+    "cross_entropy_underflow": Case(
+        "cross_entropy(p, y)",
+        [("p", (5, 4), lambda r, s: ref.softmax(wide(r, s))), ("y", (5, 4), one_hot)],
+        (),
+        ref.cross_entropy,
+        wrt=["y"],  # p: the clamp's kink sits where probabilities underflowed
+    ),
+    "softmax_cross_entropy": Case(
+        "softmax_cross_entropy(z, y)",
+        [("z", (5, 4), normal), ("y", (5, 4), one_hot)],
+        (),
+        ref.softmax_cross_entropy,
+    ),
+    "softmax_cross_entropy_soft": Case(
+        "softmax_cross_entropy(z, y)",
+        [("z", (5, 4), normal), ("y", (5, 4), probabilities)],
+        (),
+        ref.softmax_cross_entropy,
+    ),
+    "softmax_cross_entropy_wide": Case(
+        "softmax_cross_entropy(z, y)",
+        [("z", (5, 4), wide), ("y", (5, 4), one_hot)],
+        (),
+        ref.softmax_cross_entropy,
+    ),
+    "sparse_softmax_cross_entropy": Case(
+        "sparse_softmax_cross_entropy(z, l)",
+        [("z", (5, 4), normal), ("l", (5,), classes(4))],
+        (),
+        ref.sparse_softmax_cross_entropy,
+    ),
+    "sparse_softmax_cross_entropy_wide": Case(
+        "sparse_softmax_cross_entropy(z, l)",
+        [("z", (6, 3), wide), ("l", (6,), classes(3))],
+        (),
+        ref.sparse_softmax_cross_entropy,
+    ),
+    "nll_loss": Case(
+        "nll_loss(lp, l)",
+        [("lp", (5, 4), lambda r, s: ref.log_softmax(normal(r, s))), ("l", (5,), classes(4))],
+        (),
+        ref.nll_loss,
+    ),
+    "nll_loss_extreme": Case(
+        "nll_loss(lp, l)",
+        [("lp", (6, 3), lambda r, s: ref.log_softmax(extreme(r, s))), ("l", (6,), classes(3))],
+        (),
+        ref.nll_loss,
+    ),
+    "binary_cross_entropy_with_logits": Case(
+        "binary_cross_entropy_with_logits(z, t)",
+        [("z", (3, 4), normal), ("t", (3, 4), targets)],
+        (),
+        ref.binary_cross_entropy_with_logits,
+    ),
+    "binary_cross_entropy_with_logits_extreme": Case(
+        "binary_cross_entropy_with_logits(z, t)",
+        [("z", (4, 5), extreme), ("t", (4, 5), targets)],
+        (),
+        ref.binary_cross_entropy_with_logits,
+    ),
+    "binary_cross_entropy_with_logits_rank1": Case(
+        "binary_cross_entropy_with_logits(z, t)",
+        [("z", (7,), wide), ("t", (7,), targets)],
+        (),
+        ref.binary_cross_entropy_with_logits,
+    ),
     "mse": Case("mse(a, b)", [("a", (3, 4), normal), ("b", (3, 4), normal)], (), ref.mse),
     "mse_rank3": Case(
         "mse(a, b)", [("a", (2, 3, 4), normal), ("b", (2, 3, 4), normal)], (), ref.mse
@@ -134,13 +221,20 @@ def tel_type(dtype: str, shape: tuple[int, ...]) -> str:
     return f"{dtype}[{' x '.join(str(d) for d in shape)}]" if shape else dtype
 
 
+def parameters(case: Case, dtype: str) -> str:
+    """The export's parameter list: the float arguments in DTYPE, class indices in i64."""
+    floats = case.float_args()
+    types = [(n, tel_type(dtype if n in floats else "i64", s)) for n, s, _ in case.args]
+    return ", ".join(f"{n}: {t}" for n, t in types)
+
+
 def arguments(case: Case, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [gen(rng, shape) for _, shape, gen in case.args]
 
 
 def golden_program(case: Case, dtype: str) -> str:
-    params = ", ".join(f"{n}: {tel_type(dtype, s)}" for n, s, _ in case.args)
+    params = parameters(case, dtype)
     return (
         "module golden\nuse nn\nuse optim\n\n"
         f"export def f({params}) -> {tel_type(dtype, case.result)} = {case.call}\n"
@@ -164,7 +258,7 @@ def test_nn_golden_float32(name: str, tmp_path) -> None:
     """The same functions serve float32 models: float32 results, close to the model."""
     case = NN_CASES[name]
     compiled = compile_snippet(str(tmp_path), golden_program(case, "f32"))
-    args = [a.astype(np.float32) for a in arguments(case, 2)]
+    args = [a.astype(np.float32) if a.dtype.kind == "f" else a for a in arguments(case, 2)]
     got = run_function(compiled.module, "f", args)
     assert np.asarray(got).dtype == np.float32
     assert np.shape(got) == case.result
@@ -176,8 +270,7 @@ def test_nn_golden_float32(name: str, tmp_path) -> None:
 def gradient_program(case: Case, wrt: list[str]) -> str:
     """loss(args…, c) = sum(CALL * c) (CALL * c for a scalar result) and its gradient with
     respect to WRT as the export `g`."""
-    params = ", ".join(f"{n}: {tel_type('f64', s)}" for n, s, _ in case.args)
-    params += f", c: {tel_type('f64', case.result)}"
+    params = parameters(case, "f64") + f", c: {tel_type('f64', case.result)}"
     names = ", ".join(n for n, _, _ in case.args) + ", c"
     objective = f"sum({case.call} * c)" if case.result else f"{case.call} * c"
     wrt_types = [tel_type("f64", s) for n, s, _ in case.args if n in wrt]
@@ -193,7 +286,7 @@ def gradient_program(case: Case, wrt: list[str]) -> str:
 @pytest.mark.parametrize("name", sorted(NN_CASES))
 def test_nn_gradient(name: str, tmp_path) -> None:
     case = NN_CASES[name]
-    wrt = case.wrt or [n for n, _, _ in case.args]
+    wrt = case.wrt or case.float_args()
     compiled = compile_snippet(str(tmp_path), gradient_program(case, wrt))
     rng = np.random.default_rng(3)
     args = arguments(case, 3)
