@@ -61,6 +61,9 @@ class Instances:
         key = (id(fn), tuple(types), cs.training)
         inst = self.table.get(key)
         if inst is not None:
+            if force_name is not None:
+                # An exported def a declaration called first: the entry point is that function.
+                inst.ir.name = force_name
             return inst
         if sum(1 for k in self.table if k[0] == id(fn)) >= 64:
             self.cx.error(
