@@ -38,6 +38,16 @@ class Interface:
     entries: list[Entry] = field(default_factory=list)
 
 
+# The element types a train entry's step count can be passed in: the runtime converts its int64
+# count to each of them (dlvm.codegen.glue_layout.STEP_DTYPES; f16 is not one).
+STEP_DTYPES = ("i8", "i16", "i32", "i64", "f32", "f64")
+
+
+def is_step_type(ty: Type) -> bool:
+    """Whether an optimiser's `step` argument of type `ty` can be given the step count."""
+    return isinstance(ty, TensorType) and ty.shape == () and ty.dtype.text in STEP_DTYPES
+
+
 def export_outputs(ty: Type) -> list[tuple[str, Type]] | None:
     """The outputs of an exported function returning `ty`: `result` for a tensor (a scalar
     included), `result0`, `result1`… for a tuple of tensors, as dlc names an IR function's

@@ -2,7 +2,8 @@
 one output per element, named result0, result1…, in the header, the manifest (the compiler's
 and the runtime's, byte for byte), dlvm.load (a tuple of arrays) and a C program; gradients with
 respect to several parameters against NumPy in float64; and every entry type `telc check`
-accepts either builds and runs, or is rejected by check with a located error."""
+accepts (entry arguments and results, declarations, an optimiser's step) either builds and runs,
+or is rejected by check with a located error."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from telhelp import compile_snippet
 from test_cuda_library import close, fake_driver, on_fake_gpu  # noqa: F401 (fixtures)
 
 import dlvm
+from dlvm.codegen import glue_layout
 from dlvm.codegen.build import build_library, schedule
 from dlvm.codegen.glue import manifest_json
 from dlvm.ir.types import TupleType
-from telc.lower.entries import export_outputs
+from telc.lower.entries import STEP_DTYPES, export_outputs
 
 TELC = Path(sys.executable).parent / "telc"
 
@@ -274,7 +276,32 @@ REJECTED = {
         "m.tel:3:11: error: hidden 'h' is declared (f32[2], f32[2]); a declaration is a tensor",
         "help: leave the type out (h: hidden = …), or declare one per element",
     ),
+    "vector-step": (
+        "x: in[2]\np: param[2] = 0.5\nloss: out = sum(x * p)\n"
+        "def opt(w: [S...], g: [S...], step: [2]) -> [S...] = w - g * sum(step)\n"
+        "train minimizing loss using opt()",
+        "m.tel:6:29: error: optimiser 'opt' takes the step count as f32[2]; a step count is a "
+        "scalar of i8, i16, i32, i64, f32 or f64",
+        "help: declare the optimiser's argument step: [] or step: i64",
+    ),
+    "tuple-step": (
+        "x: in[2]\np: param[2] = 0.5\nloss: out = sum(x * p)\n"
+        "def opt(w: [S...], g: [S...], step: ([], [])) -> [S...] = w - g * step[0]\n"
+        "train minimizing loss using opt()",
+        "m.tel:6:29: error: optimiser 'opt' takes the step count as (f32, f32)",
+        "help: declare the optimiser's argument step: [] or step: i64",
+    ),
+    "f16-step": (
+        "use optim\nx: in f16[2]\np: param f16[2] = 0.5\nloss: out = sum(x * p)\n"
+        "train minimizing loss using adam()",
+        "m.tel:6:29: error: optimiser 'adam' takes the step count as f16",
+        "help: train the model in f32, or use an optimiser whose step is declared f32 or i64",
+    ),
 }
+
+
+def test_the_step_dtypes_are_those_the_runtime_passes():
+    assert STEP_DTYPES == glue_layout.STEP_DTYPES
 
 
 @pytest.mark.parametrize("case", REJECTED)
