@@ -4,6 +4,8 @@ state and hyper-parameters."""
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from dlvm.ir.builder import gradient_declaration
 from dlvm.ir.types import TensorType, TupleType, Type
 from dlvm.ir.values import ElementKey, fresh_name
@@ -195,7 +197,7 @@ class TrainLowerer:
                 raise Abort
         return states, step_type, hypers
 
-    def step_error(self, t: ast.Train, ty: Type) -> None:
+    def step_error(self, t: ast.Train, ty: Type) -> NoReturn:
         """Reports an optimiser whose `step` cannot be given the step count, at `using`."""
         if isinstance(ty, TensorType) and ty.shape == () and ty.dtype.text == "f16":
             fix = "train the model in f32, or use an optimiser whose step is declared f32 or i64"
