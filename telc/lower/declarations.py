@@ -4,7 +4,7 @@ member's previous step (and, for `h[*]`, the stack of every step)."""
 
 from __future__ import annotations
 
-from dlvm.ir.types import DataType, TensorType, Type
+from dlvm.ir.types import DataType, TensorType, TupleType, Type
 from dlvm.ir.values import ElementKey, Successor, Value
 from telc import ast
 from telc.lower.context import Abort, Context, Scope
@@ -14,6 +14,15 @@ from telc.lower.resolve import Resolver
 from telc.lower.values import POISON, TV, _Poison, describe, show
 from telc.program import suggest
 from telc.types import shape_str
+
+
+def _one_per_element(role: str, name: str) -> str:
+    """How to give a model a tuple in place of `role` `name`: the C ABI passes tensors
+    (docs/c-abi.md section 1); a hidden value may be a tuple when its type is left out."""
+    if role == "in":
+        return f"declare one input per element, such as {name}0: in[…] and {name}1: in[…]"
+    fix = f"declare one per element, such as {name}0: {role} = …[0] and {name}1: {role} = …[1]"
+    return f"leave the type out ({name}: hidden = …), or {fix}" if role == "hidden" else fix
 
 
 class DeclarationLowerer:
@@ -70,7 +79,15 @@ class DeclarationLowerer:
                 continue
             ty = self.resolve.resolve_type(d.type, scope) if d.type is not None else None
             self.decl_types[d.name] = ty
-            if d.role == "param" and ty is not None:
+            if isinstance(ty, TupleType) and d.role != "param":
+                assert d.type is not None
+                cx.error(
+                    d.type.span,
+                    f"{d.role} '{d.name}' is declared {show(ty)}; a declaration is a tensor",
+                    [f"  help: {_one_per_element(d.role, d.name)}"],
+                )
+                self.decl_types[d.name] = None
+            elif d.role == "param" and ty is not None:
                 if not isinstance(ty, TensorType) or not ty.dtype.is_float:
                     span = d.type.span if d.type is not None else d.span
                     cx.error(span, f"parameter '{d.name}' must be a float tensor, found {show(ty)}")
@@ -130,6 +147,13 @@ class DeclarationLowerer:
             raise Abort
         if not isinstance(tv, TV):
             self.cx.error(d.value.span, f"'{d.name}' must be a tensor, found {describe(tv)}")
+            raise Abort
+        if d.role == "out" and isinstance(tv.ty, TupleType):
+            self.cx.error(
+                d.value.span,
+                f"output '{d.name}' is the tuple {show(tv.ty)}; an output is a tensor",
+                [f"  help: {_one_per_element(d.role, d.name)}"],
+            )
             raise Abort
         declared = self.decl_types.get(d.name)
         if declared is not None:

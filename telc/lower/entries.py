@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dlvm.ir.builder import Builder, new_function
-from dlvm.ir.types import FunctionType, TupleType, Type
+from dlvm.ir.types import FunctionType, TensorType, TupleType, Type
 from dlvm.ir.values import Argument, Function, fresh_name
 from telc import ast
 from telc.lower.context import Abort, Context, FnState, ftype
@@ -36,6 +36,29 @@ class Interface:
     name: str
     params: list[tuple[str, Type]] = field(default_factory=list)
     entries: list[Entry] = field(default_factory=list)
+
+
+# The element types a train entry's step count can be passed in: the runtime converts its int64
+# count to each of them (dlvm.codegen.glue_layout.STEP_DTYPES; f16 is not one).
+STEP_DTYPES = ("i8", "i16", "i32", "i64", "f32", "f64")
+
+
+def is_step_type(ty: Type) -> bool:
+    """Whether an optimiser's `step` argument of type `ty` can be given the step count."""
+    return isinstance(ty, TensorType) and ty.shape == () and ty.dtype.text in STEP_DTYPES
+
+
+def export_outputs(ty: Type) -> list[tuple[str, Type]] | None:
+    """The outputs of an exported function returning `ty`: `result` for a tensor (a scalar
+    included), `result0`, `result1`… for a tuple of tensors, as dlc names an IR function's
+    (docs/c-abi.md section 1); None for what the C ABI gives no outputs for: a tuple of tuples,
+    an empty tuple."""
+    if isinstance(ty, TensorType):
+        return [("result", ty)]
+    elements = ty.elements if isinstance(ty, TupleType) else ()
+    if elements and all(isinstance(e, TensorType) for e in elements):
+        return [(f"result{i}", e) for i, e in enumerate(elements)]
+    return None
 
 
 def start_entry(

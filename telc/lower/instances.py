@@ -61,6 +61,10 @@ class Instances:
         key = (id(fn), tuple(types), cs.training)
         inst = self.table.get(key)
         if inst is not None:
+            if force_name is not None:
+                # An exported def that a declaration or another def called first: the entry point
+                # is that same function, under the def's own name.
+                inst.ir.name = force_name
             return inst
         if sum(1 for k in self.table if k[0] == id(fn)) >= 64:
             self.cx.error(

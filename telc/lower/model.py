@@ -6,21 +6,21 @@ from __future__ import annotations
 
 import contextlib
 
-from dlvm.ir.types import Type
+from dlvm.ir.types import TupleType, Type
 from telc import ast
 from telc.lower.builtins import BUILTINS
 from telc.lower.calls import CallLowerer
 from telc.lower.context import Abort, Context, Scope
 from telc.lower.declarations import DeclarationLowerer
 from telc.lower.dependencies import DeclarationGraph
-from telc.lower.entries import Entry, Interface, finish_entry, start_entry
+from telc.lower.entries import Entry, Interface, export_outputs, finish_entry, start_entry
 from telc.lower.exprs import ExprLowerer
 from telc.lower.instances import Instances
 from telc.lower.resolve import Resolver
 from telc.lower.statements import StatementLowerer
 from telc.lower.tensor_ops import TensorOps
 from telc.lower.train import TrainLowerer
-from telc.lower.values import TV, FnRef, _Poison, describe
+from telc.lower.values import TV, FnRef, _Poison, describe, show
 from telc.lower.walk import bound_names, walk
 from telc.program import Program, Unit, suggest
 from telc.types import DTYPES
@@ -171,6 +171,15 @@ class Model:
                     "'dim')",
                 )
                 raise Abort
+            if isinstance(ty, TupleType):
+                fix = "pass its elements as separate arguments"
+                self.cx.error(
+                    p.span,
+                    f"exported function '{fn.name}' takes the tuple {show(ty)} as '{p.name}'; "
+                    "entry points take tensors and scalars",
+                    [f"  help: {fix}"],
+                )
+                raise Abort
             types.append(ty)
         facts = self.cx.facts.of(root)
         params = facts.params[fn.name]
@@ -178,8 +187,20 @@ class Model:
         entry.params = params
         cs = Scope(root, dtype_var=root.dtype)
         inst = self.instances.instance(FnRef(fn, root), types, cs, fn.span, force_name=fn.name)
-        if inst is not None and inst.result is not None:
-            entry.outputs = [("result", inst.result)]
+        if inst is None or inst.result is None:
+            return
+        outputs = export_outputs(inst.result)
+        if outputs is None:
+            span = fn.result.span if fn.result is not None else fn.name_span
+            fix = "return one flat tuple of tensors, such as (a, b, c)"
+            self.cx.error(
+                span,
+                f"exported function '{fn.name}' returns {show(inst.result)}; an entry point "
+                "returns a tensor or a tuple of tensors",
+                [f"  help: {fix}"],
+            )
+            raise Abort
+        entry.outputs = outputs
 
     # What no entry point needs ----------------------------------------------------------------
 

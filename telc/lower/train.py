@@ -4,6 +4,8 @@ state and hyper-parameters."""
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from dlvm.ir.builder import gradient_declaration
 from dlvm.ir.types import TensorType, TupleType, Type
 from dlvm.ir.values import ElementKey, fresh_name
@@ -12,10 +14,10 @@ from telc.lower.calls import CallLowerer
 from telc.lower.context import Abort, Context, Scope, compile_time
 from telc.lower.declarations import DeclarationLowerer
 from telc.lower.dependencies import DeclarationGraph
-from telc.lower.entries import Entry, finish_entry, start_entry
+from telc.lower.entries import STEP_DTYPES, Entry, finish_entry, is_step_type, start_entry
 from telc.lower.exprs import ExprLowerer
 from telc.lower.resolve import Resolver
-from telc.lower.values import TV, FnRef, _Poison, describe
+from telc.lower.values import TV, FnRef, _Poison, describe, show
 from telc.program import Unit, suggest
 
 # An optimiser as `using OPT(…)` gives it: its state names, the type of its step argument (if
@@ -162,6 +164,8 @@ class TrainLowerer:
             elif p.name == "step":
                 scope = Scope(unit, dtype_var=next(iter(cx.param_types.values())).dtype)
                 step_type = self.resolve.resolve_type(p.type, scope)
+                if step_type is not None and not is_step_type(step_type):
+                    self.step_error(t, step_type)
             else:
                 hyper_params.append(p)
         hypers: dict[str, TV] = {}
@@ -192,6 +196,20 @@ class TrainLowerer:
                 cx.error(t.span, f"'{t.optimizer}' needs the hyper-parameter '{p.name}'")
                 raise Abort
         return states, step_type, hypers
+
+    def step_error(self, t: ast.Train, ty: Type) -> NoReturn:
+        """Reports an optimiser whose `step` cannot be given the step count, at `using`."""
+        if isinstance(ty, TensorType) and ty.shape == () and ty.dtype.text == "f16":
+            fix = "train the model in f32, or use an optimiser whose step is declared f32 or i64"
+        else:
+            fix = "declare the optimiser's argument step: [] or step: i64"
+        self.cx.error(
+            t.optimizer_span,
+            f"optimiser '{t.optimizer}' takes the step count as {show(ty)}; a step count is a "
+            f"scalar of {', '.join(STEP_DTYPES[:-1])} or {STEP_DTYPES[-1]}",
+            [f"  help: {fix}"],
+        )
+        raise Abort
 
     def optimizer_args(
         self,

@@ -157,8 +157,10 @@ def test_a_type_nested_beyond_the_limit_is_located() -> None:
     d = only(program(MAX_NESTING + 1))
     assert d.message == f"type nested deeper than {MAX_NESTING} levels"
     assert where(d) == (2, 18 + MAX_NESTING) and helps(d) == ["help: make the tuple type flatter"]
-    [d] = errors(program(MAX_NESTING))  # parsed: the result is not a tuple of tuples
+    # Parsed: the result is not a tuple of tuples, and an output cannot be a tuple.
+    d, output = errors(program(MAX_NESTING))
     assert d.message.startswith("the result of 'f': expected (((")
+    assert output.message.startswith("output 'y' is the tuple (((")
 
 
 def test_two_hundred_nested_calls_compile() -> None:
