@@ -212,7 +212,10 @@ class CallLowerer:
                 _bound_details(cs),
             )
             return False
+        arithmetic = [(d, n) for d, n in zip(shape.dims, actual) if d.op is not None]
         for d, n in zip(shape.dims, actual):
+            if d.op is not None:
+                continue  # once this parameter's plain dims are bound
             if isinstance(d.value, int):
                 expected: int | None = d.value
             elif d.value in cs.dims:
@@ -222,6 +225,26 @@ class CallLowerer:
                 if expected is None:  # a dimension variable, bound here
                     cs.dims[d.value] = n
                     continue
+            if expected != n:
+                self.cx.error(
+                    span,
+                    f"{what}: expected {_written(shape)}, found {shape_str(actual)}",
+                    _bound_details(cs),
+                )
+                return False
+        for d, n in arithmetic:
+            unbound = [x for x in d.names() if self.resolve.lookup_dim(x, cs) is None]
+            if unbound:
+                self.cx.error(
+                    d.span,
+                    f"dimension variable '{unbound[0]}' is not bound where {d.value} needs it",
+                    [f"  help: a variable is bound by a dimension that is its name alone, as in "
+                     f"[{unbound[0]} x …], in this parameter or an earlier one"],
+                )  # fmt: skip
+                return False
+            expected = self.resolve.dim_size(d, cs)
+            if expected is None:
+                return False
             if expected != n:
                 self.cx.error(
                     span,
