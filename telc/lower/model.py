@@ -22,7 +22,7 @@ from telc.lower.tensor_ops import TensorOps
 from telc.lower.train import TrainLowerer
 from telc.lower.values import POISON, TV, Elaborated, FnRef, _Poison, describe
 from telc.lower.walk import bound_names, walk
-from telc.program import Program, Unit, suggest
+from telc.program import Program, Unit, stdlib_help, suggest
 from telc.types import DTYPES
 
 # What an entry point is made from: nothing (init), the outputs (infer), a train, a def.
@@ -108,10 +108,9 @@ class Model:
                 and self.resolve.imported(root, t.optimizer, t.optimizer_span) is None
             ):
                 names = list(root.functions) + [n for u in root.uses for n in u.functions]
-                self.cx.error(
-                    t.optimizer_span,
-                    f"unknown optimiser '{t.optimizer}'{suggest(t.optimizer, names)}",
-                )
+                helps = stdlib_help(t.optimizer)
+                hint = "" if helps else suggest(t.optimizer, names)
+                self.cx.error(t.optimizer_span, f"unknown optimiser '{t.optimizer}'{hint}", helps)
 
     # Entry functions ------------------------------------------------------------------------
 
@@ -306,7 +305,9 @@ class Model:
         known |= {d for d in dims | rests if isinstance(d, str)}
         for n in walk(fn.body):
             if isinstance(n, ast.Name) and n.id not in known:
-                self.cx.error(n.span, f"unknown name '{n.id}'{suggest(n.id, known)}")
+                helps = stdlib_help(n.id)
+                hint = "" if helps else suggest(n.id, known)
+                self.cx.error(n.span, f"unknown name '{n.id}'{hint}", helps)
 
 
 def _open(spec: ast.ScalarType | ast.TensorType, unit: Unit) -> bool:
