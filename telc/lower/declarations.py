@@ -102,7 +102,8 @@ class DeclarationLowerer:
         scope = Scope(root, training=training)
         for name, tv in args.items():
             scope.values[name] = tv
-            if root.declarations[name].role == "param" and isinstance(tv, TV):
+            d = root.declarations.get(name)  # None for `h[*]`
+            if d is not None and d.role == "param" and isinstance(tv, TV):
                 scope.params[name] = tv
         done: set[int] = set()
         for name in order:

@@ -217,7 +217,9 @@ class Model:
         given: dict[str, Elaborated] = {
             n: TV(a.type, a, sym=self.decls.decl_sym(n)) for (n, _), a in zip(args, arguments)
         }
-        given |= {n: POISON for n in inputs + params + self.malformed() if n not in given}
+        malformed = self.malformed()
+        given |= {n: POISON for n in inputs + params + malformed if n not in given}
+        given |= {f"{n}[*]": POISON for n in malformed}
         with contextlib.suppress(Abort):
             self.decls.model_scope(order, needed, given, training=False)
         self.drop_functions_from(before)
