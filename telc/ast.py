@@ -37,9 +37,45 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class Dim(Node):
-    """One dimension of a written shape: a number or a name."""
+    """One dimension of a written shape: a number, a name, or arithmetic on dimensions
+    (`4 * H`: `op`, one of + - * /, with its two `operands`; `value` is then the text that
+    messages show, `4 * H`)."""
 
     value: int | str
+    op: str | None = None
+    operands: tuple[Dim, ...] = ()
+
+    @property
+    def variable(self) -> str | None:
+        """The name, for a dimension that is a name alone."""
+        return self.value if self.op is None and isinstance(self.value, str) else None
+
+    def names(self) -> list[str]:
+        """The names the dimension uses, in order of first use."""
+        out: list[str] = []
+        stack = [self]
+        while stack:
+            d = stack.pop()
+            if d.op is not None:
+                stack.extend(reversed(d.operands))
+            elif isinstance(d.value, str) and d.value not in out:
+                out.append(d.value)
+        return out
+
+
+DIM_OPS = {"+": 1, "-": 1, "*": 2, "/": 2}  # the operators of dimensions, by precedence
+
+
+def dim_binary(span: Span, op: str, left: Dim, right: Dim) -> Dim:
+    """`left op right` as a dimension, with its text (parenthesised only where needed)."""
+
+    def text(d: Dim, tighter: bool) -> str:
+        loose = d.op is not None and (
+            DIM_OPS[d.op] < DIM_OPS[op] or (tighter and DIM_OPS[d.op] == DIM_OPS[op])
+        )
+        return f"({d.value})" if loose else str(d.value)
+
+    return Dim(span, f"{text(left, False)} {op} {text(right, op in '-/')}", op, (left, right))
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ MAX_DEPTH = 2048
 EXPRESSIONS = frozenset(
     {
         "binary", "unary", "transpose", "index", "call", "reshape", "conditional", "tuple",
-        "concat",
+        "concat", "dim_binary",
     }
 )  # fmt: skip
 STATEMENTS = frozenset({"if_statement", "for_statement"})

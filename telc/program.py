@@ -202,8 +202,17 @@ class _Loader:
             unit.uses.append(used)
 
 
+def stdlib_help(name: str) -> list[str]:
+    """The `help:` line for a name that only a standard module `use`d nowhere defines."""
+    home = stdlib_home(name)
+    if home is None:
+        return []
+    return [f"  help: '{name}' is in the standard module '{home}': add `use {home}`"]
+
+
 def stdlib_home(name: str) -> str | None:
-    """The standard module that defines a function `name`, if one does (for "use nn" hints)."""
+    """The standard module that defines `name` (a function, a dim or a const), if one does
+    (for "use nn" hints)."""
     for module, names in _stdlib_index().items():
         if name in names:
             return module
@@ -217,7 +226,9 @@ def _stdlib_index() -> dict[str, frozenset[str]]:
         if file.endswith(".tel"):
             with open(os.path.join(STDLIB, file), encoding="utf-8") as f:
                 text = f.read()
-            names = re.findall(r"^\s*(?:export\s+)?def\s+([A-Za-z_][A-Za-z0-9_]*)", text, re.M)
+            names = re.findall(
+                r"^(?:(?:export\s+)?def|dim|const)\s+([A-Za-z_][A-Za-z0-9_]*)", text, re.M
+            )
             index[file[:-4]] = frozenset(names)
     return index
 

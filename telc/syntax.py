@@ -7,6 +7,7 @@ import contextlib
 import functools
 import io
 import os
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +19,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from dlvm.artifacts import cache_dir, read_checked, sha256, write_checked
 from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
 from telc import ast
-from telc.limits import nesting_errors, size_error
+from telc.limits import help_line, nesting_errors, size_error
 from telc.syntax_tree import build
 
 # A newline after one of these continues the line.
@@ -265,10 +266,26 @@ def _describe(e: UnexpectedInput, source: Source, text: str) -> tuple[Diagnostic
             found = "the end of the line"
         message = f"expected {_expected_text(expected)}{after}, found {found}"
         length = len(tok.value) if tok.type not in ("_NL", "$END") else 1
-        return Diagnostic(message, Location(source, offset, max(1, length))), offset
+        notes = _habit(tok, text, offset)
+        if notes:
+            message = f"TEL has no '{tok.value}' operator"
+        return Diagnostic(message, Location(source, offset, max(1, length)), notes=notes), offset
     if isinstance(e, UnexpectedEOF):
         return Diagnostic("unexpected end of file", Location(source, len(text))), len(text)
     return Diagnostic(str(e), Location(source, 0)), 0  # pragma: no cover - lark has no other
+
+
+def _habit(tok: Token, text: str, offset: int) -> tuple[Diagnostic, ...]:
+    """The `help:` line for a token that is another language's way of saying something TEL
+    says otherwise: `x @ W`, NumPy's and PyTorch's matrix product, is `x . W`."""
+    if tok.value != "@":
+        return ()
+    line_start = text.rfind("\n", 0, offset) + 1
+    line_end = text.find("\n", offset)
+    left = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", text[line_start:offset])
+    right = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)", text[offset + 1 : line_end % (len(text) + 1)])
+    a, b = (left.group(1), right.group(1)) if left and right else ("a", "b")
+    return (help_line(f"TEL's matrix product is `.`: write `{a} . {b}`"),)
 
 
 def _unclosed_before(text: str, offset: int) -> int | None:

@@ -138,9 +138,42 @@ class _Build(Transformer_NonRecursive):
     def type_spec(self, meta, c):
         return c[0]
 
-    def _dim(self, tok: Token) -> ast.Dim:
+    def _dim(self, tok: Token | ast.Dim) -> ast.Dim:
+        if isinstance(tok, ast.Dim):
+            return tok
         value: int | str = self._number(tok) if tok.type == "INT" else str(tok)  # type: ignore[assignment]
         return ast.Dim(self._tok(tok), value)
+
+    def dim_binary(self, meta, c):
+        left, op, right = c
+        if op == "%":
+            self.diags.append(
+                Diagnostic(
+                    "'%' in a dimension: a dimension is an integer expression of dims and "
+                    "integers with + - * / and parentheses",
+                    self._tok(op).loc,
+                )
+            )
+        return ast.dim_binary(self._span(meta), str(op), self._dim(left), self._dim(right))
+
+    def _dim_of(self, e: ast.Expr) -> ast.Dim:
+        """A dimension of a shape written in an expression (`[B x 4 * H]`), where the grammar
+        reads each one as an expression: numbers and names, with + - * / (docs/tel.md,
+        "Shape arithmetic"). Anything else is reported."""
+        if isinstance(e, ast.Name):
+            return ast.Dim(e.span, e.id)
+        if isinstance(e, ast.Number) and isinstance(e.value, int):
+            return ast.Dim(e.span, e.value)
+        if isinstance(e, ast.Binary) and e.op in ast.DIM_OPS:
+            return ast.dim_binary(e.span, e.op, self._dim_of(e.left), self._dim_of(e.right))
+        self.diags.append(
+            Diagnostic(
+                "a dimension is an integer expression of dims and integers with + - * / and "
+                "parentheses",
+                e.span.loc,
+            )
+        )
+        return ast.Dim(e.span, 1)
 
     def _number(self, tok: Token) -> int | float:
         """The value of an INT or FLOAT token; 0 after reporting one with too many digits
@@ -255,7 +288,8 @@ class _Build(Transformer_NonRecursive):
             and "..." in (span.text())
         ):
             return ast.ShapeLiteral(span, ast.Shape(span, (), str(c[0])))
-        return ast.ShapeLiteral(span, ast.Shape(span, tuple(self._dim(t) for t in c)))
+        dims = tuple(self._dim(t) if isinstance(t, Token) else self._dim_of(t) for t in c)
+        return ast.ShapeLiteral(span, ast.Shape(span, dims))
 
     def at(self, meta, c):
         return ast.At(self._span(meta), c[0])

@@ -10,11 +10,12 @@ from telc import ast
 from telc.lower.builtins import BUILTINS
 from telc.lower.context import Context, Scope, compile_time
 from telc.lower.exprs import ExprLowerer
+from telc.lower.habits import unknown_keyword
 from telc.lower.instances import Instances
 from telc.lower.registry import Host
 from telc.lower.resolve import Resolver
 from telc.lower.values import POISON, TV, Elaborated, FnRef, _Poison, describe, show
-from telc.program import stdlib_home, suggest
+from telc.program import stdlib_help, stdlib_home, suggest
 from telc.types import shape_str
 
 
@@ -40,12 +41,9 @@ class CallLowerer:
             if local is None and not user and name not in scope.params and name in BUILTINS:
                 return BUILTINS.lower(name, e, scope, self.host)
             if local is None and not user and name not in scope.params:
-                home = stdlib_home(name)
-                if home is not None:
+                if stdlib_home(name) is not None:
                     return self.cx.error(
-                        e.callee.span,
-                        f"unknown function '{name}'; it is in the standard module '{home}': "
-                        f"add `use {home}`",
+                        e.callee.span, f"unknown function '{name}'", stdlib_help(name)
                     )
                 names = self.resolve.visible_names(scope) + BUILTINS.names()
                 return self.cx.error(
@@ -79,9 +77,9 @@ class CallLowerer:
         for kw in e.keywords:
             tv = self.exprs.lower_expr(kw.value, scope)
             if kw.name not in names:
-                hint = suggest(kw.name, names)
+                hint, helps = unknown_keyword(kw.name, names, ref.function.name)
                 return self.cx.error(
-                    kw.span, f"{ref.function.name} has no parameter '{kw.name}'{hint}"
+                    kw.span, f"{ref.function.name} has no parameter '{kw.name}'{hint}", helps
                 )
             if kw.name in given:
                 return self.cx.error(kw.span, f"argument '{kw.name}' is given twice")
@@ -212,7 +210,10 @@ class CallLowerer:
                 _bound_details(cs),
             )
             return False
+        arithmetic = [(d, n) for d, n in zip(shape.dims, actual) if d.op is not None]
         for d, n in zip(shape.dims, actual):
+            if d.op is not None:
+                continue  # once this parameter's plain dims are bound
             if isinstance(d.value, int):
                 expected: int | None = d.value
             elif d.value in cs.dims:
@@ -222,6 +223,26 @@ class CallLowerer:
                 if expected is None:  # a dimension variable, bound here
                     cs.dims[d.value] = n
                     continue
+            if expected != n:
+                self.cx.error(
+                    span,
+                    f"{what}: expected {_written(shape)}, found {shape_str(actual)}",
+                    _bound_details(cs),
+                )
+                return False
+        for d, n in arithmetic:
+            unbound = [x for x in d.names() if self.resolve.lookup_dim(x, cs) is None]
+            if unbound:
+                self.cx.error(
+                    d.span,
+                    f"dimension variable '{unbound[0]}' is not bound where {d.value} needs it",
+                    [f"  help: a variable is bound by a dimension that is its name alone, as in "
+                     f"[{unbound[0]} x …], in this parameter or an earlier one"],
+                )  # fmt: skip
+                return False
+            expected = self.resolve.dim_size(d, cs)
+            if expected is None:
+                return False
             if expected != n:
                 self.cx.error(
                     span,

@@ -4,6 +4,8 @@ member's previous step (and, for `h[*]`, the stack of every step)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from dlvm.ir.types import DataType, TensorType, TupleType, Type
 from dlvm.ir.values import ElementKey, Successor, Value
 from telc import ast
@@ -11,7 +13,7 @@ from telc.lower.context import Abort, Context, Scope
 from telc.lower.dependencies import DeclarationGraph
 from telc.lower.exprs import ExprLowerer
 from telc.lower.resolve import Resolver
-from telc.lower.values import POISON, TV, _Poison, describe, show
+from telc.lower.values import POISON, TV, Elaborated, _Poison, describe, show
 from telc.program import suggest
 from telc.types import shape_str
 
@@ -109,14 +111,16 @@ class DeclarationLowerer:
         return None
 
     def model_scope(
-        self, order: list[str], needed: set[str], args: dict[str, TV], training: bool
+        self, order: list[str], needed: set[str], args: Mapping[str, Elaborated], training: bool
     ) -> Scope:
-        """Lowers the needed declarations (inputs and parameters given) into a scope."""
+        """Lowers the needed declarations (inputs and parameters given, or POISON where their
+        types failed) into a scope."""
         root = self.cx.program.root
         scope = Scope(root, training=training)
         for name, tv in args.items():
             scope.values[name] = tv
-            if root.declarations[name].role == "param":
+            d = root.declarations.get(name)  # None for `h[*]`
+            if d is not None and d.role == "param" and isinstance(tv, TV):
                 scope.params[name] = tv
         done: set[int] = set()
         for name in order:

@@ -27,7 +27,7 @@ from telc.lower.values import (
     shape_of,
     show,
 )
-from telc.program import suggest
+from telc.program import stdlib_help, suggest
 from telc.types import fits, shape_str
 
 
@@ -138,8 +138,9 @@ class ExprLowerer:
             return self.declaration_value(found, e, scope)
         if name in BUILTINS:
             return self.cx.error(e.span, f"'{name}' is a built-in function; call it: {name}(…)")
-        hint = suggest(name, self.resolve.visible_names(scope))
-        return self.cx.error(e.span, f"unknown name '{name}'{hint}")
+        helps = stdlib_help(name)
+        hint = "" if helps else suggest(name, self.resolve.visible_names(scope))
+        return self.cx.error(e.span, f"unknown name '{name}'{hint}", helps)
 
     def declaration_value(self, decl: ast.Declaration, e: ast.Name, scope: Scope) -> Elaborated:
         """A model declaration named where it is not available (the model lowering puts the

@@ -295,6 +295,6 @@ def _is_generic(fn: ast.Function, unit: Unit) -> bool:
         if isinstance(spec, ast.TensorType):
             if spec.dtype is None or spec.shape.rest is not None:
                 return True
-            if any(isinstance(d.value, str) and d.value not in unit.dims for d in spec.shape.dims):
+            if any(n not in unit.dims for d in spec.shape.dims for n in d.names()):
                 return True
     return False

@@ -20,9 +20,9 @@ from telc.lower.resolve import Resolver
 from telc.lower.statements import StatementLowerer
 from telc.lower.tensor_ops import TensorOps
 from telc.lower.train import TrainLowerer
-from telc.lower.values import TV, FnRef, _Poison, describe, show
+from telc.lower.values import POISON, TV, Elaborated, FnRef, _Poison, describe, show
 from telc.lower.walk import bound_names, walk
-from telc.program import Program, Unit, suggest
+from telc.program import Program, Unit, stdlib_help, suggest
 from telc.types import DTYPES
 
 # What an entry point is made from: nothing (init), the outputs (infer), a train, a def.
@@ -51,6 +51,7 @@ class Model:
         cx = self.cx
         root = self.program.root
         interface = Interface(root.name)
+        self.resolve.check_constants(root)
         self.decls.check_declarations()
         self.check_optimizers()
         order = self.graph.dependency_order()
@@ -75,7 +76,10 @@ class Model:
             n + "_objective" for e, n in zip(entries, names) if e[0].kind == "train"
         }
         interface.params = list(cx.param_types.items())
-        if cx.diags or order is None:
+        if order is None:
+            return interface
+        if cx.diags:
+            self.check_after_errors(order)
             return interface
         for entry, what in entries:
             try:
@@ -104,10 +108,9 @@ class Model:
                 and self.resolve.imported(root, t.optimizer, t.optimizer_span) is None
             ):
                 names = list(root.functions) + [n for u in root.uses for n in u.functions]
-                self.cx.error(
-                    t.optimizer_span,
-                    f"unknown optimiser '{t.optimizer}'{suggest(t.optimizer, names)}",
-                )
+                helps = stdlib_help(t.optimizer)
+                hint = "" if helps else suggest(t.optimizer, names)
+                self.cx.error(t.optimizer_span, f"unknown optimiser '{t.optimizer}'{hint}", helps)
 
     # Entry functions ------------------------------------------------------------------------
 
@@ -207,33 +210,75 @@ class Model:
     def check_unused(self, order: list[str], entries: list[tuple[Entry, Source]]) -> None:
         """Checks the declarations no entry point needs (in a function that is then dropped),
         so that `telc check` reports their errors too."""
-        root = self.program.root
         covered: set[str] = set()
         for _, what in entries:
             if isinstance(what, list):
                 covered |= self.graph.closure(what)
             elif isinstance(what, ast.Train):
                 covered |= self.graph.closure(self.graph.objective_refs(what))
-        rest = [n for n in order if n not in covered]
-        rest = [n for n in rest if root.declarations[n].role not in ("in", "param")]
+        self.check_values([n for n in order if n not in covered], order)
+
+    def check_values(self, names: list[str], order: list[str]) -> None:
+        """Checks the values of the declarations `names` (in a function that is then
+        dropped). An input or parameter whose type failed is poisoned, so what uses it is
+        skipped silently while the rest is checked."""
+        root = self.program.root
+        rest = [n for n in names if root.declarations[n].role not in ("in", "param")]
         if not rest:
             return
         needed = self.graph.closure(rest)
         inputs, params = self.graph.entry_args(needed)
         args: list[tuple[str, Type]] = []
         for n in inputs + params:
-            ty = self.decls.decl_types[n]
-            if ty is None:
-                return
-            args.append((n, ty))
+            ty = self.decls.decl_types.get(n)
+            if ty is not None:
+                args.append((n, ty))
         before = len(self.cx.module.functions)
         fn, arguments = start_entry(self.cx, "unused", args)
-        given = {
-            n: TV(a.type, a, sym=self.decls.decl_sym(n)) for n, a in zip(inputs + params, arguments)
+        given: dict[str, Elaborated] = {
+            n: TV(a.type, a, sym=self.decls.decl_sym(n)) for (n, _), a in zip(args, arguments)
         }
+        malformed = self.malformed()
+        given |= {n: POISON for n in inputs + params + malformed if n not in given}
+        given |= {f"{n}[*]": POISON for n in malformed}
         with contextlib.suppress(Abort):
             self.decls.model_scope(order, needed, given, training=False)
         self.drop_functions_from(before)
+
+    def malformed(self) -> list[str]:
+        """The declarations whose value cannot be lowered, already reported: of no known
+        role, without a value, or in a recurrent block one of whose members is malformed."""
+        root = self.program.root
+        out = []
+        for d in root.declarations.values():
+            if d.role in ("in", "param"):
+                continue
+            block = root.recurrent_of.get(d.name)
+            members = block.declarations if block is not None else (d,)
+            if any(
+                m.role not in ast.ROLES
+                or m.value is None
+                or (block is not None and (m.role != "hidden" or m.type is None))
+                for m in members
+            ):
+                out.append(d.name)
+        return out
+
+    def check_after_errors(self, order: list[str]) -> None:
+        """After errors in the declarations (so that no entry point is built), still checks
+        every declaration's value, every function and every optimiser's hyper-parameters,
+        so that one `telc check` reports every independent error."""
+        root = self.program.root
+        self.check_values(order, order)
+        self.check_functions()
+        if not self.cx.param_types:
+            return
+        for t in root.trains:
+            if t.optimizer in root.functions or isinstance(
+                self.resolve.imported(root, t.optimizer, t.optimizer_span), tuple
+            ):
+                with contextlib.suppress(Abort):
+                    self.train.optimizer(t)
 
     def drop_functions_from(self, index: int) -> None:
         """Removes the functions created after `index` (compiled only to be checked)."""
@@ -283,7 +328,9 @@ class Model:
         known |= {d for d in dims | rests if isinstance(d, str)}
         for n in walk(fn.body):
             if isinstance(n, ast.Name) and n.id not in known:
-                self.cx.error(n.span, f"unknown name '{n.id}'{suggest(n.id, known)}")
+                helps = stdlib_help(n.id)
+                hint = "" if helps else suggest(n.id, known)
+                self.cx.error(n.span, f"unknown name '{n.id}'{hint}", helps)
 
 
 def _open(spec: ast.ScalarType | ast.TensorType, unit: Unit) -> bool:
@@ -291,7 +338,7 @@ def _open(spec: ast.ScalarType | ast.TensorType, unit: Unit) -> bool:
         return False
     if spec.shape.rest is not None:
         return True
-    return any(isinstance(d.value, str) and d.value not in unit.dims for d in spec.shape.dims)
+    return any(n not in unit.dims for d in spec.shape.dims for n in d.names())
 
 
 def _clash_hint(entries: list[tuple[Entry, Source]], i: int) -> str:

@@ -14,6 +14,7 @@ from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Value
 from telc import ast
 from telc.lower.context import Context, Scope
+from telc.lower.habits import unknown_keyword
 from telc.lower.interfaces import ExprLowering
 from telc.lower.tensor_ops import TensorOps
 from telc.lower.values import (
@@ -26,7 +27,6 @@ from telc.lower.values import (
     int_const,
     show,
 )
-from telc.program import suggest
 
 
 class Kind(enum.Enum):
@@ -232,7 +232,8 @@ class Call:
                 self.given[p.name] = a
         for kw in e.keywords:
             if kw.name not in params:
-                self.error(f"{fname} has no option '{kw.name}'{suggest(kw.name, names)}", kw.span)
+                hint, helps = unknown_keyword(kw.name, names, fname)
+                self.host.cx.error(kw.span, f"{fname} has no option '{kw.name}'{hint}", helps)
                 ok = False
                 continue
             if kw.name in self.values:

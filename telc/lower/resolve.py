@@ -8,7 +8,7 @@ import math
 
 from dlvm.ir.types import DataType, TensorType, TupleType, Type
 from telc import ast
-from telc.limits import too_large
+from telc.limits import MAX_DEPTH, too_large
 from telc.lower.context import Abort, Context, Scope, compile_time
 from telc.lower.interfaces import ExprLowering
 from telc.lower.values import POISON, TV, Elaborated, _Poison, show
@@ -26,6 +26,8 @@ class Resolver:
         self.cx = cx
         self.const_values: dict[tuple[int, str], Elaborated] = {}  # per file and name
         self.dim_values: dict[tuple[int, str], int | None] = {}
+        # The dims and consts being evaluated, innermost last: one named again is a cycle.
+        self.pending: list[tuple[tuple[int, str], str]] = []
 
     def connect(self, exprs: ExprLowering) -> None:
         self.exprs = exprs
@@ -62,20 +64,57 @@ class Resolver:
         cached = self.const_values.get(key)
         if cached is not None:
             return cached
-        self.const_values[key] = POISON  # a const defined through itself
+        if self._cycle(key, decl):
+            return POISON
+        self.pending.append((key, f"const {decl.name}"))
         scope = Scope(unit, paramless=compile_time(f"const {decl.name}"))
         tv = self._evaluate(decl.value, scope, "a const must be a number known at compile time")
         if isinstance(tv, TV) and tv.const is None:
             tv = self.cx.error(decl.value.span, "a const must be a number known at compile time")
+        self.pending.pop()
         self.const_values[key] = tv
         return tv
+
+    def _cycle(self, key: tuple[int, str], decl: ast.DimDecl | ast.ConstDecl) -> bool:
+        """Whether the dim or const `decl` is already being evaluated: a cycle, reported once
+        at the declaration it starts from, listing the dims and consts it goes through."""
+        keys = [k for k, _ in self.pending]
+        if key not in keys:
+            return False
+        path = [what for _, what in self.pending[keys.index(key) :]]
+        if len({what.split()[0] for what in path}) == 1:  # all dims or all consts: names say it
+            path = [path[0]] + [what.split()[1] for what in path[1:]]
+            names = [what.split()[-1] for what in path]
+        else:
+            names = path
+        through = "" if len(path) == 1 else ": " + " -> ".join([*names, names[0]])
+        self.cx.error(decl.span, f"{path[0]} depends on itself{through}")
+        return True
+
+    def check_constants(self, unit: Unit) -> None:
+        """Evaluates every dim and const of unit, so that `telc check` reports their errors
+        even where nothing uses them."""
+        for dim in unit.dims.values():
+            self.dim_value(unit, dim)
+        for const in unit.consts.values():
+            self.const_value(unit, const)
 
     def dim_value(self, unit: Unit, decl: ast.DimDecl) -> int | None:
         """The value of a module-level `dim` (or its -D override), checked once."""
         key = (id(unit), decl.name)
         if key in self.dim_values:
             return self.dim_values[key]
-        self.dim_values[key] = None  # a dim defined through itself stays None
+        if self._cycle(key, decl):
+            return None
+        self.pending.append((key, f"dim {decl.name}"))
+        try:
+            value = self._dim_decl_value(unit, decl)
+        finally:
+            self.pending.pop()
+        self.dim_values[key] = value
+        return value
+
+    def _dim_decl_value(self, unit: Unit, decl: ast.DimDecl) -> int | None:
         value: int | None = None
         override = self.cx.program.defines.get(decl.name)
         if override is not None:
@@ -88,6 +127,9 @@ class Resolver:
                 )
         else:
             scope = Scope(unit, paramless=compile_time(f"dim {decl.name}"))
+            arithmetic = self._dim_expression(decl.value, scope)
+            if arithmetic is not None:  # exact division, as in a shape
+                return self.dim_size(arithmetic, scope, f"dim {decl.name}")
             tv = self.constant_of(decl.value, scope)
             if tv is not None:
                 if isinstance(tv, bool) or not isinstance(tv, int) or tv <= 0:
@@ -96,8 +138,22 @@ class Resolver:
                     )
                 else:
                     value = tv
-        self.dim_values[key] = value
         return value
+
+    def _dim_expression(self, e: ast.Expr, scope: Scope) -> ast.Dim | None:
+        """e as a dimension when it is one: integers and dims with + - * / (a dim's value
+        is then computed as a shape's dimension is); None for any other expression."""
+        if isinstance(e, ast.Number) and isinstance(e.value, int) and not isinstance(e.value, bool):
+            return ast.Dim(e.span, e.value)
+        if isinstance(e, ast.Name):
+            dims = [scope.unit, *scope.unit.uses]
+            return ast.Dim(e.span, e.id) if any(e.id in u.dims for u in dims) else None
+        if isinstance(e, ast.Binary) and e.op in ast.DIM_OPS:
+            left = self._dim_expression(e.left, scope)
+            right = self._dim_expression(e.right, scope)
+            if left is not None and right is not None:
+                return ast.dim_binary(e.span, e.op, left, right)
+        return None
 
     def constant_of(self, expr: ast.Expr, scope: Scope) -> int | float | bool | None:
         """The compile-time value of an expression of numbers, dims and consts, or None
@@ -145,17 +201,8 @@ class Resolver:
             return None
         out: list[int] = []
         for d in shape.dims:
-            if isinstance(d.value, int):
-                if d.value <= 0:
-                    self.cx.error(d.span, "a dimension must be a positive integer")
-                    return None
-                out.append(d.value)
-                continue
-            v = self.lookup_dim(d.value, scope)
+            v = self.dim_size(d, scope)
             if v is None:
-                if not self._dim_failed(d, scope):
-                    hint = suggest(d.value, self.dim_names(scope))
-                    self.cx.error(d.span, f"unknown dimension '{d.value}'{hint}")
                 return None
             out.append(v)
         if math.prod(out) >= 1 << 63:
@@ -164,11 +211,78 @@ class Resolver:
             return None
         return tuple(out)
 
-    def _dim_failed(self, d: ast.Dim, scope: Scope) -> bool:
-        """Whether d names a module dim whose own definition failed (already reported)."""
-        return any(
-            isinstance(d.value, str) and d.value in u.dims for u in [scope.unit, *scope.unit.uses]
-        )
+    def dim_size(self, d: ast.Dim, scope: Scope, what: str = "") -> int | None:
+        """The value of a written dimension (`64`, `H`, `4 * H`): a positive integer, with
+        `/` only where it divides exactly; None after an error, reported at the part of d at
+        fault with the values of its names. `what` names a dim's declaration in messages."""
+        value = self._dim_arithmetic(d, scope)
+        if value is None:
+            return None
+        if value <= 0:
+            if what:
+                message = f"{what} must be a positive integer, found {value}"
+            elif d.op is not None:
+                message = f"dimension {d.value} is {value}: a dimension must be a positive integer"
+            else:
+                message = "a dimension must be a positive integer"
+            self.cx.error(d.span, message, self._dim_values_of(d, scope))
+            return None
+        return value
+
+    def _dim_arithmetic(self, d: ast.Dim, scope: Scope) -> int | None:
+        """d's integer value (of any sign); None after an error. Each level counts towards
+        MAX_DEPTH, as an expression's does: a dim's name evaluates that dim here."""
+        cx = self.cx
+        if cx.depth >= MAX_DEPTH:
+            cx.too_deep(d.span)
+            return None
+        cx.depth += 1
+        try:
+            return self._dim_level(d, scope)
+        finally:
+            cx.depth -= 1
+
+    def _dim_level(self, d: ast.Dim, scope: Scope) -> int | None:
+        if d.op is None:
+            if isinstance(d.value, int):
+                return d.value
+            v = self.lookup_dim(d.value, scope)
+            if v is None and not self._dim_failed(d.value, scope):
+                hint = suggest(d.value, self.dim_names(scope))
+                self.cx.error(d.span, f"unknown dimension '{d.value}'{hint}")
+            return v
+        left, right = (self._dim_arithmetic(x, scope) for x in d.operands)
+        if left is None or right is None:
+            return None
+        if d.op == "/":
+            if right == 0 or left % right:
+                problem = "is a division by zero" if right == 0 else "does not divide exactly"
+                self.cx.error(
+                    d.span,
+                    f"{left} / {right} {problem}",
+                    self._dim_values_of(d, scope),
+                )
+                return None
+            value = left // right
+        else:
+            value = left + right if d.op == "+" else left - right if d.op == "-" else left * right
+        if not fits(value, DataType.I64):
+            self.cx.error(
+                d.span,
+                f"dimension {d.value} is {value}, which does not fit in i64",
+                self._dim_values_of(d, scope),
+            )
+            return None
+        return value
+
+    def _dim_values_of(self, d: ast.Dim, scope: Scope) -> list[str]:
+        """`  where H = 7, N = 2`: the values of the names a dimension uses."""
+        values = [f"{n} = {self.lookup_dim(n, scope)}" for n in d.names()]
+        return ["  where " + ", ".join(values)] if values else []
+
+    def _dim_failed(self, name: str, scope: Scope) -> bool:
+        """Whether name is a module dim whose own definition failed (already reported)."""
+        return any(name in u.dims for u in [scope.unit, *scope.unit.uses])
 
     def resolve_dtype(self, name: str | None, span: ast.Span, scope: Scope) -> DataType | None:
         if name is None:

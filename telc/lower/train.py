@@ -16,9 +16,10 @@ from telc.lower.declarations import DeclarationLowerer
 from telc.lower.dependencies import DeclarationGraph
 from telc.lower.entries import STEP_DTYPES, Entry, finish_entry, is_step_type, start_entry
 from telc.lower.exprs import ExprLowerer
+from telc.lower.habits import unknown_keyword
 from telc.lower.resolve import Resolver
 from telc.lower.values import TV, FnRef, _Poison, describe, show
-from telc.program import Unit, suggest
+from telc.program import Unit
 
 # An optimiser as `using OPT(…)` gives it: its state names, the type of its step argument (if
 # it takes one) and the hyper-parameters given.
@@ -178,10 +179,8 @@ class TrainLowerer:
                 )
                 raise Abort
             if a.name not in names:
-                cx.error(
-                    a.span,
-                    f"'{t.optimizer}' has no hyper-parameter '{a.name}'{suggest(a.name, names)}",
-                )
+                hint, helps = unknown_keyword(a.name, names, f"'{t.optimizer}'")
+                cx.error(a.span, f"'{t.optimizer}' has no hyper-parameter '{a.name}'{hint}", helps)
                 raise Abort
             fixed = compile_time(f"hyper-parameter {a.name}")
             v = self.exprs.lower_expr(a.value, Scope(cx.program.root, paramless=fixed))

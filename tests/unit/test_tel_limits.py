@@ -193,6 +193,7 @@ def test_a_chain_of_dims_or_consts_is_compiled_or_located(kind: str) -> None:
         name = "D" if kind == "dim" else "C"
         lines = [f"{kind} {name}0 = 1"]
         lines += [f"{kind} {name}{i} = {name}{i - 1} + 0" for i in range(1, n)]
+        lines.reverse()  # every dim and const is evaluated in turn: the first is the deepest
         use = f"x: in[{name}{n - 1}]\ny: out = x" if kind == "dim" else f"y: out = {name}{n - 1}"
         return "\n".join([*lines, use, ""])
 
