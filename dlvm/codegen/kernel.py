@@ -10,7 +10,7 @@ operand anew). `args` points to the kernel's input pointers followed by the outp
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 import numpy as np
 from llvmlite import ir
@@ -47,6 +47,12 @@ from dlvm.transforms.compute_generation import kernel_core
 
 TASK = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
 KERNEL = ir.FunctionType(ir.VoidType(), [PTR])
+
+# How one element is computed (KernelGen._elem): a generator that yields each (value, index)
+# whose element it needs, is sent that element back, and returns its own. KernelGen.elem runs
+# them on a stack of its own, so a fused chain thousands of instructions long does not
+# recurse through Python's.
+Steps = Generator[tuple[Value, list[ir.Value]], ir.Value, ir.Value]
 
 
 def tensor_type(v: Value) -> TensorType:
@@ -570,17 +576,36 @@ class KernelGen:
         store_element(self.b, v, self.address(base, idx, t), t.dtype)
 
     def elem(self, v: Value, idx: list[ir.Value]) -> ir.Value:
-        """The element of v at idx, computed at the builder's position."""
-        # Keyed by identity; the entry keeps idx alive so that no id is reused while it lives.
-        key = (id(v), tuple(id(i) for i in idx))
-        hit = self.memo.get(key)
-        if hit is not None:
-            return hit[0]
-        result = self._elem(v, idx)
-        self.memo[key] = (result, idx)
-        return result
+        """The element of v at idx, computed at the builder's position: each element an
+        element needs first, depth first and in operand order, each (value, index) once."""
+        stack: list[tuple[Steps, tuple[int, tuple[int, ...]], list[ir.Value]]] = []
+        wanted: tuple[Value, list[ir.Value]] | None = (v, idx)
+        result: ir.Value | None = None  # what the innermost generator is sent next
+        while True:
+            if wanted is not None:
+                w, at = wanted
+                # Keyed by identity; the entry keeps `at` alive so that no id is reused.
+                key = (id(w), tuple(id(i) for i in at))
+                hit = self.memo.get(key)
+                if hit is None:
+                    stack.append((self._elem(w, at), key, at))
+                    result = None
+                elif not stack:
+                    return hit[0]
+                else:
+                    result = hit[0]
+            steps, key, at = stack[-1]
+            try:
+                wanted = steps.send(result)
+            except StopIteration as finished:
+                stack.pop()
+                result, wanted = finished.value, None
+                self.memo[key] = (result, at)
+                if not stack:
+                    return result
 
-    def _elem(self, v: Value, idx: list[ir.Value]) -> ir.Value:
+    def _elem(self, v: Value, idx: list[ir.Value]) -> Steps:
+        """The element of v at idx, as Steps."""
         b = self.b
         if v in self.bound:  # an argument of a function computed inline
             return self.bound[v]
@@ -596,8 +621,10 @@ class KernelGen:
         op = v.opcode
         fam = v.op.family
         t = tensor_type(v)
+        operands: list[ir.Value] = []
         if fam in ("unary", "binary", "boolean", "compare"):
-            operands = [self.elem(o, self.broadcast(idx, t, o)) for o in v.operands]
+            for o in v.operands:
+                operands.append((yield o, self.broadcast(idx, t, o)))
             if fam == "compare":
                 return compare(b, op, operands[0], operands[1], tensor_type(v.operands[0]).dtype)
             if op == "not":
@@ -606,51 +633,55 @@ class KernelGen:
                 return unary(b, op, operands[0], t.dtype)
             return binary(b, op, operands[0], operands[1], t.dtype)
         if op == "select":
-            x, y, c = (self.elem(o, self.broadcast(idx, t, o)) for o in v.operands)
+            for o in v.operands:
+                operands.append((yield o, self.broadcast(idx, t, o)))
+            x, y, c = operands
             return b.select(c, x, y)
         if op == "dataTypeCast":
             src = v.operands[0]
-            return cast(b, self.elem(src, idx), tensor_type(src).dtype, t.dtype)
+            return cast(b, (yield src, idx), tensor_type(src).dtype, t.dtype)
         if op == "bitCast":
-            return self.bit_cast(v, idx)
+            return (yield from self.bit_cast(v, idx))
         if op == "literal":
             return self.literal(v.operands[0], idx)  # type: ignore[arg-type]
         if op == "transpose":
-            return self.elem(v.operands[0], list(reversed(idx)))
+            return (yield v.operands[0], list(reversed(idx)))
         if op == "reverse":
             flipped = list(idx)
             for d in v.attrs["dims"]:
                 flipped[d] = b.sub(ir.Constant(I64, t.shape[d] - 1), idx[d])
-            return self.elem(v.operands[0], flipped)
+            return (yield v.operands[0], flipped)
         if op == "slice":
             first = b.add(idx[0], ir.Constant(I64, v.attrs["lo"]))
-            return self.elem(v.operands[0], [first, *idx[1:]])
+            return (yield v.operands[0], [first, *idx[1:]])
         if op == "padShape":
             i = v.attrs["index"]
-            return self.elem(v.operands[0], idx[:i] + idx[i + 1 :])
+            return (yield v.operands[0], idx[:i] + idx[i + 1 :])
         if op == "squeezeShape":
             i = v.attrs["index"]
-            return self.elem(v.operands[0], [*idx[:i], ir.Constant(I64, 0), *idx[i:]])
+            return (yield v.operands[0], [*idx[:i], ir.Constant(I64, 0), *idx[i:]])
         if op == "shapeCast":
             src_t = tensor_type(v.operands[0])
             flat = linear_index(b, idx, t.shape)
-            return self.elem(v.operands[0], unravel(b, flat, src_t.shape))
+            return (yield v.operands[0], unravel(b, flat, src_t.shape))
         if op == "concatenate":
-            return self.concatenate(v, idx)
+            return (yield from self.concatenate(v, idx))
         if op == "gather":
             return gather_element(self, v, idx)
         if op == "apply" and isinstance(v.operands[0], Function):  # inside a combinator
-            return self.inline(v.operands[0], [self.elem(a, []) for a in v.operands[1:]])
+            for a in v.operands[1:]:
+                operands.append((yield a, []))
+            return self.inline(v.operands[0], operands)
         raise CodegenError(f"@{self.fn.name}: '{op}' cannot be fused into a kernel")
 
-    def bit_cast(self, v: Instruction, idx: list[ir.Value]) -> ir.Value:
+    def bit_cast(self, v: Instruction, idx: list[ir.Value]) -> Steps:
         """The bits of the operand's element at the same row-major offset, read as the new
         element type (of the same size: bools only to bools)."""
         b = self.b
         src = v.operands[0]
         st, t = tensor_type(src), tensor_type(v)
         at = idx if st.shape == t.shape else unravel(b, linear_index(b, idx, t.shape), st.shape)
-        x = self.elem(src, at)
+        x = yield src, at
         target = value_type(t.dtype)
         return x if x.type == target else b.bitcast(x, target)
 
@@ -689,7 +720,7 @@ class KernelGen:
         g.linkage = "private"
         return g
 
-    def concatenate(self, v: Instruction, idx: list[ir.Value]) -> ir.Value:
+    def concatenate(self, v: Instruction, idx: list[ir.Value]) -> Steps:
         """The element comes from the operand whose range along the axis holds idx[axis]:
         a chain of branches, one per operand, meeting at a phi."""
         b = self.b
@@ -704,7 +735,7 @@ class KernelGen:
             local = [*idx[:axis], b.sub(idx[axis], ir.Constant(I64, start)), *idx[axis + 1 :]]
             if k == len(v.operands) - 1:
                 self.memo = dict(saved)
-                incoming.append((self.elem(operand, local), b.block))
+                incoming.append(((yield operand, local), b.block))
                 b.branch(merge)
                 break
             here = self.body.append_basic_block(f"cat.{k}")
@@ -712,7 +743,7 @@ class KernelGen:
             b.cbranch(b.icmp_signed("<", idx[axis], ir.Constant(I64, start + size)), here, other)
             b.position_at_end(here)
             self.memo = dict(saved)
-            incoming.append((self.elem(operand, local), b.block))
+            incoming.append(((yield operand, local), b.block))
             b.branch(merge)
             b.position_at_end(other)
             start += size

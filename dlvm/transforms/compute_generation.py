@@ -125,13 +125,31 @@ class ComputeGeneration(Pass):
 
     def run(self, module: Module) -> bool:
         changed = False
-        taken = {f.name for f in module.functions}
+        names = _KernelNames({f.name for f in module.functions})
         for fn in list(module.functions):
             if fn.blocks and not fn.is_declaration and not fn.compute:
-                changed |= _outline_kernels(fn, module, taken)
+                changed |= _outline_kernels(fn, module, names)
         changed |= module.stage != "compute"
         module.stage = "compute"
         return changed
+
+
+class _KernelNames:
+    """fresh_name's names for kernels, each found without trying again every suffix an
+    earlier kernel took (which made outlining n kernels take n² tries)."""
+
+    def __init__(self, taken: set[str]) -> None:
+        self.taken = taken
+        self.next: dict[str, int] = {}  # below it, every `base_i` is taken
+
+    def fresh(self, base: str) -> str:
+        if base not in self.taken:
+            return fresh_name(base, self.taken)
+        i = self.next.get(base, 0)
+        while f"{base}_{i}" in self.taken:
+            i += 1
+        self.next[base] = i + 1
+        return fresh_name(f"{base}_{i}", self.taken)
 
 
 def _use_counts(fn: Function) -> Counter[Value]:
@@ -141,21 +159,35 @@ def _use_counts(fn: Function) -> Counter[Value]:
     return counts
 
 
-def _outline_kernels(fn: Function, module: Module, taken: set[str]) -> bool:
+def _readers(fn: Function) -> dict[Value, list[Instruction]]:
+    """The instructions of fn that read each value, each once."""
+    out: dict[Value, list[Instruction]] = {}
+    for inst in fn.instructions():
+        for v in set(inst.uses()):
+            out.setdefault(v, []).append(inst)
+    return out
+
+
+def _outline_kernels(fn: Function, module: Module, names: _KernelNames) -> bool:
     _copy_views(fn)
     counts = _use_counts(fn)
+    readers = _readers(fn)
     changed = False
     index = module.functions.index(fn) + 1
     for block in fn.blocks:
         inlined = _inlined(block, counts)
+        order = {inst: i for i, inst in enumerate(block.instructions)}
+        roots: set[Instruction] = set()
         for inst in list(block.instructions):
             if is_kernel(inst) and inst not in inlined:
-                kernel = _outline(inst, inlined, fresh_name(f"{fn.name}_k", taken))
+                kernel = _outline(inst, inlined, names.fresh(f"{fn.name}_k"), order, readers)
                 module.add_function(kernel, index)
                 index += 1
-                changed = True
-        # Only now: an instruction recomputed in several kernels is copied into each.
-        block.remove_all(inlined)
+                roots.add(inst)
+        # Only now: an instruction recomputed in several kernels is copied into each. The
+        # roots, each replaced by its call, go in the same sweep.
+        block.remove_all(inlined | roots)
+        changed |= bool(roots)
     return changed
 
 
@@ -327,30 +359,40 @@ def _worth_recomputing(
     if any(v.opcode == "dot" for v in kernel):
         return False
     if any(v.opcode in EXPENSIVE for v in kernel):
-        return len(into) == 1 and _computed_once(root, next(iter(into)), readers, {})
+        return len(into) == 1 and _computed_once(root, next(iter(into)), readers)
     return _large_inputs(root, kernel) * (len(into) - 1) <= len(into) + 1
 
 
 def _computed_once(
-    v: Instruction,
-    home: Instruction,
-    readers: dict[Value, list[tuple[Instruction, int]]],
-    seen: dict[Instruction, bool],
+    v: Instruction, home: Instruction, readers: dict[Value, list[tuple[Instruction, int]]]
 ) -> bool:
     """Whether the kernel of root `home` computes each element of v once: every path from v
     to the root runs through elementwise instructions of v's shape, or ends in the root as the
-    operand it reduces."""
-    if v not in seen:
-        assert isinstance(v.type, TensorType)
-        seen[v] = all(
-            (u is home and u.opcode == "reduce" and i == 0)
-            or (
-                _elementwise_of_shape(u, v.type.shape)
-                and (u is home or _computed_once(u, home, readers, seen))
-            )
-            for u, i in readers[v]
-        )
-    return seen[v]
+    operand it reduces. Depth first on a stack of its own (a fused chain may be thousands of
+    instructions long), each instruction's readers in order from where it left off."""
+    known: dict[Instruction, bool] = {}
+    stack: list[tuple[Instruction, int]] = [(v, 0)]
+    while stack:
+        w, k = stack.pop()
+        assert isinstance(w.type, TensorType)
+        uses, verdict = readers[w], True
+        while k < len(uses) and verdict:
+            u, i = uses[k]
+            if u is home and u.opcode == "reduce" and i == 0:
+                k += 1
+            elif not _elementwise_of_shape(u, w.type.shape):
+                verdict = False
+            elif u is home or known.get(u):
+                k += 1
+            elif u in known:
+                verdict = False
+            else:
+                break  # u first
+        if verdict and k < len(uses):
+            stack += [(w, k), (uses[k][0], 0)]
+        else:
+            known[w] = verdict
+    return known[v]
 
 
 def _large_inputs(root: Instruction, kernel: set[Instruction]) -> int:
@@ -367,27 +409,38 @@ def _large_inputs(root: Instruction, kernel: set[Instruction]) -> int:
     return sum(isinstance(v.type, TensorType) and v.type.unit_count >= size for v in inputs)
 
 
-def _outline(root: Instruction, inlined: set[Instruction], name: str) -> Function:
-    """Moves root and the instructions inlined into it to a new [compute] function, leaving
-    `apply @name(inputs…)` in root's place."""
+def _outline(
+    root: Instruction,
+    inlined: set[Instruction],
+    name: str,
+    order: dict[Instruction, int],
+    readers: dict[Value, list[Instruction]],
+) -> Function:
+    """Copies root and the instructions inlined into it to a new [compute] function, and puts
+    `apply @name(inputs…)` before root, read instead of it (the caller removes root); `order`
+    is the position of each instruction of root's block, `readers` those of each value, which
+    this keeps up to date."""
     members: list[Instruction] = []
     seen: set[Instruction] = set()
-    inputs: list[Value] = []
-
-    def visit(inst: Instruction) -> None:
-        for v in inst.operands:
+    inputs: dict[Value, None] = {}  # in the order first read
+    # Depth first from the root, operands in order, on a stack of its own (a fused chain may
+    # be thousands of instructions long): each instruction after the operands it computes.
+    stack = [(root, iter(root.operands))]
+    while stack:
+        inst, operands = stack[-1]
+        for v in operands:
             if isinstance(v, Instruction) and v in inlined:
                 if v not in seen:  # read twice in the kernel, computed once
-                    visit(v)
-            elif not isinstance(v, LiteralValue | Function) and v not in inputs:
-                inputs.append(v)
-        members.append(inst)
-        seen.add(inst)
-
-    visit(root)
+                    stack.append((v, iter(v.operands)))
+                    break
+            elif not isinstance(v, LiteralValue | Function):
+                inputs.setdefault(v)
+        else:
+            stack.pop()
+            members.append(inst)
+            seen.add(inst)
     block = root.block
     assert block is not None
-    order = {inst: i for i, inst in enumerate(block.instructions)}
     members.sort(key=order.__getitem__)
     kernel = Function(name, FunctionType(tuple(v.type for v in inputs), root.type))
     kernel.compute = True
@@ -408,12 +461,12 @@ def _outline(root: Instruction, inlined: set[Instruction], name: str) -> Functio
     call.name = root.name
     call.loc = root.loc
     block.insert(block.instructions.index(root), call)
-    fn = block.function
-    assert fn is not None
-    for inst in fn.instructions():
-        if any(v is root for v in inst.uses()):
-            inst.map_values(lambda v: call if v is root else v)
-    block.remove_all({root})
+    for v in inputs:
+        readers.setdefault(v, []).append(call)
+    moved = readers.pop(root, [])
+    for inst in moved:
+        inst.map_values(lambda v: call if v is root else v)
+    readers[call] = moved
     return kernel
 
 
