@@ -427,8 +427,8 @@ def _outline(
     # be thousands of instructions long): each instruction after the operands it computes.
     stack = [(root, iter(root.operands))]
     while stack:
-        inst, operands = stack[-1]
-        for v in operands:
+        inst, pending = stack[-1]
+        for v in pending:
             if isinstance(v, Instruction) and v in inlined:
                 if v not in seen:  # read twice in the kernel, computed once
                     stack.append((v, iter(v.operands)))
