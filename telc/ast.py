@@ -306,7 +306,7 @@ class ConstDecl(Node):
     value: Expr
 
 
-ROLES = ("in", "param", "hidden", "out")
+ROLES = ("in", "param", "buffer", "hidden", "out")
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +328,15 @@ class Recurrent(Node):
     lo: Expr
     hi: Expr
     declarations: tuple[Declaration, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Update(Node):
+    """`name <- e`: the value buffer `name` holds after each train step."""
+
+    name: str
+    value: Expr
+    name_span: Span = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +373,7 @@ Item = (
     | ConstDecl
     | Declaration
     | Recurrent
+    | Update
     | Train
     | Function
 )

@@ -53,6 +53,7 @@ class Model:
         interface = Interface(root.name)
         self.decls.check_declarations()
         self.check_optimizers()
+        self.train.check_updates()
         order = self.graph.dependency_order()
         entries: list[tuple[Entry, Source]] = []
         if cx.param_types:
@@ -75,6 +76,7 @@ class Model:
             n + "_objective" for e, n in zip(entries, names) if e[0].kind == "train"
         }
         interface.params = list(cx.param_types.items())
+        interface.buffers = [n for n in cx.param_types if n in cx.buffers]
         if cx.diags or order is None:
             return interface
         for entry, what in entries:
@@ -215,7 +217,7 @@ class Model:
             elif isinstance(what, ast.Train):
                 covered |= self.graph.closure(self.graph.objective_refs(what))
         rest = [n for n in order if n not in covered]
-        rest = [n for n in rest if root.declarations[n].role not in ("in", "param")]
+        rest = [n for n in rest if root.declarations[n].role not in ("in", "param", "buffer")]
         if not rest:
             return
         needed = self.graph.closure(rest)
