@@ -153,8 +153,7 @@ def _tables(layout: Layout, cuda: CudaGlue | None) -> list[str]:
     model += [thunks[init], c_string(init)] if init is not None else ["NULL", "NULL"]
     model += [str(len(entries)), "entries" if entries else "NULL"]
     model.append(plans.model if plans is not None else "NULL")
-    if spec.buffers:
-        model.append(str(spec.buffers))
+    model.append(str(spec.buffers))
     out = [
         "/* The model: parameters, states, each entry's arguments; the entries. */",
         *shapes.declaration(),

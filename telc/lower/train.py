@@ -189,7 +189,7 @@ class TrainLowerer:
                 }.get(d.role, f"declare {u.name}: buffer[…] = … for a value kept across steps")
                 cx.error(
                     u.name_span,
-                    f"'{u.name}' is a {d.role}; only a buffer can be assigned with '<-'",
+                    f"'{u.name}' is {_ROLE_NOUNS[d.role]}; only a buffer can be assigned with '<-'",
                     [f"  help: {fix}"],
                 )
             elif u.name in seen:
@@ -316,6 +316,10 @@ class TrainLowerer:
                 args.append(d)
             spans.append(t.optimizer_span)
         return args, spans
+
+
+_ROLE_NOUNS = {"in": "an input", "param": "a parameter", "hidden": "a hidden value",
+               "out": "an output"}  # fmt: skip
 
 
 def _rest(spec: ast.TypeSpec) -> str | None:
