@@ -258,3 +258,27 @@ def test_the_gradient_is_never_taken_with_respect_to_a_buffer(tmp_path):
     train = next(e for e in compiled.interface.entries if e.kind == "train")
     assert train.params == ["W", "shift", "steps"]
     assert [n for n, _ in train.outputs] == ["loss", "W", "shift", "steps"]
+
+
+GRAD = """\
+module g
+use nn
+
+W: param[2 x 1] = 0.5
+shift: buffer[1 x 1] = 0.25
+
+def f(v: [4 x 2]) -> [] = mean(v . W + shift)
+
+export def dall(v: [4 x 2]) = grad(f)(v)
+"""
+
+
+def test_a_gradient_with_respect_to_a_buffer_is_an_error(tmp_path):
+    compiled = compile_snippet(str(tmp_path), GRAD, "g")
+    export = next(e for e in compiled.interface.entries if e.kind == "export")
+    assert [str(t) for _, t in export.outputs] == ["<4 x 2 x f32>"]  # the argument's only
+    (tmp_path / "m.tel").write_text(GRAD + "export def ds(v: [4 x 2]) = grad(f, wrt: shift)(v)\n")
+    run = subprocess.run([str(TELC), "check", "m.tel"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 1
+    assert "m.tel:10:" in run.stderr and "'shift' is a buffer" in run.stderr, run.stderr
