@@ -356,6 +356,7 @@ class DlrtModelSpec(ctypes.Structure):
         ("entry_count", ctypes.c_int32),
         ("entries", ctypes.POINTER(DlrtEntry)),
         ("cuda", ctypes.POINTER(DlrtModelCuda)),
+        ("buffers", ctypes.c_int32),
     ]
 
 

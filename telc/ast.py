@@ -342,7 +342,7 @@ class ConstDecl(Node):
     value: Expr
 
 
-ROLES = ("in", "param", "hidden", "out")
+ROLES = ("in", "param", "buffer", "hidden", "out")
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +364,15 @@ class Recurrent(Node):
     lo: Expr
     hi: Expr
     declarations: tuple[Declaration, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Update(Node):
+    """`name <- e`: the value buffer `name` holds after each train step."""
+
+    name: str
+    value: Expr
+    name_span: Span = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,6 +409,7 @@ Item = (
     | ConstDecl
     | Declaration
     | Recurrent
+    | Update
     | Train
     | Function
 )

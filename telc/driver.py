@@ -239,5 +239,11 @@ def library_spec(interface: Interface) -> LibrarySpec:
             )
         )
     return LibrarySpec(
-        interface.name, f"telc {__version__}", params, tuple(states.values()), init, tuple(entries)
+        interface.name,
+        f"telc {__version__}",
+        params,
+        tuple(states.values()),
+        init,
+        tuple(entries),
+        buffers=len(interface.buffers),
     )

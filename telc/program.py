@@ -36,6 +36,7 @@ class Unit:
     declarations: dict[str, ast.Declaration] = field(default_factory=dict)
     recurrent_of: dict[str, ast.Recurrent] = field(default_factory=dict)  # decl -> its block
     trains: list[ast.Train] = field(default_factory=list)
+    updates: list[ast.Update] = field(default_factory=list)
 
     def own(self, name: str) -> object | None:
         """What `name` means at the top level of this file, before imports."""
@@ -155,7 +156,7 @@ class _Loader:
             elif isinstance(item, ast.Function):
                 if define(item.name, item.name_span):
                     unit.functions[item.name] = item
-            elif isinstance(item, ast.Declaration | ast.Recurrent | ast.Train):
+            elif isinstance(item, ast.Declaration | ast.Recurrent | ast.Train | ast.Update):
                 seen_decl = True
                 if not is_root:
                     self.error(
@@ -166,6 +167,9 @@ class _Loader:
                     continue
                 if isinstance(item, ast.Train):
                     unit.trains.append(item)
+                    continue
+                if isinstance(item, ast.Update):
+                    unit.updates.append(item)
                     continue
                 decls = item.declarations if isinstance(item, ast.Recurrent) else (item,)
                 for d in decls:

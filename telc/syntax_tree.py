@@ -96,6 +96,9 @@ class _Build(Transformer_NonRecursive):
     def recurrent(self, meta, c):
         return ast.Recurrent(self._span(meta), str(c[0]), c[1], c[2], tuple(c[3:]))
 
+    def update(self, meta, c):
+        return ast.Update(self._span(meta), str(c[0]), c[1], self._tok(c[0]))
+
     def train(self, meta, c):
         name, objective, opt, args = c
         return ast.Train(

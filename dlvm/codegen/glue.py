@@ -37,6 +37,10 @@ def manifest_json(spec: LibrarySpec, cuda: CudaGlue | None = None) -> str:
     def tensor(t: TensorSpec) -> dict[str, object]:
         return {"name": t.name, "dtype": t.dtype, "shape": list(t.shape)}
 
+    def param(i: int, t: TensorSpec) -> dict[str, object]:
+        buffer = i >= len(spec.params) - spec.buffers
+        return tensor(t) | ({"kind": "buffer"} if buffer else {})
+
     entries: list[dict[str, object]] = [
         {
             "name": e.name,
@@ -52,7 +56,7 @@ def manifest_json(spec: LibrarySpec, cuda: CudaGlue | None = None) -> str:
         "name": spec.name,
         "compiler": spec.compiler,
         "devices": ["cpu"],
-        "params": [tensor(p) for p in spec.params],
+        "params": [param(i, p) for i, p in enumerate(spec.params)],
         "states": [
             {"name": s.name, "param": s.param, "dtype": s.dtype, "shape": list(s.shape)}
             for s in spec.states
@@ -149,6 +153,7 @@ def _tables(layout: Layout, cuda: CudaGlue | None) -> list[str]:
     model += [thunks[init], c_string(init)] if init is not None else ["NULL", "NULL"]
     model += [str(len(entries)), "entries" if entries else "NULL"]
     model.append(plans.model if plans is not None else "NULL")
+    model.append(str(spec.buffers))
     out = [
         "/* The model: parameters, states, each entry's arguments; the entries. */",
         *shapes.declaration(),

@@ -73,6 +73,10 @@ class Layout:
         for n in names:
             if "\0" in n:
                 raise SpecError(f"model '{spec.name}': the name {n!r} holds a NUL character")
+        if not 0 <= spec.buffers <= len(spec.params):
+            raise SpecError(
+                f"model '{spec.name}': {spec.buffers} buffers of {len(spec.params)} parameters"
+            )
         params = {p.name for p in spec.params}
         for s in spec.states:
             if s.param not in params:

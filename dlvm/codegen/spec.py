@@ -53,7 +53,9 @@ class EntrySpec:
 @dataclass(frozen=True)
 class LibrarySpec:
     """A whole library. `init` is the host function that returns every parameter in `params`
-    order (None when the model has none)."""
+    order (None when the model has none). The last `buffers` of `params` are buffers:
+    non-trainable state, a parameter to the runtime (saved, loaded, got and set, updated by the
+    train entries that list them), marked "kind": "buffer" in the manifest."""
 
     name: str
     compiler: str
@@ -61,6 +63,7 @@ class LibrarySpec:
     states: tuple[StateSpec, ...] = ()
     init: str | None = None
     entries: tuple[EntrySpec, ...] = field(default_factory=tuple)
+    buffers: int = 0
 
     @property
     def c_name(self) -> str:

@@ -115,10 +115,11 @@ def gradient_declaration(
     wrt: tuple[int, ...],
     keeping: tuple[int, ...] = (),
     seedable: bool = False,
+    source: int | None = None,
 ) -> Function:
-    """`[gradient @of wrt … keeping … seedable]` as a function named `name`, typed by the
-    gradient type rule (TypeRuleError when `of` cannot be differentiated so)."""
+    """`[gradient @of from source wrt … keeping … seedable]` as a function named `name`, typed
+    by the gradient type rule (TypeRuleError when `of` cannot be differentiated so)."""
     assert isinstance(of.type, FunctionType)
-    fn = Function(name, gradient_type(of.type, None, wrt, keeping, seedable))
-    fn.declaration = GradientDecl(of, None, wrt, keeping, seedable)
+    fn = Function(name, gradient_type(of.type, source, wrt, keeping, seedable))
+    fn.declaration = GradientDecl(of, source, wrt, keeping, seedable)
     return fn

@@ -356,7 +356,9 @@ typedef struct {
     int64_t scratch; /* bytes of device memory the plans' inputs and temporaries need */
 } dlrt_model_cuda;
 
-/* A whole model. The tensors are its parameters, then its optimiser states (data NULL). */
+/* A whole model. The tensors are its parameters, then its optimiser states (data NULL); the
+   last `buffers` parameters are buffers (non-trainable state, docs/tel.md), which the runtime
+   treats as parameters and the manifest marks "kind": "buffer". */
 typedef struct {
     const char *name;     /* the model's name (manifest, safetensors metadata) */
     const char *c_name;   /* NAME */
@@ -370,6 +372,7 @@ typedef struct {
     int32_t entry_count;
     const dlrt_entry *entries;
     const dlrt_model_cuda *cuda; /* NULL: a library without CUDA kernels */
+    int32_t buffers;             /* how many of the last parameters are buffers */
 } dlrt_model_spec;
 
 /* A model object: buffers of its tensors, the step count, an arena, a device. */

@@ -100,15 +100,23 @@ static void dtype_and_shape(json_writer *w, const dlrt_tensor *t) {
     json_raw(w, "]");
 }
 
-/* A list of tensors: [{"name": …, "dtype": …, "shape": […]}, …]. */
-static void tensors(json_writer *w, const dlrt_tensor *ts, int32_t n) {
+/* A list of tensors: [{"name": …, "dtype": …, "shape": […]}, …]; those from index `buffers`
+   on also say "kind": "buffer". */
+static void listed(json_writer *w, const dlrt_tensor *ts, int32_t n, int32_t buffers) {
     json_raw(w, "[");
     for (int32_t i = 0; i < n; i++) {
         field(w, i ? ", {" : "{", "name", ts[i].name);
         dtype_and_shape(w, &ts[i]);
+        if (i >= buffers) {
+            field(w, ", ", "kind", "buffer");
+        }
         json_raw(w, "}");
     }
     json_raw(w, "]");
+}
+
+static void tensors(json_writer *w, const dlrt_tensor *ts, int32_t n) {
+    listed(w, ts, n, n);
 }
 
 static void entry(json_writer *w, const dlrt_model_spec *spec, const dlrt_entry *e) {
@@ -145,7 +153,7 @@ static void manifest(json_writer *w, const dlrt_model_spec *spec) {
         field(w, ", ", "gpu", spec->cuda->gpu);
     }
     json_raw(w, ", \"params\": ");
-    tensors(w, spec->tensors, spec->params);
+    listed(w, spec->tensors, spec->params, spec->params - spec->buffers);
     json_raw(w, ", \"states\": [");
     for (int32_t i = 0; i < spec->states; i++) {
         const dlrt_tensor *t = &spec->tensors[spec->params + i];

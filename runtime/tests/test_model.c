@@ -78,7 +78,7 @@ static const dlrt_entry entries[] = {
      NULL},
 };
 static const dlrt_model_spec tiny = {"tiny", "tiny", "test 1", 2, 1, tensors, indices + 2, init,
-                                     "dl_init", 3, entries, NULL};
+                                     "dl_init", 3, entries, NULL, 0};
 
 static const char tiny_manifest[] =
     "{\"abi\": 1, \"name\": \"tiny\", \"compiler\": \"test 1\", \"devices\": [\"cpu\"], "
@@ -236,7 +236,7 @@ static void test_get_set(void) {
     dlrt_model_destroy(m);
 
     static const dlrt_model_spec bare = {"bare", "bare", "t", 0, 0, NULL, NULL, NULL, NULL,
-                                         0,      NULL,   NULL};
+                                         0,      NULL,   NULL, 0};
     CHECK(dlrt_model_create(&bare, "cpu", 0, &m) == DLRT_OK, "a model of nothing");
     CHECK_STATUS(dlrt_model_set_param(&bare, m, "W", w), DLRT_ERR_INVALID_ARGUMENT,
                  "bare_set_param: unknown parameter 'W' (known: none)");
@@ -309,7 +309,7 @@ static void test_manifest(void) {
     static const int64_t shape[] = {0, 3};
     static const dlrt_tensor odd_tensors[] = {{"w\x1f", DLRT_I8, 2, shape, NULL}};
     static const dlrt_model_spec odd = {"q\"\\\xc3\xa9\xf0\x9f\x98\x80\n\x01\x7f\t/", "q", "c",
-                                        1, 0, odd_tensors, NULL, NULL, NULL, 0, NULL, NULL};
+                                        1, 0, odd_tensors, NULL, NULL, NULL, 0, NULL, NULL, 0};
     static const char expected[] =
         "{\"abi\": 1, \"name\": \"q\\\"\\\\\\u00e9\\ud83d\\ude00\\n\\u0001\\u007f\\t/\", "
         "\"compiler\": \"c\", \"devices\": [\"cpu\"], \"params\": [{\"name\": \"w\\u001f\", "
@@ -335,7 +335,7 @@ static void test_cuda(void) {
          "@nothing has control flow"},
     };
     static const dlrt_model_spec gpu = {"gpu", "gpu", "t", 2, 0, tensors, NULL, init, "dl_init",
-                                        2, cuda_entries, &cuda};
+                                        2, cuda_entries, &cuda, 0};
     setenv("DLRT_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
     dlrt_model *m = (dlrt_model *)&m;
     CHECK_STATUS(dlrt_model_create(&gpu, "cuda:0", 0, &m), DLRT_ERR_DEVICE,
@@ -369,7 +369,7 @@ static void test_out_of_memory(void) {
     static const int64_t huge_shape[] = {INT64_C(1) << 31, INT64_C(1) << 31};
     static const dlrt_tensor huge_tensors[] = {{"huge", DLRT_F32, 2, huge_shape, NULL}};
     static const dlrt_model_spec huge = {"huge", "huge", "t", 1, 0, huge_tensors, NULL, NULL,
-                                         NULL, 0, NULL, NULL};
+                                         NULL, 0, NULL, NULL, 0};
     dlrt_model *m = (dlrt_model *)&m;
     CHECK_STATUS(dlrt_model_create(&huge, "cpu", 0, &m), DLRT_ERR_OUT_OF_MEMORY,
                  "huge_create: parameter 'huge' (F32 [2147483648, 2147483648]) is too large");

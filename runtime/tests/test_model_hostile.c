@@ -27,7 +27,7 @@ static const dlrt_tensor xy[] = {{"x", DLRT_F32, 1, two, NULL}, {"y", DLRT_F32, 
 static dlrt_model_spec spec_of(const dlrt_tensor *tensors, int32_t params, int32_t states,
                                const dlrt_entry *e) {
     dlrt_model_spec s = {"h", "h", "t", params, states, tensors, zero, NULL, NULL,
-                         e != NULL, e, NULL};
+                         e != NULL, e, NULL, 0};
     return s;
 }
 

@@ -103,9 +103,11 @@ class Context:
         self.refusal = "internal error: an instruction outside any function"
         self.inlining: list[InlineFrame] = []
         self.facts = ProgramFacts(program)
-        # What the model declares, set before any function is lowered: its parameters' types,
-        # and the entry points' names, which no specialisation of a def may take.
+        # What the model declares, set before any function is lowered: the types of its
+        # parameters and buffers (functions read both the same way; `buffers` names the
+        # latter), and the entry points' names, which no specialisation of a def may take.
         self.param_types: dict[str, TensorType] = {}
+        self.buffers: set[str] = set()
         self.reserved: set[str] = set()
         self.depth = 0  # expressions and blocks being lowered, one inside the other (MAX_DEPTH)
 

@@ -50,7 +50,8 @@ class DeclarationLowerer:
                 hint = suggest(d.role, ast.ROLES)
                 cx.error(
                     d.role_span,
-                    f"unknown role '{d.role}'{hint}; a declaration is in, param, hidden or out",
+                    f"unknown role '{d.role}'{hint}; a declaration is in, param, buffer, hidden "
+                    "or out",
                 )
                 continue
             in_block = d.name in root.recurrent_of
@@ -59,8 +60,8 @@ class DeclarationLowerer:
                     d.value.span,
                     f"input '{d.name}' cannot have a value; inputs are given by the caller",
                 )
-            if d.role in ("param", "hidden", "out") and d.value is None:
-                what = "an initialiser" if d.role == "param" else "a value"
+            if d.role in ("param", "buffer", "hidden", "out") and d.value is None:
+                what = "an initialiser" if d.role in ("param", "buffer") else "a value"
                 cx.error(d.span, f"{d.role} '{d.name}' needs {what}: {d.name}: {d.role}[…] = …")
             if d.init is not None and not in_block:
                 cx.error(
@@ -70,7 +71,7 @@ class DeclarationLowerer:
                 cx.error(
                     d.span, f"only hidden declarations can be in a recurrent block, not {d.role}"
                 )
-            if d.role in ("in", "param") and d.type is None:
+            if d.role in ("in", "param", "buffer") and d.type is None:
                 cx.error(d.span, f"{d.role} '{d.name}' needs a type: {d.name}: {d.role}[…]")
                 continue
             if in_block and d.type is None:
@@ -81,7 +82,7 @@ class DeclarationLowerer:
                 continue
             ty = self.resolve.resolve_type(d.type, scope) if d.type is not None else None
             self.decl_types[d.name] = ty
-            if isinstance(ty, TupleType) and d.role != "param":
+            if isinstance(ty, TupleType) and d.role not in ("param", "buffer"):
                 assert d.type is not None
                 cx.error(
                     d.type.span,
@@ -89,12 +90,19 @@ class DeclarationLowerer:
                     [f"  help: {_one_per_element(d.role, d.name)}"],
                 )
                 self.decl_types[d.name] = None
-            elif d.role == "param" and ty is not None:
+            elif d.role in ("param", "buffer") and ty is not None:
                 if not isinstance(ty, TensorType) or not ty.dtype.is_float:
                     span = d.type.span if d.type is not None else d.span
-                    cx.error(span, f"parameter '{d.name}' must be a float tensor, found {show(ty)}")
+                    what = "parameter" if d.role == "param" else "buffer"
+                    cx.error(span, f"{what} '{d.name}' must be a float tensor, found {show(ty)}")
                 else:
                     cx.param_types[d.name] = ty
+                    if d.role == "buffer":
+                        cx.buffers.add(d.name)
+        # Buffers after the parameters: the library's tensors are in that order (c-abi.md).
+        cx.param_types = {n: t for n, t in cx.param_types.items() if n not in cx.buffers} | {
+            n: t for n, t in cx.param_types.items() if n in cx.buffers
+        }
 
     def declared_type(self, name: str) -> Type:
         """The written type of an input or parameter (entry points are lowered only once all
@@ -120,7 +128,7 @@ class DeclarationLowerer:
         for name, tv in args.items():
             scope.values[name] = tv
             d = root.declarations.get(name)  # None for `h[*]`
-            if d is not None and d.role == "param" and isinstance(tv, TV):
+            if d is not None and d.role in ("param", "buffer") and isinstance(tv, TV):
                 scope.params[name] = tv
         done: set[int] = set()
         for name in order:

@@ -185,13 +185,19 @@ class DeclarationGraph:
         return seen
 
     def objective_refs(self, t: ast.Train) -> list[str]:
-        """The declarations a training objective names, directly or through functions."""
+        """The declarations a train entry needs directly: those its objective and the buffer
+        updates (`name <- e`) name, directly or through functions."""
+        out: list[str] = []
+        for x in [t.objective, *(u.value for u in self.root.updates)]:
+            out += self.expr_refs(x)
+        return out
+
+    def expr_refs(self, x: ast.Expr) -> list[str]:
+        """The declarations an expression names, directly or through functions."""
         root = self.root
-        out = [
-            n.id for n in walk(t.objective) if isinstance(n, ast.Name) and n.id in root.declarations
-        ]
+        out = [n.id for n in walk(x) if isinstance(n, ast.Name) and n.id in root.declarations]
         facts = self.facts.of(root)
-        for name in sorted(names_used(t.objective) & set(root.functions)):
+        for name in sorted(names_used(x) & set(root.functions)):
             out += facts.params[name]
         return out
 
@@ -216,7 +222,9 @@ class DeclarationGraph:
         root = self.root
         inputs = [d.name for d in root.declarations.values() if d.role == "in" and d.name in names]
         params = [
-            d.name for d in root.declarations.values() if d.role == "param" and d.name in names
+            d.name
+            for d in root.declarations.values()
+            if d.role in ("param", "buffer") and d.name in names
         ]
         return inputs, params
 

@@ -31,10 +31,12 @@ class Entry:
 
 @dataclass
 class Interface:
-    """What `telc build` needs besides the IR: the model's parameters and entry points."""
+    """What `telc build` needs besides the IR: the model's parameters and buffers (`params`,
+    the buffers last and named in `buffers` too) and entry points."""
 
     name: str
     params: list[tuple[str, Type]] = field(default_factory=list)
+    buffers: list[str] = field(default_factory=list)
     entries: list[Entry] = field(default_factory=list)
 
 

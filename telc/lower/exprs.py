@@ -145,14 +145,11 @@ class ExprLowerer:
     def declaration_value(self, decl: ast.Declaration, e: ast.Name, scope: Scope) -> Elaborated:
         """A model declaration named where it is not available (the model lowering puts the
         available ones in scope.values)."""
-        if decl.role == "param":
+        if decl.role in ("param", "buffer"):
+            what = "parameter" if decl.role == "param" else "buffer"
             if scope.paramless is None:
-                return self.cx.error(
-                    e.span, f"internal error: parameter '{decl.name}' is not at hand"
-                )
-            return self.cx.error(
-                e.span, f"{scope.paramless}: it cannot use parameter '{decl.name}'"
-            )
+                return self.cx.error(e.span, f"internal error: {what} '{decl.name}' is not at hand")
+            return self.cx.error(e.span, f"{scope.paramless}: it cannot use {what} '{decl.name}'")
         return self.cx.error(
             e.span,
             f"'{decl.name}' is {_role_noun(decl.role)} of the model; functions can use "

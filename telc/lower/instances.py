@@ -260,6 +260,13 @@ class Instances:
         if isinstance(w, ast.Name):
             if w.id in own:
                 return own.index(w.id)
+            if w.id in self.cx.buffers:
+                self.cx.error(
+                    w.span,
+                    f"'{w.id}' is a buffer; no gradient is taken with respect to a buffer",
+                    ["  help: declare it a param to train it"],
+                )
+                return None
             if w.id in inst.param_names:
                 return len(own) + inst.param_names.index(w.id)
             hint = suggest(w.id, own + inst.param_names)

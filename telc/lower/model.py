@@ -54,6 +54,7 @@ class Model:
         self.resolve.check_constants(root)
         self.decls.check_declarations()
         self.check_optimizers()
+        self.train.check_updates()
         order = self.graph.dependency_order()
         entries: list[tuple[Entry, Source]] = []
         if cx.param_types:
@@ -76,6 +77,7 @@ class Model:
             n + "_objective" for e, n in zip(entries, names) if e[0].kind == "train"
         }
         interface.params = list(cx.param_types.items())
+        interface.buffers = [n for n in cx.param_types if n in cx.buffers]
         if order is None:
             return interface
         if cx.diags:
@@ -223,7 +225,7 @@ class Model:
         dropped). An input or parameter whose type failed is poisoned, so what uses it is
         skipped silently while the rest is checked."""
         root = self.program.root
-        rest = [n for n in names if root.declarations[n].role not in ("in", "param")]
+        rest = [n for n in names if root.declarations[n].role not in ("in", "param", "buffer")]
         if not rest:
             return
         needed = self.graph.closure(rest)
@@ -251,7 +253,7 @@ class Model:
         root = self.program.root
         out = []
         for d in root.declarations.values():
-            if d.role in ("in", "param"):
+            if d.role in ("in", "param", "buffer"):
                 continue
             block = root.recurrent_of.get(d.name)
             members = block.declarations if block is not None else (d,)

@@ -19,7 +19,7 @@ from telc.lower.exprs import ExprLowerer
 from telc.lower.habits import unknown_keyword
 from telc.lower.resolve import Resolver
 from telc.lower.values import TV, FnRef, _Poison, describe, show
-from telc.program import Unit
+from telc.program import Unit, suggest
 
 # An optimiser as `using OPT(…)` gives it: its state names, the type of its step argument (if
 # it takes one) and the hyper-parameters given.
@@ -50,14 +50,16 @@ class TrainLowerer:
         root = cx.program.root
         needed = self.graph.closure(self.graph.objective_refs(t))
         inputs, _ = self.graph.entry_args(needed)
-        params = list(cx.param_types)
+        params = [n for n in cx.param_types if n not in cx.buffers]
+        buffers = [n for n in cx.param_types if n in cx.buffers]
         in_types = [(n, self.decls.declared_type(n)) for n in inputs]
         p_types: list[tuple[str, Type]] = [(n, cx.param_types[n]) for n in params]
-        # The objective, a function of the inputs and every parameter.
-        obj, arguments = start_entry(cx, entry.name + "_objective", in_types + p_types)
-        given = {
-            n: TV(a.type, a, sym=self.decls.decl_sym(n)) for n, a in zip(inputs + params, arguments)
-        }
+        b_types: list[tuple[str, Type]] = [(n, cx.param_types[n]) for n in buffers]
+        # The objective, a function of the inputs, every parameter and every buffer, returning
+        # the loss and then the buffers' new values.
+        every = inputs + params + buffers
+        obj, arguments = start_entry(cx, entry.name + "_objective", in_types + p_types + b_types)
+        given = {n: TV(a.type, a, sym=self.decls.decl_sym(n)) for n, a in zip(every, arguments)}
         scope = self.decls.model_scope(order, needed, given, training=True)
         loss = self.exprs.lower_expr(t.objective, scope)
         if isinstance(loss, _Poison):
@@ -73,28 +75,43 @@ class TrainLowerer:
                 f"the training objective must be a float scalar, found {describe(loss)}",
             )
             raise Abort
-        finish_entry(cx, self.exprs.ops, obj, [loss], t.objective.span, always_tuple=False)
-        # Its gradient with respect to every parameter, keeping the loss.
+        updated = self.buffer_updates(scope)
+        results = [loss, *updated.values()]
+        finish_entry(cx, self.exprs.ops, obj, results, t.objective.span, always_tuple=False)
+        # Its gradient with respect to every parameter (never a buffer), keeping the loss and
+        # the buffers' new values.
         n_in = len(inputs)
         wrt = tuple(range(n_in, n_in + len(params)))
         name = fresh_name(obj.name + "_grad", {f.name for f in cx.module.functions})
-        grad = cx.module.add_function(gradient_declaration(name, obj, wrt, (0,)))
+        source = 0 if updated else None
+        keeping = tuple(range(len(results)))
+        grad = cx.module.add_function(gradient_declaration(name, obj, wrt, keeping, source=source))
         # The optimiser.
         states, step_type, hypers = self.optimizer(t)
         fn_ast, unit = self.optimizer_ref(t)
-        args = in_types + p_types
+        args = in_types + p_types + b_types
         args += [(f"{p}_{s}", ty) for p, ty in p_types for s in states]
         if step_type is not None:
             args = args + [("step", step_type)]
         fn, arguments = start_entry(cx, entry.name, args)
         entry.inputs = in_types
-        entry.params = params
+        entry.params = params + buffers
         entry.states = [(p, s, ty) for p, ty in p_types for s in states]
         entry.step = step_type
         span = t.span
-        r = cx.emit("apply", [grad, *arguments[: n_in + len(params)]], span)
+        r = cx.emit("apply", [grad, *arguments[: len(every)]], span)
         loss_v = cx.emit("extract", [r], span, keys=(ElementKey(index=len(params)),))
         cx.name_value(loss_v, "loss")
+        # Each buffer's new value: its update, or the buffer as it was.
+        new_buffers: list[TV] = []
+        for i, (b, ty) in enumerate(b_types):
+            if b in updated:
+                k = len(params) + 1 + list(updated).index(b)
+                v = cx.emit("extract", [r], span, keys=(ElementKey(index=k),))
+                cx.name_value(v, b)
+                new_buffers.append(TV(ty, v))
+            else:
+                new_buffers.append(TV(ty, arguments[n_in + len(params) + i]))
         new_params: list[TV] = []
         new_states: list[TV] = []
         step_tv = TV(step_type, arguments[-1]) if step_type is not None else None
@@ -102,7 +119,7 @@ class TrainLowerer:
             w = TV(ty, arguments[n_in + i])
             g = cx.emit("extract", [r], span, keys=(ElementKey(index=i),))
             cx.name_value(g, "d" + p)
-            base = n_in + len(params) + i * len(states)
+            base = len(every) + i * len(states)
             st = [TV(ty, arguments[base + j]) for j in range(len(states))]
             call_args, spans = self.optimizer_args(fn_ast, w, TV(ty, g), st, step_tv, hypers, t)
             out = self.calls.call_with(
@@ -129,10 +146,69 @@ class TrainLowerer:
             else:
                 new_params.append(out)
             cx.name_value(new_params[-1].value, p)
-        entry.outputs = [("loss", loss_v.type)] + [(p, ty) for p, ty in p_types]
+        entry.outputs = [("loss", loss_v.type)] + p_types + b_types
         entry.outputs += [(f"{p}_{s}", ty) for p, ty in p_types for s in states]
-        results = [TV(loss_v.type, loss_v), *new_params, *new_states]
+        results = [TV(loss_v.type, loss_v), *new_params, *new_buffers, *new_states]
         finish_entry(cx, self.exprs.ops, fn, results, span, always_tuple=True)
+
+    def buffer_updates(self, scope: Scope) -> dict[str, TV]:
+        """The new value of each buffer a `name <- e` updates (checked by check_updates), in
+        the scope of the training objective, so that they read the values before the step."""
+        cx = self.cx
+        out: dict[str, TV] = {}
+        for u in cx.program.root.updates:
+            ty = cx.param_types[u.name]
+            v = self.exprs.lower_expr(u.value, scope)
+            if isinstance(v, _Poison):
+                raise Abort
+            if not isinstance(v, TV) or v.ty != ty:
+                cx.error(
+                    u.value.span,
+                    f"the new value of buffer '{u.name}' is {describe(v)}; it is declared "
+                    f"{show(ty)}",
+                )
+                raise Abort
+            out[u.name] = v
+        return out
+
+    def check_updates(self) -> None:
+        """Each `name <- e` names a buffer, at most once, and the model has a train entry to
+        evaluate it in."""
+        cx = self.cx
+        root = cx.program.root
+        seen: dict[str, ast.Update] = {}
+        for u in root.updates:
+            d = root.declarations.get(u.name)
+            if d is None:
+                known = [n for n, d in root.declarations.items() if d.role == "buffer"]
+                cx.error(u.name_span, f"unknown buffer '{u.name}'{suggest(u.name, known)}")
+            elif d.role != "buffer":
+                fix = {
+                    "param": "parameters are updated by the optimiser of `train`; declare "
+                    f"{u.name}: buffer[…] = … for a value the train step assigns",
+                    "in": "inputs are given by the caller",
+                }.get(d.role, f"declare {u.name}: buffer[…] = … for a value kept across steps")
+                cx.error(
+                    u.name_span,
+                    f"'{u.name}' is {_ROLE_NOUNS[d.role]}; only a buffer can be assigned with '<-'",
+                    [f"  help: {fix}"],
+                )
+            elif u.name in seen:
+                line = seen[u.name].span.loc.line_col[0]
+                cx.error(
+                    u.name_span,
+                    f"buffer '{u.name}' is already assigned on line {line}",
+                    ["  help: combine the two into one assignment"],
+                )
+            else:
+                seen[u.name] = u
+            if not root.trains:
+                cx.error(
+                    u.span,
+                    "'<-' assigns a buffer at the end of each train step, and this model has no "
+                    "train",
+                    ["  help: add a train … minimizing … using … declaration, or remove this"],
+                )
 
     def optimizer_ref(self, t: ast.Train) -> tuple[ast.Function, Unit]:
         """The optimiser's def and the file that defines it (checked to exist before)."""
@@ -239,6 +315,10 @@ class TrainLowerer:
                 args.append(d)
             spans.append(t.optimizer_span)
         return args, spans
+
+
+_ROLE_NOUNS = {"in": "an input", "param": "a parameter", "hidden": "a hidden value",
+               "out": "an output"}  # fmt: skip
 
 
 def _rest(spec: ast.TypeSpec) -> str | None:

@@ -121,7 +121,7 @@ class ProgramFacts:
                 name for u in unit.uses for name in u.functions if self.of(u).random[name]
             }
             params = (
-                [d.name for d in unit.declarations.values() if d.role == "param"]
+                [d.name for d in unit.declarations.values() if d.role in ("param", "buffer")]
                 if unit is self.program.root
                 else []
             )

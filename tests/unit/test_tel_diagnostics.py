@@ -123,7 +123,7 @@ SYNTAX = [
         """
         x in[2 x 3]
         """,
-        (1, 3, "expected ':', found 'in'"),
+        (1, 3, "expected ':' or '<-', found 'in'"),
     ),
     case(
         "declaration-without-role",
