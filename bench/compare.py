@@ -150,7 +150,7 @@ def load_state_dict(
     parameter's shape (a bias [n] to [1 x n]), as docs/pytorch.md shows."""
     for name, (key, transposed) in params.items():
         value = state[key].T if transposed else state[key]
-        model.set_param(name, value.reshape(model.get_param(name).shape))
+        model.set_param(name, value.reshape(model.param_specs[name].shape))
 
 
 def as_tel(value: torch.Tensor, shape: tuple[int, ...], transposed: bool) -> np.ndarray:
@@ -180,7 +180,7 @@ def compare(case: Case, directory: Path) -> list[tuple[str, str, float, float]]:
 
     inputs = case.inputs(np.random.default_rng(0))
     tensors = {k: torch.from_numpy(v) for k, v in inputs.items()}
-    shapes = {name: ours.get_param(name).shape for name in case.params}
+    shapes = {name: ours.param_specs[name].shape for name in case.params}
     named = dict(theirs.named_parameters())
     rows = []
 
