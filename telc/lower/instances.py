@@ -75,6 +75,8 @@ class Instances:
             return None
         facts = self.cx.facts.of(unit)
         param_names = facts.params.get(fn.name, []) if unit is self.cx.program.root else []
+        if any(n not in self.cx.param_types for n in param_names):
+            return None  # a parameter whose type failed, already reported
         param_types: list[Type] = [self.cx.param_types[n] for n in param_names]
         result = self.resolve.resolve_type(fn.result, cs) if fn.result is not None else None
         if fn.result is not None and result is None:

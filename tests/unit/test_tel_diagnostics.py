@@ -1365,6 +1365,17 @@ INDEPENDENT = [
         (4, 1, "out 'v' needs a value"),
         (5, 40, "'adam' has no hyper-parameter 'lr'"),
     ),
+    case(
+        "a-function-reading-an-untyped-param",
+        """
+        W: param[3 x 2] = 0.5
+        b: param = 0.0
+        x: in[4 x 3]
+        def loss(v: f32[4 x 3]) -> f32 = sum(v . W + b)
+        g: out = grad(loss, wrt: W)(x)
+        """,
+        (2, 1, "param 'b' needs a type"),
+    ),
 ]
 
 ALL = SYNTAX + NAMES + SHAPES + DTYPES + CALLS + DECLARATIONS + TRAIN + RECURRENT
