@@ -186,12 +186,14 @@ class DeclarationGraph:
 
     def objective_refs(self, t: ast.Train) -> list[str]:
         """The declarations a training objective names, directly or through functions."""
+        return self.expr_refs(t.objective)
+
+    def expr_refs(self, x: ast.Expr) -> list[str]:
+        """The declarations an expression of the model names, directly or through functions."""
         root = self.root
-        out = [
-            n.id for n in walk(t.objective) if isinstance(n, ast.Name) and n.id in root.declarations
-        ]
+        out = [n.id for n in walk(x) if isinstance(n, ast.Name) and n.id in root.declarations]
         facts = self.facts.of(root)
-        for name in sorted(names_used(t.objective) & set(root.functions)):
+        for name in sorted(names_used(x) & set(root.functions)):
             out += facts.params[name]
         return out
 

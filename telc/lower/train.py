@@ -8,7 +8,7 @@ from typing import NoReturn
 
 from dlvm.ir.builder import gradient_declaration
 from dlvm.ir.types import TensorType, TupleType, Type
-from dlvm.ir.values import ElementKey, fresh_name
+from dlvm.ir.values import ElementKey, Function, fresh_name
 from telc import ast
 from telc.lower.calls import CallLowerer
 from telc.lower.context import Abort, Context, Scope, compile_time
@@ -24,6 +24,9 @@ from telc.program import Unit
 # An optimiser as `using OPT(…)` gives it: its state names, the type of its step argument (if
 # it takes one) and the hyper-parameters given.
 Optimiser = tuple[list[str], Type | None, dict[str, TV]]
+
+# An objective function and its arguments: the inputs it needs, then every parameter.
+Objective = tuple[Function, list[tuple[str, Type]], list[tuple[str, Type]]]
 
 
 class TrainLowerer:
@@ -45,21 +48,24 @@ class TrainLowerer:
         self.decls = decls
         self.graph = graph
 
-    def lower_train(self, entry: Entry, t: ast.Train, order: list[str]) -> None:
+    def objective(
+        self, name: str, objective: ast.Expr, order: list[str], what: str, helps: list[str]
+    ) -> Objective:
+        """The function `name`_objective computing `objective` (training's, or the loss of
+        an `export def … = grad(LOSS, …)`) from the inputs it needs and every parameter, in
+        declaration order; a located error, `what` must be a float scalar, if it is not one."""
         cx = self.cx
-        root = cx.program.root
-        needed = self.graph.closure(self.graph.objective_refs(t))
+        needed = self.graph.closure(self.graph.expr_refs(objective))
         inputs, _ = self.graph.entry_args(needed)
         params = list(cx.param_types)
         in_types = [(n, self.decls.declared_type(n)) for n in inputs]
         p_types: list[tuple[str, Type]] = [(n, cx.param_types[n]) for n in params]
-        # The objective, a function of the inputs and every parameter.
-        obj, arguments = start_entry(cx, entry.name + "_objective", in_types + p_types)
+        obj, arguments = start_entry(cx, name + "_objective", in_types + p_types)
         given = {
             n: TV(a.type, a, sym=self.decls.decl_sym(n)) for n, a in zip(inputs + params, arguments)
         }
         scope = self.decls.model_scope(order, needed, given, training=True)
-        loss = self.exprs.lower_expr(t.objective, scope)
+        loss = self.exprs.lower_expr(objective, scope)
         if isinstance(loss, _Poison):
             raise Abort
         if (
@@ -68,12 +74,20 @@ class TrainLowerer:
             or loss.ty.shape
             or not loss.ty.dtype.is_float
         ):
-            cx.error(
-                t.objective.span,
-                f"the training objective must be a float scalar, found {describe(loss)}",
-            )
+            found = describe(loss)
+            cx.error(objective.span, f"{what} must be a float scalar, found {found}", helps)
             raise Abort
-        finish_entry(cx, self.exprs.ops, obj, [loss], t.objective.span, always_tuple=False)
+        finish_entry(cx, self.exprs.ops, obj, [loss], objective.span, always_tuple=False)
+        return obj, in_types, p_types
+
+    def lower_train(self, entry: Entry, t: ast.Train, order: list[str]) -> None:
+        cx = self.cx
+        root = cx.program.root
+        # The objective, a function of the inputs and every parameter.
+        obj, in_types, p_types = self.objective(
+            entry.name, t.objective, order, "the training objective", []
+        )
+        inputs, params = [n for n, _ in in_types], [n for n, _ in p_types]
         # Its gradient with respect to every parameter, keeping the loss.
         n_in = len(inputs)
         wrt = tuple(range(n_in, n_in + len(params)))
