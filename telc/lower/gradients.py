@@ -6,6 +6,8 @@ objective (TrainLowerer.objective), and differentiated by a gradient declaration
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from dlvm.ir.builder import gradient_declaration
 from dlvm.ir.values import ElementKey, fresh_name
 from telc import ast
@@ -97,7 +99,7 @@ class GradsLowerer:
                 raise Abort
         return loss, wrt, single, keeping
 
-    def not_a_loss(self, fn: ast.Function, loss: ast.Expr) -> None:
+    def not_a_loss(self, fn: ast.Function, loss: ast.Expr) -> NoReturn:
         """Reports a LOSS that is not a declaration of the model."""
         root = self.cx.program.root
         if isinstance(loss, ast.Name) and loss.id in root.functions:
@@ -137,7 +139,9 @@ class GradsLowerer:
                 [f"  help: {fix}"] if role == "in" else [],
             )
         elif isinstance(w, ast.Name):
-            cx.error(w.span, f"unknown parameter '{w.id}'{suggest(w.id, params)}")
+            known = f"  help: the parameters are {', '.join(params)}" if params else "  help: "
+            known += "" if params else "declare one, such as `W: param[3 x 2] = glorot()`"
+            cx.error(w.span, f"unknown parameter '{w.id}'{suggest(w.id, params)}", [known])
         else:
             cx.error(w.span, "wrt: takes the names of parameters here")
         raise Abort
