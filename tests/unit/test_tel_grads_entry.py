@@ -253,6 +253,17 @@ REJECTED = {
         "(W1, b1))` is written without one",
         "help: write `def g(…)`, with its parameters (or `()` for none)",
     ),
+    "called": (
+        "export def g = grad(loss, wrt: W1)\nz: out = g()",
+        "m.tel:11:10: error: 'g' is an entry point of gradients (a def without a parameter "
+        "list); it cannot be called",
+        "help: to call a gradient, differentiate a def taking the loss's inputs",
+    ),
+    "differentiated": (
+        "export def g = grad(loss, wrt: W1)\nexport def k(v: [4 x 3]) = grad(g)()",
+        "m.tel:11:28: error: 'g' is an entry point of gradients",
+        "help: to call a gradient",
+    ),
     "not-exported": (
         "def g = grad(loss, wrt: W1)",
         "m.tel:10:5: error: 'g' has no parameter list",
