@@ -399,6 +399,7 @@ class Function(Node):
     body: Expr | Block
     export: bool
     name_span: Span = field(repr=False, compare=False)
+    bare: bool = False  # written without a parameter list: `export def grads = grad(loss, …)`
 
 
 Item = (

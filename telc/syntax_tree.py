@@ -120,10 +120,11 @@ class _Build(Transformer_NonRecursive):
             body,
             export is not None,
             self._tok(name),
+            params is None,
         )
 
     def parameters(self, meta, c):
-        return list(c)
+        return [p for p in c if p is not None]
 
     def parameter(self, meta, c):
         return ast.Parameter(self._span(meta), str(c[0]), c[1], c[2])

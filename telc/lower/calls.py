@@ -59,6 +59,15 @@ class CallLowerer:
     def call(self, ref: FnRef, e: ast.Call, scope: Scope) -> Elaborated:
         """A call of a def (or a gradient): arguments by position, then by keyword, then the
         defaults (compile-time constants of the def's file)."""
+        if ref.function.bare:
+            fix = "to call a gradient, differentiate a def taking the loss's inputs: "
+            fix += "`grad(f, wrt: …)(x)`"
+            return self.cx.error(
+                e.callee.span,
+                f"'{ref.function.name}' is an entry point of gradients (a def without a "
+                "parameter list); it cannot be called",
+                [f"  help: {fix}"],
+            )
         names = [p.name for p in ref.function.parameters]
         given: dict[str, tuple[TV, ast.Span]] = {}
         bad = False

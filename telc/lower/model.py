@@ -15,6 +15,7 @@ from telc.lower.declarations import DeclarationLowerer
 from telc.lower.dependencies import DeclarationGraph
 from telc.lower.entries import Entry, Interface, export_outputs, finish_entry, start_entry
 from telc.lower.exprs import ExprLowerer
+from telc.lower.gradients import GradsLowerer
 from telc.lower.instances import Instances
 from telc.lower.resolve import Resolver
 from telc.lower.statements import StatementLowerer
@@ -46,6 +47,7 @@ class Model:
         self.graph = DeclarationGraph(program, cx.facts, cx)
         self.decls = DeclarationLowerer(cx, self.exprs, self.resolve, self.graph)
         self.train = TrainLowerer(cx, self.exprs, self.resolve, self.calls, self.decls, self.graph)
+        self.grads = GradsLowerer(cx, self.exprs, self.train)
 
     def lower_program(self) -> Interface:
         cx = self.cx
@@ -74,7 +76,9 @@ class Model:
                 span = what.span if isinstance(what, ast.Node) else root.tree.span
                 cx.error(span, f"two entry points are named '{name}'", [_clash_hint(entries, i)])
         cx.reserved = set(names) | {
-            n + "_objective" for e, n in zip(entries, names) if e[0].kind == "train"
+            n + "_objective"
+            for (e, what), n in zip(entries, names)
+            if e.kind == "train" or (isinstance(what, ast.Function) and what.bare)
         }
         interface.params = list(cx.param_types.items())
         interface.buffers = [n for n in cx.param_types if n in cx.buffers]
@@ -92,6 +96,8 @@ class Model:
                         self.lower_infer(entry, what, order)
                     case ast.Train():
                         self.train.lower_train(entry, what, order)
+                    case ast.Function() if what.bare:
+                        self.grads.lower_grads(entry, what, order)
                     case ast.Function():
                         self.lower_export(entry, what)
             except Abort:
@@ -297,6 +303,10 @@ class Model:
         before = len(self.cx.module.functions)
         for fn in root.functions.values():
             if fn.export:
+                continue
+            if fn.bare:
+                with contextlib.suppress(Abort):
+                    self.grads.check_form(fn)
                 continue
             scope = Scope(root, dtype_var=root.dtype)
             types = []

@@ -4,11 +4,11 @@ state and hyper-parameters."""
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from dlvm.ir.builder import gradient_declaration
 from dlvm.ir.types import TensorType, TupleType, Type
-from dlvm.ir.values import ElementKey, fresh_name
+from dlvm.ir.values import ElementKey, Function, fresh_name
 from telc import ast
 from telc.lower.calls import CallLowerer
 from telc.lower.context import Abort, Context, Scope, compile_time
@@ -24,6 +24,17 @@ from telc.program import Unit, suggest
 # An optimiser as `using OPT(…)` gives it: its state names, the type of its step argument (if
 # it takes one) and the hyper-parameters given.
 Optimiser = tuple[list[str], Type | None, dict[str, TV]]
+
+
+class Objective(NamedTuple):
+    """An objective function and its arguments: the inputs it needs, every parameter, every
+    buffer; it returns the loss, then the new values of the buffers `updated`, in order."""
+
+    function: Function
+    inputs: list[tuple[str, Type]]
+    params: list[tuple[str, Type]]
+    buffers: list[tuple[str, Type]]
+    updated: list[str]
 
 
 class TrainLowerer:
@@ -45,23 +56,36 @@ class TrainLowerer:
         self.decls = decls
         self.graph = graph
 
-    def lower_train(self, entry: Entry, t: ast.Train, order: list[str]) -> None:
+    def objective(
+        self,
+        name: str,
+        objective: ast.Expr,
+        order: list[str],
+        what: str,
+        helps: list[str],
+        updates: bool = False,
+    ) -> Objective:
+        """The function `name`_objective computing `objective` (training's, or the loss of
+        an `export def … = grad(LOSS, …)`) from the inputs it needs, every parameter and every
+        buffer, in declaration order, returning the loss and, with `updates`, the new values
+        of the buffers that `name <- e` updates; a located error, `what` must be a float
+        scalar, if it is not one."""
         cx = self.cx
-        root = cx.program.root
-        needed = self.graph.closure(self.graph.objective_refs(t))
+        refs = self.graph.expr_refs(objective)
+        if updates:
+            refs += [r for u in cx.program.root.updates for r in self.graph.expr_refs(u.value)]
+        needed = self.graph.closure(refs)
         inputs, _ = self.graph.entry_args(needed)
         params = [n for n in cx.param_types if n not in cx.buffers]
         buffers = [n for n in cx.param_types if n in cx.buffers]
         in_types = [(n, self.decls.declared_type(n)) for n in inputs]
         p_types: list[tuple[str, Type]] = [(n, cx.param_types[n]) for n in params]
         b_types: list[tuple[str, Type]] = [(n, cx.param_types[n]) for n in buffers]
-        # The objective, a function of the inputs, every parameter and every buffer, returning
-        # the loss and then the buffers' new values.
         every = inputs + params + buffers
-        obj, arguments = start_entry(cx, entry.name + "_objective", in_types + p_types + b_types)
+        obj, arguments = start_entry(cx, name + "_objective", in_types + p_types + b_types)
         given = {n: TV(a.type, a, sym=self.decls.decl_sym(n)) for n, a in zip(every, arguments)}
         scope = self.decls.model_scope(order, needed, given, training=True)
-        loss = self.exprs.lower_expr(t.objective, scope)
+        loss = self.exprs.lower_expr(objective, scope)
         if isinstance(loss, _Poison):
             raise Abort
         if (
@@ -70,21 +94,32 @@ class TrainLowerer:
             or loss.ty.shape
             or not loss.ty.dtype.is_float
         ):
-            cx.error(
-                t.objective.span,
-                f"the training objective must be a float scalar, found {describe(loss)}",
-            )
+            found = describe(loss)
+            cx.error(objective.span, f"{what} must be a float scalar, found {found}", helps)
             raise Abort
-        updated = self.buffer_updates(scope)
+        updated = self.buffer_updates(scope) if updates else {}
         results = [loss, *updated.values()]
-        finish_entry(cx, self.exprs.ops, obj, results, t.objective.span, always_tuple=False)
+        finish_entry(cx, self.exprs.ops, obj, results, objective.span, always_tuple=False)
+        return Objective(obj, in_types, p_types, b_types, list(updated))
+
+    def lower_train(self, entry: Entry, t: ast.Train, order: list[str]) -> None:
+        cx = self.cx
+        root = cx.program.root
+        # The objective, a function of the inputs, every parameter and every buffer, returning
+        # the loss and then the buffers' new values.
+        obj, in_types, p_types, b_types, updated = self.objective(
+            entry.name, t.objective, order, "the training objective", [], updates=True
+        )
+        inputs, params = [n for n, _ in in_types], [n for n, _ in p_types]
+        buffers = [n for n, _ in b_types]
+        every = inputs + params + buffers
         # Its gradient with respect to every parameter (never a buffer), keeping the loss and
         # the buffers' new values.
         n_in = len(inputs)
         wrt = tuple(range(n_in, n_in + len(params)))
         name = fresh_name(obj.name + "_grad", {f.name for f in cx.module.functions})
         source = 0 if updated else None
-        keeping = tuple(range(len(results)))
+        keeping = tuple(range(1 + len(updated)))
         grad = cx.module.add_function(gradient_declaration(name, obj, wrt, keeping, source=source))
         # The optimiser.
         states, step_type, hypers = self.optimizer(t)
