@@ -144,13 +144,14 @@ def reverse(c: Call) -> Elaborated:
     return TV(v.type, v)
 
 
-@BUILTINS.define("swap_axes", Signature((X, Param("axes", Kind.AXES, (-2, -1), count=2))))
+@BUILTINS.define("swap_axes", Signature((X, Param("axes", Kind.AXES, (-2, -1)))))
 def swap_axes(c: Call) -> Elaborated:
     """NumPy's swapaxes: the two axes exchanged (the last two by default, which transposes
     each matrix of a stack), for a tensor of any rank."""
-    x, (a, b) = c.tensor("x"), c.axes("axes")
-    if a == b:  # only a repeated negative and positive spelling of one axis gets here
-        return x
+    x, given = c.tensor("x"), c.axes("axes")  # distinct axes: the registry checks it
+    if len(given) != 2:
+        return c.error(f"swap_axes takes two axes, found {len(given)}", c.span("axes"))
+    a, b = given
     axes = list(range(len(x.shape)))
     axes[a], axes[b] = b, a
     v = permute(lambda name, *vs, **attrs: c.emit(name, list(vs), **attrs), x.ir(), tuple(axes))
