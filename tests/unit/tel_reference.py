@@ -163,16 +163,16 @@ def multi_head_attention(
     causal: bool = False,
 ) -> np.ndarray:
     """Self-attention of x [B, T, D] with head-split weights wq, wk, wv [D, H, K] and wo
-    [H, K, D], written the textbook way: per-head projections, attention, concatenation."""
+    [H, K, D], written the textbook way: per-head projections and attention, the heads joined
+    along the last axis and projected by wo as [H·K, D]."""
     x = _f64(x)
-    b, t, d = x.shape
-    h = wq.shape[1]
+    h, k_size, d = wo.shape
     heads = []
     for i in range(h):
         q, k, v = (x @ _f64(w)[:, i, :] for w in (wq, wk, wv))
         heads.append((causal_attention if causal else attention)(q, k, v))
     joined = np.concatenate(heads, axis=-1)
-    return joined @ _f64(wo).reshape(d, d)
+    return joined @ _f64(wo).reshape(h * k_size, d)
 
 
 def dropout(

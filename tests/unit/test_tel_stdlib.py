@@ -14,6 +14,7 @@ import pytest
 import tel_reference as ref
 from telhelp import central_gradient, compile_snippet, entry, run_infer, run_train_step
 
+from dlvm.diagnostics import DiagnosticError
 from dlvm.interp import run_function
 
 Gen = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
@@ -315,6 +316,18 @@ NN_CASES: dict[str, Case] = {
         (2, 5, 8),
         ref.multi_head_attention,
     ),
+    "multi_head_attention_narrow_heads": Case(  # H * K = 6 < D = 8
+        "multi_head_attention(x, wq, wk, wv, wo)",
+        [
+            ("x", (1, 3, 8), normal),
+            ("wq", (8, 3, 2), normal),
+            ("wk", (8, 3, 2), normal),
+            ("wv", (8, 3, 2), normal),
+            ("wo", (3, 2, 8), normal),
+        ],
+        (1, 3, 8),
+        ref.multi_head_attention,
+    ),
     "multi_head_attention_causal": Case(
         "multi_head_attention(x, wq, wk, wv, wo, causal: true)",
         [
@@ -421,6 +434,23 @@ def test_nn_gradient(name: str, tmp_path) -> None:
         expected = central_gradient(objective, args[k])
         assert np.shape(grad_value) == np.shape(args[k]), arg
         np.testing.assert_allclose(grad_value, expected, rtol=1e-6, atol=1e-8, err_msg=arg)
+
+
+def test_layer_mismatches_are_reported_without_a_traceback(tmp_path) -> None:
+    """A gamma that does not broadcast against x, and a head split whose shapes disagree, are
+    located errors (the first inside nn, where the shapes meet; the second at the call)."""
+    text = (
+        "module bad\nuse nn\n\nx: in[2 x 5 x 8]\ng: in[7]\nwq: in[8 x 3 x 2]\n"
+        "wo: in[2 x 3 x 8]\n"
+        "n: out = layer_norm(x, g, g)\n"
+        "h: out = multi_head_attention(x, wq, wq, wq, wo)\n"
+    )
+    with pytest.raises(DiagnosticError) as caught:
+        compile_snippet(str(tmp_path), text)
+    rendered = str(caught.value)
+    assert "cannot broadcast [2 x 5 x 8] and [7] for multiplication" in rendered
+    expected = "argument 'Wo' of multi_head_attention: expected [H x K x D], found [2 x 3 x 8]"
+    assert expected in rendered
 
 
 def test_generic_stdlib_function_differentiated_directly(tmp_path) -> None:
