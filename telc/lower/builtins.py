@@ -144,6 +144,27 @@ def reverse(c: Call) -> Elaborated:
     return TV(v.type, v)
 
 
+@BUILTINS.define("swap_axes", Signature((X, Param("axes", Kind.AXES, (-2, -1)))))
+def swap_axes(c: Call) -> Elaborated:
+    """NumPy's swapaxes: the two axes exchanged (the last two by default, which transposes
+    each matrix of a stack), for a tensor of any rank."""
+    x, given = c.tensor("x"), c.axes("axes")  # distinct axes: the registry checks it
+    if len(given) != 2:
+        return c.error(f"swap_axes takes two axes, found {len(given)}", c.span("axes"))
+    a, b = given
+    axes = list(range(len(x.shape)))
+    axes[a], axes[b] = b, a
+    v = permute(lambda name, *vs, **attrs: c.emit(name, list(vs), **attrs), x.ir(), tuple(axes))
+    return TV(v.type, v)
+
+
+@BUILTINS.define("size", Signature((X, Param("axis", Kind.AXES, (-1,), count=1))))
+def size(c: Call) -> Elaborated:
+    """The length of one axis of x, a number known at compile time (like a dim)."""
+    n = c.tensor("x").shape[c.axes("axis")[0]]
+    return TV(TensorType((), DataType.I64), weak=True, const=n)
+
+
 @BUILTINS.define("concat", Signature((Param("axis", Kind.VALUE, None),), variadic="xs"))
 def concat(c: Call) -> Elaborated:
     parts = c.value("xs")
@@ -327,6 +348,19 @@ def onehot(c: Call) -> Elaborated:
     hit = c.emit("equal", [idx, iota])
     dtype = c.scope.default_float
     v = c.emit("select", [scalar(1, dtype), scalar(0, dtype), hit])
+    return TV(v.type, v)
+
+
+@BUILTINS.define("iota", Signature((X, Param("axis", Kind.AXES, (-1,), count=1))))
+def iota(c: Call) -> Elaborated:
+    """An i64 tensor of x's shape whose every element is its own index along `axis` (x's
+    values are not read): with two of them, masks such as the causal one of attention."""
+    x = c.tensor("x")
+    axis, rank = c.axes("axis")[0], len(x.shape)
+    n = x.shape[axis]
+    v = _iota(c, n, DataType.I64)
+    v = c.emit("shapeCast", [v], shape=tuple(n if d == axis else 1 for d in range(rank)))
+    v = c.cx.broadcast_to(v, x.shape, c.e.span)
     return TV(v.type, v)
 
 

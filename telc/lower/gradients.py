@@ -19,7 +19,8 @@ from telc.lower.values import TV
 from telc.program import suggest
 
 # What a declaration of each role is called in errors.
-ROLE_NAMES = {"in": "an input", "hidden": "a hidden", "out": "an output", "param": "a parameter"}
+ROLE_NAMES = {"in": "an input", "hidden": "a hidden", "out": "an output", "param": "a parameter",
+              "buffer": "a buffer"}  # fmt: skip
 
 FORM = "export def NAME = grad(LOSS, wrt: (W1, b1))"
 

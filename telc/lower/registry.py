@@ -360,7 +360,8 @@ class Call:
         if count is not None and len(items) == 1:
             items = items * count
         if count is not None and len(items) != count:
-            self.error(f"'{name}' needs {count} integers, found {len(items)}", self.span(name))
+            noun = "integer" if count == 1 else "integers"
+            self.error(f"'{name}' needs {count} {noun}, found {len(items)}", self.span(name))
             return None
         return items
 

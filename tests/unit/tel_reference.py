@@ -50,6 +50,17 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
 
 
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU's tanh approximation (PyTorch's approximate='tanh')."""
+    x = _f64(x)
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x * sigmoid(x)."""
+    return _f64(x) * sigmoid(x)
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
     """exp(x) / sum(exp(x)) over the last axis, shifted by the row maximum."""
     x = _f64(x)
@@ -113,6 +124,55 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 
     mu = x.mean(axis=-1, keepdims=True)
     variance = x.var(axis=-1, keepdims=True)
     return (x - mu) / np.sqrt(variance + eps) * _f64(gamma) + _f64(beta)
+
+
+def rms_norm(x: np.ndarray, gamma: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """x / sqrt(mean(x²) + eps) over the last axis, scaled by gamma (PyTorch's RMSNorm)."""
+    x = _f64(x)
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * _f64(gamma)
+
+
+def masked_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
+) -> np.ndarray:
+    """softmax(q @ k^T / sqrt(D)) @ v, logits where mask is false set to -1e30 (weight 0)."""
+    q, k, v = _f64(q), _f64(k), _f64(v)
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -1e30)
+    return softmax(scores) @ v
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Scaled dot-product attention over the last two axes, without a mask."""
+    return masked_attention(q, k, v)
+
+
+def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Attention where query i sees keys j <= i only."""
+    t, u = q.shape[-2], k.shape[-2]
+    return masked_attention(q, k, v, np.tril(np.ones((t, u), dtype=bool)))
+
+
+def multi_head_attention(
+    x: np.ndarray,
+    wq: np.ndarray,
+    wk: np.ndarray,
+    wv: np.ndarray,
+    wo: np.ndarray,
+    causal: bool = False,
+) -> np.ndarray:
+    """Self-attention of x [B, T, D] with head-split weights wq, wk, wv [D, H, K] and wo
+    [H, K, D], written the textbook way: per-head projections and attention, the heads joined
+    along the last axis and projected by wo as [H·K, D]."""
+    x = _f64(x)
+    h, k_size, d = wo.shape
+    heads = []
+    for i in range(h):
+        q, k, v = (x @ _f64(w)[:, i, :] for w in (wq, wk, wv))
+        heads.append((causal_attention if causal else attention)(q, k, v))
+    joined = np.concatenate(heads, axis=-1)
+    return joined @ _f64(wo).reshape(h * k_size, d)
 
 
 def dropout(

@@ -85,6 +85,36 @@ CASES: dict[str, tuple[str, str, list[np.ndarray], Callable[..., np.ndarray]]] =
         [A],
         lambda x: np.transpose(x, (0, 2, 1)),
     ),
+    "swap-axes-last-two": (
+        "(x: f64[2 x 3 x 4]) -> f64[2 x 4 x 3]",
+        "swap_axes(x)",
+        [A],
+        lambda x: np.swapaxes(x, -1, -2),
+    ),
+    "swap-axes-outer": (
+        "(x: f64[2 x 3 x 4]) -> f64[4 x 3 x 2]",
+        "swap_axes(x, axes: (0, -1))",
+        [A],
+        lambda x: np.swapaxes(x, 0, 2),
+    ),
+    "size-of-axes": (
+        "(x: f64[2 x 3 x 4]) -> f64[2 x 3 x 4]",
+        "x * size(x) + size(x, axis: 0) * 10",
+        [A],
+        lambda x: x * 4 + 20,
+    ),
+    "iota-last-axis": (
+        "(x: f64[2 x 3 x 4]) -> i64[2 x 3 x 4]",
+        "iota(x)",
+        [A],
+        lambda x: np.broadcast_to(np.arange(4), x.shape),
+    ),
+    "iota-causal-mask": (
+        "(x: f64[3 x 5]) -> bool[3 x 5]",
+        "iota(x, axis: -1) <= iota(x, axis: 0)",
+        [M],
+        lambda x: np.tril(np.ones(x.shape, bool)),
+    ),
     "concat-axis-1": (
         "(x: f64[3 x 5], y: f64[3 x 5]) -> f64[3 x 10]",
         "concat(x, y, axis: 1)",

@@ -1240,6 +1240,23 @@ RANGES = [
         (2, 29, "transpose: (0, 0, 1) is not a permutation of the 3 axes of f32[2 x 3 x 4]"),
     ),
     case(
+        "swap-axes-size-and-iota-need-axes-of-x",
+        """
+        x: in[2 x 3 x 4]
+        v: in[4]
+        a: out = swap_axes(x, axes: (1, -2))
+        b: out = swap_axes(v)
+        c: out = swap_axes(x, axes: 1)
+        d: out = x * size(x, axis: 3)
+        e: out = iota(v, axis: (0, 0))
+        """,
+        (3, 29, "axis -2 is repeated"),
+        (4, 10, "axis -2 is out of range for f32[4]"),
+        (5, 29, "swap_axes takes two axes, found 1"),
+        (6, 28, "axis 3 is out of range for f32[2 x 3 x 4]"),
+        (7, 24, "'axis' needs 1 integer, found 2"),
+    ),
+    case(
         "export-named-like-a-generated-entry",
         """
         x: in[4]

@@ -98,7 +98,7 @@ def test_a_weak_number_takes_its_type_before_the_rule_sees_it(reached):
         ("probe(f)", "'x' must be a tensor, found the function 'f'"),
         ("probe(x, axis: 1)", "axis 1 is out of range for f32[3]"),
         ("probe(x, axis: 1.5)", "'axis' must be an integer or a tuple of integers"),
-        ("probe(x, scale: (1, 2))", "'scale' needs 1 integers, found 2"),
+        ("probe(x, scale: (1, 2))", "'scale' needs 1 integer, found 2"),
         ("probe(x, keep: 1)", "'keep' must be true or false"),
         ("fixed(x, x)", "fixed takes one tensor: fixed(x)"),
         ("fixed(x: x)", "fixed takes one tensor: fixed(x)"),

@@ -14,6 +14,7 @@ import pytest
 import tel_reference as ref
 from telhelp import central_gradient, compile_snippet, entry, run_infer, run_train_step
 
+from dlvm.diagnostics import DiagnosticError
 from dlvm.interp import run_function
 
 Gen = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
@@ -212,6 +213,133 @@ NN_CASES: dict[str, Case] = {
         (3, 6),
         lambda x, g, b: ref.layer_norm(x, g, b, eps=0.5),
     ),
+    "gelu_tanh": Case(
+        "gelu_tanh(x)",
+        [("x", (3, 4), lambda r, s: 3 * r.standard_normal(s))],
+        (3, 4),
+        ref.gelu_tanh,
+    ),
+    "gelu_tanh_wide": Case("gelu_tanh(x)", [("x", (3, 4), wide)], (3, 4), ref.gelu_tanh),
+    "silu": Case("silu(x)", X34, (3, 4), ref.silu),
+    "silu_rank3_wide": Case("silu(x)", [("x", (2, 3, 4), wide)], (2, 3, 4), ref.silu),
+    "layer_norm_rank3": Case(
+        "layer_norm(x, g, b)",
+        [("x", (2, 3, 6), normal), ("g", (6,), normal), ("b", (6,), normal)],
+        (2, 3, 6),
+        ref.layer_norm,
+    ),
+    "layer_norm_rank1": Case(
+        "layer_norm(x, g, b)",
+        [("x", (6,), normal), ("g", (6,), normal), ("b", (6,), normal)],
+        (6,),
+        ref.layer_norm,
+    ),
+    "rms_norm": Case(
+        "rms_norm(x, g)", [("x", (3, 6), normal), ("g", (6,), normal)], (3, 6), ref.rms_norm
+    ),
+    "rms_norm_rank3_eps": Case(
+        "rms_norm(x, g, eps: 0.5)",
+        [("x", (2, 3, 6), normal), ("g", (1, 6), normal)],
+        (2, 3, 6),
+        lambda x, g: ref.rms_norm(x, g, eps=0.5),
+    ),
+    "attention": Case(
+        "attention(q, k, v)",
+        [("q", (2, 3, 5, 4), normal), ("k", (2, 3, 6, 4), normal), ("v", (2, 3, 6, 7), normal)],
+        (2, 3, 5, 7),
+        ref.attention,
+    ),
+    "attention_rank2": Case(
+        "attention(q, k, v)",
+        [("q", (5, 4), normal), ("k", (6, 4), normal), ("v", (6, 3), normal)],
+        (5, 3),
+        ref.attention,
+    ),
+    "attention_broadcast": Case(  # keys and values shared by the batch
+        "attention(q, k, v)",
+        [("q", (2, 3, 5, 4), normal), ("k", (3, 6, 4), normal), ("v", (3, 6, 2), normal)],
+        (2, 3, 5, 2),
+        ref.attention,
+    ),
+    "attention_wide": Case(  # logits far beyond exp's range
+        "attention(q, k, v)",
+        [("q", (2, 4, 3), wide), ("k", (2, 4, 3), wide), ("v", (2, 4, 3), normal)],
+        (2, 4, 3),
+        ref.attention,
+        wrt=["v"],  # q, k: the weights are exactly one-hot there, their gradients 0 or ulps
+    ),
+    "causal_attention": Case(
+        "causal_attention(q, k, v)",
+        [("q", (2, 5, 4), normal), ("k", (2, 5, 4), normal), ("v", (2, 5, 3), normal)],
+        (2, 5, 3),
+        ref.causal_attention,
+    ),
+    "causal_attention_rank4": Case(
+        "causal_attention(q, k, v)",
+        [("q", (2, 2, 4, 3), normal), ("k", (2, 2, 4, 3), normal), ("v", (2, 2, 4, 3), normal)],
+        (2, 2, 4, 3),
+        ref.causal_attention,
+    ),
+    "masked_attention": Case(
+        "masked_attention(q, k, v, m > 0)",
+        [
+            ("q", (2, 5, 4), normal),
+            ("k", (2, 6, 4), normal),
+            ("v", (2, 6, 3), normal),
+            ("m", (5, 6), normal),
+        ],
+        (2, 5, 3),
+        lambda q, k, v, m: ref.masked_attention(q, k, v, m > 0),
+        wrt=["q", "k", "v"],
+    ),
+    "masked_attention_row_masked": Case(  # query 0 sees no key: an even average, not NaN
+        "masked_attention(q, k, v, m > 0)",
+        [
+            ("q", (2, 3, 4), normal),
+            ("k", (2, 4, 4), normal),
+            ("v", (2, 4, 3), normal),
+            ("m", (3, 4), lambda r, s: np.where(np.arange(s[0])[:, None] == 0, -1.0, normal(r, s))),
+        ],
+        (2, 3, 3),
+        lambda q, k, v, m: ref.masked_attention(q, k, v, m > 0),
+        wrt=["q", "k", "v"],
+    ),
+    "multi_head_attention": Case(
+        "multi_head_attention(x, wq, wk, wv, wo)",
+        [
+            ("x", (2, 5, 8), normal),
+            ("wq", (8, 2, 4), normal),
+            ("wk", (8, 2, 4), normal),
+            ("wv", (8, 2, 4), normal),
+            ("wo", (2, 4, 8), normal),
+        ],
+        (2, 5, 8),
+        ref.multi_head_attention,
+    ),
+    "multi_head_attention_narrow_heads": Case(  # H * K = 6 < D = 8
+        "multi_head_attention(x, wq, wk, wv, wo)",
+        [
+            ("x", (1, 3, 8), normal),
+            ("wq", (8, 3, 2), normal),
+            ("wk", (8, 3, 2), normal),
+            ("wv", (8, 3, 2), normal),
+            ("wo", (3, 2, 8), normal),
+        ],
+        (1, 3, 8),
+        ref.multi_head_attention,
+    ),
+    "multi_head_attention_causal": Case(
+        "multi_head_attention(x, wq, wk, wv, wo, causal: true)",
+        [
+            ("x", (2, 4, 6), normal),
+            ("wq", (6, 3, 2), normal),
+            ("wk", (6, 3, 2), normal),
+            ("wv", (6, 3, 2), normal),
+            ("wo", (3, 2, 6), normal),
+        ],
+        (2, 4, 6),
+        lambda *xw: ref.multi_head_attention(*xw, causal=True),
+    ),
     "dropout": Case("dropout(x)", X34, (3, 4), ref.dropout),
     "dropout_p": Case("dropout(x, 0.3)", X234, (2, 3, 4), lambda x: ref.dropout(x, 0.3)),
 }
@@ -306,6 +434,23 @@ def test_nn_gradient(name: str, tmp_path) -> None:
         expected = central_gradient(objective, args[k])
         assert np.shape(grad_value) == np.shape(args[k]), arg
         np.testing.assert_allclose(grad_value, expected, rtol=1e-6, atol=1e-8, err_msg=arg)
+
+
+def test_layer_mismatches_are_reported_without_a_traceback(tmp_path) -> None:
+    """A gamma that does not broadcast against x, and a head split whose shapes disagree, are
+    located errors (the first inside nn, where the shapes meet; the second at the call)."""
+    text = (
+        "module bad\nuse nn\n\nx: in[2 x 5 x 8]\ng: in[7]\nwq: in[8 x 3 x 2]\n"
+        "wo: in[2 x 3 x 8]\n"
+        "n: out = layer_norm(x, g, g)\n"
+        "h: out = multi_head_attention(x, wq, wq, wq, wo)\n"
+    )
+    with pytest.raises(DiagnosticError) as caught:
+        compile_snippet(str(tmp_path), text)
+    rendered = str(caught.value)
+    assert "cannot broadcast [2 x 5 x 8] and [7] for multiplication" in rendered
+    expected = "argument 'Wo' of multi_head_attention: expected [H x K x D], found [2 x 3 x 8]"
+    assert expected in rendered
 
 
 def test_generic_stdlib_function_differentiated_directly(tmp_path) -> None:
