@@ -281,3 +281,49 @@ def test_a_malformed_gradient_entry_is_a_located_error(case, tmp_path):
     assert run.returncode == 1, run.stderr
     assert message in run.stderr and fix in run.stderr, run.stderr
     assert "internal error" not in run.stderr and "Traceback" not in run.stderr
+
+
+BUFFERS = """\
+module scaled
+use nn
+use optim
+
+x: in[4 x 3]
+y: in[4 x 2]
+W: param[3 x 2] = 0.5
+scale: buffer[1 x 2] = 2.0
+run: buffer[1 x 2] = 0.0
+h: hidden = x . W * scale
+loss: out[] = mse(h, y)
+run <- running(run, batch_mean(h))
+
+train minimizing loss using sgd(rate: 1.0)
+
+export def grads = grad(loss, wrt: W)
+export def every = grad(loss)
+"""
+
+
+def test_a_gradient_entry_reads_buffers_and_never_differentiates_one(tmp_path):
+    x, y = mlp_inputs(3)
+    w, s = np.full((3, 2), 0.5), np.full((1, 2), 2.0)
+    h = x.astype(np.float64) @ w * s
+    want = x.T @ (2 * (h - y) / h.size * s)
+    with dlvm.load(build(tmp_path, BUFFERS, "scaled")) as model:
+        close(model.grads(x, y), want)
+        close(model.every(x, y), want)  # every parameter: W alone, no buffer
+        (every,) = [e for e in model.manifest["entries"] if e["name"] == "every"]
+        assert [o["name"] for o in every["outputs"]] == ["result0"]  # a tuple of one
+        model.train_step(x, y)  # updates `run`, which the gradients never change
+        close(model.get_param("run"), 0.1 * h.mean(axis=0, keepdims=True))
+        close(model.get_param("scale"), s)
+
+
+def test_grad_with_respect_to_a_buffer_is_a_located_error(tmp_path):
+    text = BUFFERS.replace("grad(loss, wrt: W)", "grad(loss, wrt: scale)")
+    (tmp_path / "m.tel").write_text(text)
+    run = subprocess.run([str(TELC), "check", "m.tel"], cwd=tmp_path, capture_output=True,
+                         text=True, env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    assert "m.tel:16:36: error: 'scale' is a buffer of the model, not a parameter" in run.stderr
+    assert "internal error" not in run.stderr and "Traceback" not in run.stderr
