@@ -104,7 +104,7 @@ class CallLowerer:
                 return self.cx.error(e.span, f"missing argument '{p.name}' of {ref.function.name}")
             fixed = compile_time(f"the default of argument '{p.name}'")
             d = self.exprs.lower_expr(p.default, Scope(ref.unit, paramless=fixed))
-            if not isinstance(d, TV):
+            if not self.check_argument(d, p.default.span) or not isinstance(d, TV):
                 return POISON
             given[p.name] = (d, p.default.span)
         args = [given[n][0] for n in names]

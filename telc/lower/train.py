@@ -345,7 +345,7 @@ class TrainLowerer:
                 assert p.default is not None
                 fixed = compile_time(f"the default of hyper-parameter {p.name}")
                 d = self.exprs.lower_expr(p.default, Scope(self.cx.program.root, paramless=fixed))
-                if not isinstance(d, TV):
+                if not self.calls.check_argument(d, p.default.span) or not isinstance(d, TV):
                     raise Abort
                 args.append(d)
             spans.append(t.optimizer_span)

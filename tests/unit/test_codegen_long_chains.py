@@ -61,7 +61,8 @@ def test_a_long_chain_of_declarations_trains_as_numpy(tmp_path: Path) -> None:
     n = 1500
     lines = ["use optim", "x: in[4 x 2]", "W: param[2 x 2] = 0.5", "h0: hidden[4 x 2] = x . W"]
     lines += [
-        f"h{i}: hidden[4 x 2] = h{i - 1} * 0.999 + h{i - 1} * h{i - 1} * 0.01" for i in range(1, n)
+        f"h{i}: hidden[4 x 2] = h{i - 1} - h{i - 1} * h{i - 1} * h{i - 1} * 0.001 + 0.0005"
+        for i in range(1, n)
     ]
     lines += [f"loss: out[] = mean(h{n - 1} * h{n - 1})"]
     lines += ["train minimizing loss using sgd(rate: 0.01)"]
@@ -69,12 +70,13 @@ def test_a_long_chain_of_declarations_trains_as_numpy(tmp_path: Path) -> None:
     w = np.full((2, 2), 0.5)
     hs = [x @ w]
     for _ in range(1, n):
-        hs.append(hs[-1] * 0.999 + hs[-1] * hs[-1] * 0.01)
+        hs.append(hs[-1] - hs[-1] ** 3 * 0.001 + 0.0005)  # bounded: towards 0.5 ** (1 / 3)
     g = 2 * hs[-1] / hs[-1].size
     for h in reversed(hs[:-1]):
-        g = g * (0.999 + 0.02 * h)
+        g = g * (1 - 0.003 * h * h)
     with dlvm.load(built("\n".join(lines) + "\n", tmp_path)) as model:
         loss = model.train_step(x.astype(np.float32))
+        assert np.isfinite(hs[-1]).all()
         np.testing.assert_allclose(loss, np.mean(hs[-1] ** 2), rtol=1e-3)
         np.testing.assert_allclose(model.get_param("W"), w - 0.01 * (x.T @ g), rtol=1e-3)
 

@@ -1393,6 +1393,27 @@ INDEPENDENT = [
         """,
         (2, 1, "param 'b' needs a type"),
     ),
+    case(
+        "a-function-as-a-default-argument",
+        """
+        use nn
+        def f(a: [2], k: [] = softmax) -> [2] = a * k
+        x: in[2]
+        y: out = f(x)
+        """,
+        (2, 23, "an argument must be a value, found the function 'softmax'"),
+    ),
+    case(
+        "a-function-as-a-default-hyper-parameter",
+        """
+        x: in[2]
+        w: param[2] = 0.0
+        def opt(w: [S...], g: [S...], rate: [] = sgd) -> [S...] = w - rate * g
+        def sgd(a: [2]) -> [2] = a
+        train minimizing sum(x * w) using opt()
+        """,
+        (3, 42, "an argument must be a value, found the function 'sgd'"),
+    ),
 ]
 
 ALL = SYNTAX + NAMES + SHAPES + DTYPES + CALLS + DECLARATIONS + TRAIN + RECURRENT
