@@ -204,6 +204,11 @@ REFERENCE_LOSSES: dict[str, Callable[[Arrays, Arrays], float]] = {
     "lstm": lambda i, p: float(ref.cross_entropy(ref.lstm(i, p)["y"], i["labels"])),
     "rnn": lambda i, p: float(-np.mean(np.sum(i["labels"] * ref.rnn(i, p)["logp"], axis=-1))),
     "xor": lambda i, p: _bce(ref.xor(i, p)["y"], i["labels"]),
+    "transformer": lambda i, p: float(
+        ref.sparse_softmax_cross_entropy(
+            ref.transformer(i, p)["logits"].reshape(-1, 32), i["next_ids"]
+        )
+    ),
     # autoencoder: its objective goes through dropout, random while training, so the NumPy
     # model cannot reproduce it; its training is checked through the loss `infer` returns.
 }
@@ -218,6 +223,7 @@ OPTIMISERS: dict[str, tuple[str, dict[str, float]]] = {
     "rnn": ("rmsprop", {"rate": 0.01}),
     "xor": ("adam", {"rate": 0.05}),
     "autoencoder": ("momentum", {"rate": 0.05, "beta": 0.9}),
+    "transformer": ("adam", {"rate": 0.003}),
 }
 
 DEFAULTS = {
