@@ -366,6 +366,61 @@ def autoencoder(inputs: Arrays, params: Arrays) -> Arrays:
     return {"code": code, "recon": recon, "loss": mse(recon, x)}
 
 
+def transformer(inputs: Arrays, params: Arrays) -> Arrays:
+    """samples/transformer.tel: token plus position embeddings, two pre-norm blocks
+    x + mha(layer_norm(x)) (causal), then x + gelu(layer_norm(x) . Wup + bup) . Wdown + bdown,
+    and logits = layer_norm(x) . Wout + bout."""
+    p = {k: _f64(v) for k, v in params.items()}
+    x = p["tokens"][np.asarray(inputs["ids"])] + p["positions"]
+    for i in ("1", "2"):
+        normed = layer_norm(x, p[f"norm{i}a"], p[f"shift{i}a"])
+        weights = (p[f"Wq{i}"], p[f"Wk{i}"], p[f"Wv{i}"], p[f"Wo{i}"])
+        x = x + multi_head_attention(normed, *weights, causal=True)
+        up = gelu(layer_norm(x, p[f"norm{i}b"], p[f"shift{i}b"]) @ p[f"W{i}up"] + p[f"b{i}up"])
+        x = x + up @ p[f"W{i}down"] + p[f"b{i}down"]
+    return {"logits": layer_norm(x, p["normf"], p["shiftf"]) @ p["Wout"] + p["bout"]}
+
+
+def batch_norm2d(
+    x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, mean: np.ndarray, var: np.ndarray
+) -> np.ndarray:
+    """(x - mean) / sqrt(var + 1e-5) * gamma + beta, per channel of NCHW x."""
+    return (x - mean) / np.sqrt(var + 1e-5) * gamma + beta
+
+
+def channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and biased variance of each channel of NCHW x, as [1, C, 1, 1]."""
+    mean = x.mean(axis=(0, 2, 3), keepdims=True)
+    return mean, ((x - mean) ** 2).mean(axis=(0, 2, 3), keepdims=True)
+
+
+def resnet_layers(inputs: Arrays, params: Arrays, training: bool = False) -> Arrays:
+    """samples/resnet.tel's values: stem = relu(conv(x, K0) + k0); conv1 = conv(stem, K1);
+    conv2 = conv(relu(bn(conv1)), K2); y = softmax(mean over pixels of relu(bn(conv2) + stem)
+    . W + b), the convolutions 3x3 with padding 1, each bn with the batch's statistics when
+    `training`, else the running ones in the buffers mean1, var1, mean2, var2."""
+    p = {k: _f64(v) for k, v in params.items()}
+
+    def conv(x: np.ndarray, k: np.ndarray) -> np.ndarray:
+        return conv2d(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), k)
+
+    def bn(x: np.ndarray, i: str) -> np.ndarray:
+        stats = channel_stats(x) if training else (p[f"mean{i}"], p[f"var{i}"])
+        return batch_norm2d(x, p[f"gamma{i}"], p[f"beta{i}"], *stats)
+
+    stem = relu(conv(_f64(inputs["x"]), p["K0"]) + p["k0"])
+    conv1 = conv(stem, p["K1"])
+    conv2 = conv(relu(bn(conv1, "1")), p["K2"])
+    block = relu(bn(conv2, "2") + stem)
+    y = softmax(linear(block.mean(axis=(2, 3)), p["W"], p["b"]))
+    return {"conv1": conv1, "conv2": conv2, "y": y}
+
+
+def resnet(inputs: Arrays, params: Arrays) -> Arrays:
+    """samples/resnet.tel's infer: y with the running statistics."""
+    return {"y": resnet_layers(inputs, params)["y"]}
+
+
 SAMPLES: dict[str, Callable[[Arrays, Arrays], Arrays]] = {
     "mnist": mnist,
     "digits": digits,
@@ -375,4 +430,6 @@ SAMPLES: dict[str, Callable[[Arrays, Arrays], Arrays]] = {
     "cnn": cnn,
     "lstm": lstm,
     "autoencoder": autoencoder,
+    "transformer": transformer,
+    "resnet": resnet,
 }

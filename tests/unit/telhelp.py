@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from dlvm.interp import run_function
+from dlvm.interp.objects import np_dtype
 from dlvm.ir.values import Module
 from telc.driver import DEFAULT_OPT_LEVEL, Compiled, compile_text, optimize
 from telc.lower import Interface
@@ -75,14 +76,15 @@ def shared_sample_library(name: str, root: Path) -> Path:
 
 def inputs_for(spec_inputs: Iterable[tuple[str, Any]], seed: int) -> Arrays:
     """Inputs of an entry point for the golden tests: uniform in [0, 1) (f32) for a float
-    input, 0 or 1 (i64) otherwise, from a generator seeded by SEED."""
+    input, 0 or 1 of the input's own element type (i64, i32, bool, ...) otherwise, from a
+    generator seeded by SEED."""
     rng = np.random.default_rng(seed)
     out = {}
     for name, ty in spec_inputs:
         if ty.dtype.is_float:
             out[name] = rng.uniform(0, 1, ty.shape).astype(np.float32)
         else:
-            out[name] = rng.integers(0, 2, ty.shape).astype(np.int64)
+            out[name] = rng.integers(0, 2, ty.shape).astype(np_dtype(ty.dtype))
     return out
 
 

@@ -14,6 +14,7 @@ from telhelp import sample_names, sample_path
 from dlvm.analysis.call_graph import CallGraph
 from dlvm.diagnostics import DiagnosticError
 from dlvm.interp import run_function
+from dlvm.interp.objects import NP_DTYPES
 from dlvm.ir import module_text, parse_module
 from dlvm.ir.types import TensorType, TupleType, Type
 from dlvm.ir.values import Module
@@ -33,7 +34,7 @@ def random_argument(ty: Type, rng: np.random.Generator) -> object:
     if ty.dtype.is_float:
         return rng.uniform(0.1, 1.0, size=ty.shape)
     if ty.dtype.is_int:
-        return rng.integers(0, 2, size=ty.shape)
+        return rng.integers(0, 2, size=ty.shape).astype(NP_DTYPES[ty.dtype])
     return rng.integers(0, 2, size=ty.shape).astype(bool)
 
 
