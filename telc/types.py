@@ -17,6 +17,9 @@ DTYPES: dict[str, DataType] = {
     **{dt.text: dt for dt in DataType},
 }
 
+# In a def signature, `int[S...]` (or `int`) takes any integer element type: the argument's, one
+# shared by every such parameter of the signature (and its result), i64 when none decides it.
+ANY_INT = "int"
 
 _FLOAT_MAX = {DataType.F16: 65504.0, DataType.F32: 3.4028234663852886e38}
 

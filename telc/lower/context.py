@@ -68,6 +68,7 @@ class Scope:
     params: dict[str, TV] = field(default_factory=dict)
     training: bool = False
     dtype_var: DataType | None = None  # the element type of unannotated signature types
+    int_var: DataType | None = None  # the integer type of a signature's `int[...]` types
     # Where the model's parameters are not at hand, why, for the message ("const c is a
     # compile-time constant (…)").
     paramless: str | None = None
@@ -82,6 +83,7 @@ class Scope:
             self.params,
             self.training,
             self.dtype_var,
+            self.int_var,
             self.paramless,
         )
 

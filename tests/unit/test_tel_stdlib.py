@@ -703,3 +703,53 @@ def test_optimiser_in_train_entry(name: str, tmp_path) -> None:
         for got, want, state in zip(new_states, expected[1:], state_names):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=state)
         w, states = params["W"], new_states
+
+
+@pytest.mark.parametrize("int_type", ["i8", "i16", "i32", "i64"])
+def test_ids_and_labels_take_any_integer_type(int_type: str, tmp_path) -> None:
+    """embedding's ids and the sparse losses' labels are `int[...]`: every integer type is
+    taken as it is, with no cast."""
+    program = (
+        "module ints\nuse nn\n\n"
+        f"export def e(E: f64[5 x 3], ids: {int_type}[2 x 2]) -> f64[2 x 2 x 3] = "
+        "embedding(E, ids)\n"
+        f"export def s(z: f64[5 x 4], l: {int_type}[5]) -> f64 =\n"
+        "    sparse_softmax_cross_entropy(z, l)\n"
+        f"export def n(z: f64[5 x 4], l: {int_type}[5]) -> f64 = nll_loss(log_softmax(z), l)\n"
+    )
+    compiled = compile_snippet(str(tmp_path), program)
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((5, 3))
+    ids = np.array([[4, 0], [2, 4]], dtype=np.dtype(int_type.replace("i", "int")))
+    got = run_function(compiled.module, "e", [table, ids], float64=True)
+    np.testing.assert_array_equal(got, table[ids])
+    z = rng.standard_normal((5, 4))
+    labels = np.array([3, 0, 1, 3, 2], dtype=ids.dtype)
+    expected = ref.sparse_softmax_cross_entropy(z, labels)
+    for name in "sn":
+        got = run_function(compiled.module, name, [z, labels], float64=True)
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "program, message",
+    [
+        (
+            "export def f(E: [5 x 3], ids: f32[2]) -> [2 x 3] = embedding(E, ids)",
+            "argument 'ids' of embedding: expected an integer tensor, found f32[2]",
+        ),
+        (
+            "def pick(a: int[2], b: int[2]) -> int[2] = a + b\n"
+            "export def f(a: i32[2], b: i64[2]) -> i64[2] = pick(a, b)",
+            "argument 'b' of pick: integer type i64 differs from the i32 of the arguments",
+        ),
+        (
+            "x: in int[2]\ny: out[2] = cast(x, f32)",
+            "element type 'int' (any integer type) is only for the parameters of a def",
+        ),
+    ],
+)
+def test_any_integer_type_mistakes_are_located_errors(program: str, message: str, tmp_path):
+    with pytest.raises(DiagnosticError) as info:
+        compile_snippet(str(tmp_path), "module ints\nuse nn\n\n" + program + "\n")
+    assert message in str(info.value)
