@@ -14,9 +14,9 @@ from telc.lower.habits import unknown_keyword
 from telc.lower.instances import Instances, uses_any_int
 from telc.lower.registry import Host
 from telc.lower.resolve import Resolver
-from telc.lower.values import POISON, TV, Elaborated, FnRef, _Poison, describe, show
+from telc.lower.values import POISON, TV, Elaborated, FnRef, _Poison, describe, int_const, show
 from telc.program import stdlib_help, stdlib_home, suggest
-from telc.types import ANY_INT, shape_str
+from telc.types import ANY_INT, DIM_PARAM, shape_str
 
 
 class CallLowerer:
@@ -211,6 +211,17 @@ class CallLowerer:
                     [f"  help: cast(…, {cs.int_var}) converts it"],
                 )
                 return False
+        if isinstance(spec, ast.ScalarType) and spec.dtype == DIM_PARAM:
+            n = int_const(tv)
+            if n is None or n <= 0:
+                self.cx.error(
+                    span,
+                    f"{what}: expected a positive integer known at compile time (a dimension), "
+                    f"found {describe(tv)}",
+                )
+                return False
+            cs.dims[p.name] = n
+            return True
         if isinstance(spec, ast.ScalarType):
             if tv.shape:
                 self.cx.error(span, f"{what}: expected a scalar {spec.dtype}, found {show(tv.ty)}")

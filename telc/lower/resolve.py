@@ -13,7 +13,7 @@ from telc.lower.context import Abort, Context, Scope, compile_time
 from telc.lower.interfaces import ExprLowering
 from telc.lower.values import POISON, TV, Elaborated, _Poison, show
 from telc.program import Unit, suggest
-from telc.types import ANY_INT, DTYPES, fits, shape_str
+from telc.types import ANY_INT, DIM_PARAM, DTYPES, fits, shape_str
 
 
 class Resolver:
@@ -287,6 +287,8 @@ class Resolver:
     def resolve_dtype(self, name: str | None, span: ast.Span, scope: Scope) -> DataType | None:
         if name is None:
             return scope.dtype_var or scope.unit.dtype
+        if name == DIM_PARAM:
+            return DataType.I64
         if name == ANY_INT:
             if scope.int_var is None:
                 self.cx.error(

@@ -340,6 +340,24 @@ NN_CASES: dict[str, Case] = {
         (2, 4, 6),
         lambda *xw: ref.multi_head_attention(*xw, causal=True),
     ),
+    "multi_head_attention_flat": Case(
+        "multi_head_attention_flat(x, wq, wk, wv, wo, heads: 2)",
+        [("x", (2, 5, 8), normal), *[(w, (8, 8), normal) for w in ("wq", "wk", "wv", "wo")]],
+        (2, 5, 8),
+        lambda *xw: ref.multi_head_attention_flat(*xw, heads=2),
+    ),
+    "multi_head_attention_flat_default_heads": Case(  # heads: 4, K = 2
+        "multi_head_attention_flat(x, wq, wk, wv, wo)",
+        [("x", (1, 3, 8), normal), *[(w, (8, 8), normal) for w in ("wq", "wk", "wv", "wo")]],
+        (1, 3, 8),
+        ref.multi_head_attention_flat,
+    ),
+    "multi_head_attention_flat_causal": Case(
+        "multi_head_attention_flat(x, wq, wk, wv, wo, heads: 3, causal: true)",
+        [("x", (2, 4, 6), normal), *[(w, (6, 6), normal) for w in ("wq", "wk", "wv", "wo")]],
+        (2, 4, 6),
+        lambda *xw: ref.multi_head_attention_flat(*xw, heads=3, causal=True),
+    ),
     "dropout": Case("dropout(x)", X34, (3, 4), ref.dropout),
     "dropout_p": Case("dropout(x, 0.3)", X234, (2, 3, 4), lambda x: ref.dropout(x, 0.3)),
 }
@@ -753,3 +771,25 @@ def test_any_integer_type_mistakes_are_located_errors(program: str, message: str
     with pytest.raises(DiagnosticError) as info:
         compile_snippet(str(tmp_path), "module ints\nuse nn\n\n" + program + "\n")
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "heads, message",
+    [
+        ("3", "error: 8 / 3 does not divide exactly"),
+        ("0", "argument 'heads' of multi_head_attention_flat: expected a positive integer known "
+              "at compile time (a dimension), found"),
+        ("n", "argument 'heads' of multi_head_attention_flat: expected a positive integer known "
+              "at compile time (a dimension), found"),
+    ],
+)  # fmt: skip
+def test_a_head_count_that_is_not_a_divisor_known_at_compile_time_is_an_error(
+    heads: str, message: str, tmp_path
+) -> None:
+    text = (
+        "module bad\nuse nn\n\nx: in[2 x 5 x 8]\nw: in[8 x 8]\nn: in i64\n"
+        f"h: out = multi_head_attention_flat(x, w, w, w, w, heads: {heads})\n"
+    )
+    with pytest.raises(DiagnosticError) as caught:
+        compile_snippet(str(tmp_path), text)
+    assert message in str(caught.value)
