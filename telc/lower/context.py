@@ -174,6 +174,9 @@ class Context:
         except TypeRuleError as e:
             self.error(span, f"internal error: telc produced an ill-typed '{opname}': {e}")
             raise Abort from None
+        # The TEL expression it computes, which run-time errors name (`model.tel:12:5: in @infer,
+        # gather: id 7 out of range …`).
+        value.loc = span.loc
         ty = value.type
         if isinstance(ty, TensorType) and ty.shape:
             error = too_large(ty.dtype.size, ty.shape, lambda: show(ty))
