@@ -88,7 +88,9 @@ class Newlines:
             yield tok
             last = tok
         if last is not None and last.type != "_NL":
-            yield Token("_NL", "\n", last.end_pos, last.end_line, last.end_column, last.end_pos)
+            # An empty token at the end of the last one (its end_pos too: a span ending here).
+            end = (last.end_pos, last.end_line, last.end_column)
+            yield Token("_NL", "\n", end[0], end[1], end[2], end[1], end[2], end[0])
 
 
 _OPTIONS: dict[str, Any] = {

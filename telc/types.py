@@ -17,6 +17,12 @@ DTYPES: dict[str, DataType] = {
     **{dt.text: dt for dt in DataType},
 }
 
+# In a def signature, `int[S...]` (or `int`) takes any integer element type: the argument's, one
+# shared by every such parameter of the signature (and its result), i64 when none decides it.
+ANY_INT = "int"
+# `heads: dim` in a def signature: an integer known at compile time that the signature's later
+# parameters, its result and its body use as a dimension (`x as [B x heads x D / heads]`).
+DIM_PARAM = "dim"
 
 _FLOAT_MAX = {DataType.F16: 65504.0, DataType.F32: 3.4028234663852886e38}
 

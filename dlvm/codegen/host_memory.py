@@ -20,6 +20,7 @@ from dlvm.codegen.host_values import (
     STATUS_TRAP,
     HostBase,
     nbytes,
+    runtime_place,
 )
 from dlvm.codegen.layout import element_offsets
 from dlvm.codegen.llvm_types import I1, I32, I64, PTR
@@ -161,7 +162,7 @@ class MemoryOps(HostBase):
 
     def i_trap(self, inst: Instruction) -> None:
         """Ends the call with DLRT_ERR_TRAP and the interpreter's message."""
-        where = f"{inst.loc} " if inst.loc is not None else ""
+        where = f"{runtime_place(inst.loc)} " if inst.loc is not None else ""
         message = self.string(f"trap at {where}in @{self.fn.name}")
         self.leave(self.b.call(self.rt.error, [ir.Constant(I32, STATUS_TRAP), message]))
         # What follows in the block is unreachable but still lowered.

@@ -9,6 +9,7 @@ block arguments, calls, tuples and memory treat every type alike: a copy is a me
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -21,6 +22,7 @@ from dlvm.codegen.layout import element_offsets, enum_case, layout
 from dlvm.codegen.llvm_types import I1, I8, I32, I64, PTR, constant, load_element, memory_type
 from dlvm.codegen.spec import host_symbol
 from dlvm.codegen.static_data import check_static
+from dlvm.diagnostics import Location
 from dlvm.ir.literals import AggregateLiteral, EnumLiteral, ScalarLiteral, StructLiteral
 from dlvm.ir.types import (
     ArrayType,
@@ -88,6 +90,13 @@ class Runtime:
             memset=fn("llvm.memset.p0.i64", void, [PTR, I8, I64, I1]),
             error=ir.Function(m, ir.FunctionType(I32, [I32, PTR], var_arg=True), "dlrt_error"),
         )
+
+
+def runtime_place(loc: Location) -> str:
+    """`model.tel:12:5`: where a library's run-time error happened, by the source's file name
+    alone, so that a library's bytes never depend on the directory it was built from."""
+    line, col = loc.line_col
+    return f"{os.path.basename(loc.source.name)}:{line}:{col}"
 
 
 def nbytes(t: Type) -> int:
@@ -399,7 +408,7 @@ class HostBase:
         inst = self.current
         if inst is None:
             return f"in @{self.fn.name}"
-        loc = f"{inst.loc}: " if inst.loc is not None else ""
+        loc = f"{runtime_place(inst.loc)}: " if inst.loc is not None else ""
         return f"{loc}in @{self.fn.name}, {inst.opcode}"
 
     def fail_if(self, bad: ir.Value, status: int, message: str, *args: ir.Value) -> None:

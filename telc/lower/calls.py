@@ -4,19 +4,19 @@ the specialisation (or gradient) that binding selects."""
 
 from __future__ import annotations
 
-from dlvm.ir.types import TensorType, Type
+from dlvm.ir.types import DataType, TensorType, Type
 from dlvm.ir.values import Value
 from telc import ast
 from telc.lower.builtins import BUILTINS
 from telc.lower.context import Context, Scope, compile_time
 from telc.lower.exprs import ExprLowerer
 from telc.lower.habits import unknown_keyword
-from telc.lower.instances import Instances
+from telc.lower.instances import Instances, uses_any_int
 from telc.lower.registry import Host
 from telc.lower.resolve import Resolver
-from telc.lower.values import POISON, TV, Elaborated, FnRef, _Poison, describe, show
+from telc.lower.values import POISON, TV, Elaborated, FnRef, _Poison, describe, int_const, show
 from telc.program import stdlib_help, stdlib_home, suggest
-from telc.types import shape_str
+from telc.types import ANY_INT, DIM_PARAM, shape_str
 
 
 class CallLowerer:
@@ -133,6 +133,8 @@ class CallLowerer:
             return POISON
         if callee_scope.dtype_var is None:
             callee_scope.dtype_var = unit.dtype
+        if callee_scope.int_var is None and uses_any_int(fn):
+            callee_scope.int_var = DataType.I64
         types: list[Type] = []
         for p in fn.parameters:
             t = self.resolve.resolve_type(p.type, callee_scope)
@@ -191,6 +193,35 @@ class CallLowerer:
                     "arguments before it",
                 )
                 return False
+        if spec.dtype == ANY_INT and not (tv.weak and tv.dtype.is_int):
+            if not tv.dtype.is_int:
+                self.cx.error(
+                    span,
+                    f"{what}: expected an integer tensor, found {show(tv.ty)}",
+                    ["  help: cast(…, i64) converts it"],
+                )
+                return False
+            if cs.int_var is None:
+                cs.int_var = tv.dtype
+            elif cs.int_var is not tv.dtype:
+                self.cx.error(
+                    span,
+                    f"{what}: integer type {tv.dtype} differs from the {cs.int_var} of the "
+                    "arguments before it",
+                    [f"  help: cast(…, {cs.int_var}) converts it"],
+                )
+                return False
+        if isinstance(spec, ast.ScalarType) and spec.dtype == DIM_PARAM:
+            n = int_const(tv)
+            if n is None or n <= 0:
+                self.cx.error(
+                    span,
+                    f"{what}: expected a positive integer known at compile time (a dimension), "
+                    f"found {describe(tv)}",
+                )
+                return False
+            cs.dims[p.name] = n
+            return True
         if isinstance(spec, ast.ScalarType):
             if tv.shape:
                 self.cx.error(span, f"{what}: expected a scalar {spec.dtype}, found {show(tv.ty)}")

@@ -68,6 +68,7 @@ class Scope:
     params: dict[str, TV] = field(default_factory=dict)
     training: bool = False
     dtype_var: DataType | None = None  # the element type of unannotated signature types
+    int_var: DataType | None = None  # the integer type of a signature's `int[...]` types
     # Where the model's parameters are not at hand, why, for the message ("const c is a
     # compile-time constant (…)").
     paramless: str | None = None
@@ -82,6 +83,7 @@ class Scope:
             self.params,
             self.training,
             self.dtype_var,
+            self.int_var,
             self.paramless,
         )
 
@@ -172,6 +174,9 @@ class Context:
         except TypeRuleError as e:
             self.error(span, f"internal error: telc produced an ill-typed '{opname}': {e}")
             raise Abort from None
+        # The TEL expression it computes, which run-time errors name (`model.tel:12:5: in @infer,
+        # gather: id 7 out of range …`).
+        value.loc = span.loc
         ty = value.type
         if isinstance(ty, TensorType) and ty.shape:
             error = too_large(ty.dtype.size, ty.shape, lambda: show(ty))

@@ -97,3 +97,23 @@ def finish_entry(
         value = ops.make_tuple(values, span).ir()
     cx.emit("return", [value], span)
     fn.type = FunctionType(ftype(fn).arguments, value.type)
+
+
+def drop_unread_arguments(fn: Function, count: int) -> list[int]:
+    """Removes those of fn's first `count` arguments that no instruction reads (an input read
+    only in the branch of `if training` that this entry does not compile); returns the
+    positions, among those `count`, of the arguments kept."""
+    entry = fn.entry
+    assert entry is not None
+    read = {id(v) for block in fn.blocks for inst in block.instructions for v in inst.uses()}
+    arguments = list(entry.arguments)
+    kept = [i for i in range(count) if id(arguments[i]) in read]
+    if len(kept) == count:
+        return kept
+    for i in range(count):
+        if i not in kept:
+            entry.remove_argument(arguments[i])
+    ty = ftype(fn)
+    remaining = [t for i, t in enumerate(ty.arguments) if i >= count or i in kept]
+    fn.type = FunctionType(tuple(remaining), ty.result)
+    return kept

@@ -18,8 +18,10 @@ from telc.lower.resolve import Resolver
 from telc.lower.statements import StatementLowerer
 from telc.lower.values import POISON, TV, Elaborated, FnRef, _Poison, show
 from telc.program import Unit, suggest
+from telc.types import ANY_INT, DIM_PARAM
 
-InstanceKey = tuple[int, tuple[Type, ...], bool]  # (the def, its argument types, training)
+# (the def, its argument types, its bound dims, training)
+InstanceKey = tuple[int, tuple[Type, ...], tuple[tuple[str, int], ...], bool]
 GradientKey = tuple[int, tuple[int, ...], tuple[int, ...], bool]
 
 
@@ -58,7 +60,8 @@ class Instances:
         """The specialisation of ref's def for these argument types (cs binds its dimension
         variables and element type), lowered when first asked for."""
         fn, unit = ref.function, ref.unit
-        key = (id(fn), tuple(types), cs.training)
+        # The dims too: a `heads: dim` parameter is an i64 whatever its value.
+        key = (id(fn), tuple(types), tuple(cs.dims.items()), cs.training)
         inst = self.table.get(key)
         if inst is not None:
             if force_name is not None:
@@ -287,7 +290,18 @@ def binding_suffix(cs: Scope) -> str:
     parts = ["x".join(map(str, shape)) or "s" for shape in cs.rests.values()]
     if cs.dims:
         parts.append("x".join(str(v) for v in cs.dims.values()))
-    return "_".join(parts + [cs.dtype_var.text if cs.dtype_var else "f32"])
+    parts.append(cs.dtype_var.text if cs.dtype_var else "f32")
+    if cs.int_var is not None:
+        parts.append(cs.int_var.text)
+    return "_".join(parts)
+
+
+def uses_any_int(fn: ast.Function) -> bool:
+    """Whether a def's signature has an `int[...]` parameter (any integer type)."""
+    return any(
+        isinstance(p.type, (ast.TensorType, ast.ScalarType)) and p.type.dtype == ANY_INT
+        for p in fn.parameters
+    )
 
 
 def _written_sym(spec: ast.TypeSpec) -> tuple[int | str, ...] | None:
@@ -299,10 +313,14 @@ def _written_sym(spec: ast.TypeSpec) -> tuple[int | str, ...] | None:
 def _is_generic(fn: ast.Function, unit: Unit) -> bool:
     """Whether a def can have several specialisations: its signature leaves an element type
     or a dimension open."""
+    if uses_any_int(fn) or any(
+        isinstance(p.type, ast.ScalarType) and p.type.dtype == DIM_PARAM for p in fn.parameters
+    ):
+        return True
     for p in fn.parameters:
         spec = p.type
         if isinstance(spec, ast.TensorType):
-            if spec.dtype is None or spec.shape.rest is not None:
+            if spec.dtype in (None, ANY_INT) or spec.shape.rest is not None:
                 return True
             if any(n not in unit.dims for d in spec.shape.dims for n in d.names()):
                 return True

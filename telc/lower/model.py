@@ -13,7 +13,14 @@ from telc.lower.calls import CallLowerer
 from telc.lower.context import Abort, Context, Scope
 from telc.lower.declarations import DeclarationLowerer
 from telc.lower.dependencies import DeclarationGraph
-from telc.lower.entries import Entry, Interface, export_outputs, finish_entry, start_entry
+from telc.lower.entries import (
+    Entry,
+    Interface,
+    drop_unread_arguments,
+    export_outputs,
+    finish_entry,
+    start_entry,
+)
 from telc.lower.exprs import ExprLowerer
 from telc.lower.gradients import GradsLowerer
 from telc.lower.instances import Instances
@@ -168,6 +175,9 @@ class Model:
         finish_entry(
             self.cx, self.ops, fn, results, self.program.root.tree.span, always_tuple=False
         )
+        kept = drop_unread_arguments(fn, len(args))
+        entry.inputs = [args[i] for i in kept if i < len(inputs)]
+        entry.params = [args[i][0] for i in kept if i >= len(inputs)]
 
     def lower_export(self, entry: Entry, fn: ast.Function) -> None:
         root = self.program.root

@@ -13,7 +13,7 @@ from telc.lower.context import Abort, Context, Scope, compile_time
 from telc.lower.interfaces import ExprLowering
 from telc.lower.values import POISON, TV, Elaborated, _Poison, show
 from telc.program import Unit, suggest
-from telc.types import DTYPES, fits, shape_str
+from telc.types import ANY_INT, DIM_PARAM, DTYPES, fits, shape_str
 
 
 class Resolver:
@@ -287,6 +287,16 @@ class Resolver:
     def resolve_dtype(self, name: str | None, span: ast.Span, scope: Scope) -> DataType | None:
         if name is None:
             return scope.dtype_var or scope.unit.dtype
+        if name == DIM_PARAM:
+            return DataType.I64
+        if name == ANY_INT:
+            if scope.int_var is None:
+                self.cx.error(
+                    span,
+                    "element type 'int' (any integer type) is only for the parameters of a def",
+                    ["  help: write an integer type: i8, i16, i32 or i64"],
+                )
+            return scope.int_var
         dt = DTYPES.get(name)
         if dt is None:
             self.cx.error(span, f"unknown element type '{name}'{suggest(name, DTYPES)}")

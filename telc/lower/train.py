@@ -14,7 +14,14 @@ from telc.lower.calls import CallLowerer
 from telc.lower.context import Abort, Context, Scope, compile_time
 from telc.lower.declarations import DeclarationLowerer
 from telc.lower.dependencies import DeclarationGraph
-from telc.lower.entries import STEP_DTYPES, Entry, finish_entry, is_step_type, start_entry
+from telc.lower.entries import (
+    STEP_DTYPES,
+    Entry,
+    drop_unread_arguments,
+    finish_entry,
+    is_step_type,
+    start_entry,
+)
 from telc.lower.exprs import ExprLowerer
 from telc.lower.habits import unknown_keyword
 from telc.lower.resolve import Resolver
@@ -100,6 +107,7 @@ class TrainLowerer:
         updated = self.buffer_updates(scope) if updates else {}
         results = [loss, *updated.values()]
         finish_entry(cx, self.exprs.ops, obj, results, objective.span, always_tuple=False)
+        in_types = [in_types[i] for i in drop_unread_arguments(obj, len(in_types))]
         return Objective(obj, in_types, p_types, b_types, list(updated))
 
     def lower_train(self, entry: Entry, t: ast.Train, order: list[str]) -> None:

@@ -175,6 +175,29 @@ def multi_head_attention(
     return joined @ _f64(wo).reshape(h * k_size, d)
 
 
+def multi_head_attention_flat(
+    x: np.ndarray,
+    wq: np.ndarray,
+    wk: np.ndarray,
+    wv: np.ndarray,
+    wo: np.ndarray,
+    heads: int = 4,
+    causal: bool = False,
+) -> np.ndarray:
+    """Self-attention of x [B, T, D] with [D, D] projections, as PyTorch's
+    nn.MultiheadAttention computes it: project, split the last axis into `heads` heads of
+    D / heads, attend per head, join the heads again and project by wo."""
+    x = _f64(x)
+    b, t, d = x.shape
+    k_size = d // heads
+
+    def split(w: np.ndarray) -> np.ndarray:  # [B, T, D] -> [B, heads, T, K]
+        return (x @ _f64(w)).reshape(b, t, heads, k_size).transpose(0, 2, 1, 3)
+
+    out = (causal_attention if causal else attention)(split(wq), split(wk), split(wv))
+    return out.transpose(0, 2, 1, 3).reshape(b, t, d) @ _f64(wo)
+
+
 def dropout(
     x: np.ndarray,
     p: float = 0.5,

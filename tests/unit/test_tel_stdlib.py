@@ -340,6 +340,24 @@ NN_CASES: dict[str, Case] = {
         (2, 4, 6),
         lambda *xw: ref.multi_head_attention(*xw, causal=True),
     ),
+    "multi_head_attention_flat": Case(
+        "multi_head_attention_flat(x, wq, wk, wv, wo, heads: 2)",
+        [("x", (2, 5, 8), normal), *[(w, (8, 8), normal) for w in ("wq", "wk", "wv", "wo")]],
+        (2, 5, 8),
+        lambda *xw: ref.multi_head_attention_flat(*xw, heads=2),
+    ),
+    "multi_head_attention_flat_default_heads": Case(  # heads: 4, K = 2
+        "multi_head_attention_flat(x, wq, wk, wv, wo)",
+        [("x", (1, 3, 8), normal), *[(w, (8, 8), normal) for w in ("wq", "wk", "wv", "wo")]],
+        (1, 3, 8),
+        ref.multi_head_attention_flat,
+    ),
+    "multi_head_attention_flat_causal": Case(
+        "multi_head_attention_flat(x, wq, wk, wv, wo, heads: 3, causal: true)",
+        [("x", (2, 4, 6), normal), *[(w, (6, 6), normal) for w in ("wq", "wk", "wv", "wo")]],
+        (2, 4, 6),
+        lambda *xw: ref.multi_head_attention_flat(*xw, heads=3, causal=True),
+    ),
     "dropout": Case("dropout(x)", X34, (3, 4), ref.dropout),
     "dropout_p": Case("dropout(x, 0.3)", X234, (2, 3, 4), lambda x: ref.dropout(x, 0.3)),
 }
@@ -703,3 +721,75 @@ def test_optimiser_in_train_entry(name: str, tmp_path) -> None:
         for got, want, state in zip(new_states, expected[1:], state_names):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=state)
         w, states = params["W"], new_states
+
+
+@pytest.mark.parametrize("int_type", ["i8", "i16", "i32", "i64"])
+def test_ids_and_labels_take_any_integer_type(int_type: str, tmp_path) -> None:
+    """embedding's ids and the sparse losses' labels are `int[...]`: every integer type is
+    taken as it is, with no cast."""
+    program = (
+        "module ints\nuse nn\n\n"
+        f"export def e(E: f64[5 x 3], ids: {int_type}[2 x 2]) -> f64[2 x 2 x 3] = "
+        "embedding(E, ids)\n"
+        f"export def s(z: f64[5 x 4], l: {int_type}[5]) -> f64 =\n"
+        "    sparse_softmax_cross_entropy(z, l)\n"
+        f"export def n(z: f64[5 x 4], l: {int_type}[5]) -> f64 = nll_loss(log_softmax(z), l)\n"
+    )
+    compiled = compile_snippet(str(tmp_path), program)
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((5, 3))
+    ids = np.array([[4, 0], [2, 4]], dtype=np.dtype(int_type.replace("i", "int")))
+    got = run_function(compiled.module, "e", [table, ids], float64=True)
+    np.testing.assert_array_equal(got, table[ids])
+    z = rng.standard_normal((5, 4))
+    labels = np.array([3, 0, 1, 3, 2], dtype=ids.dtype)
+    expected = ref.sparse_softmax_cross_entropy(z, labels)
+    for name in "sn":
+        got = run_function(compiled.module, name, [z, labels], float64=True)
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "program, message",
+    [
+        (
+            "export def f(E: [5 x 3], ids: f32[2]) -> [2 x 3] = embedding(E, ids)",
+            "argument 'ids' of embedding: expected an integer tensor, found f32[2]",
+        ),
+        (
+            "def pick(a: int[2], b: int[2]) -> int[2] = a + b\n"
+            "export def f(a: i32[2], b: i64[2]) -> i64[2] = pick(a, b)",
+            "argument 'b' of pick: integer type i64 differs from the i32 of the arguments",
+        ),
+        (
+            "x: in int[2]\ny: out[2] = cast(x, f32)",
+            "element type 'int' (any integer type) is only for the parameters of a def",
+        ),
+    ],
+)
+def test_any_integer_type_mistakes_are_located_errors(program: str, message: str, tmp_path):
+    with pytest.raises(DiagnosticError) as info:
+        compile_snippet(str(tmp_path), "module ints\nuse nn\n\n" + program + "\n")
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "heads, message",
+    [
+        ("3", "error: 8 / 3 does not divide exactly"),
+        ("0", "argument 'heads' of multi_head_attention_flat: expected a positive integer known "
+              "at compile time (a dimension), found"),
+        ("n", "argument 'heads' of multi_head_attention_flat: expected a positive integer known "
+              "at compile time (a dimension), found"),
+    ],
+)  # fmt: skip
+def test_a_head_count_that_is_not_a_divisor_known_at_compile_time_is_an_error(
+    heads: str, message: str, tmp_path
+) -> None:
+    text = (
+        "module bad\nuse nn\n\nx: in[2 x 5 x 8]\nw: in[8 x 8]\nn: in i64\n"
+        f"h: out = multi_head_attention_flat(x, w, w, w, w, heads: {heads})\n"
+    )
+    with pytest.raises(DiagnosticError) as caught:
+        compile_snippet(str(tmp_path), text)
+    assert message in str(caught.value)
