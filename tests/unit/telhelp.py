@@ -114,6 +114,16 @@ def compile_snippet(directory: str, text: str, name: str = "snippet") -> Compile
     return compiled
 
 
+def build_snippet(directory: Path, text: str, name: str, cuda: bool = False) -> Path:
+    """The library of a TEL program, built into DIRECTORY/NAME.so (NAME.h beside it)."""
+    from dlvm.codegen.build import build_library  # LLVM, only for the tests that build
+
+    compiled = compile_snippet(str(directory), text, name)
+    library = Path(directory) / f"{name}.so"
+    build_library(compiled.module, compiled.spec, library, cuda=cuda)
+    return library
+
+
 def entry(interface: Interface, kind: str) -> Entry:
     """The only entry point of the given kind."""
     found = [e for e in interface.entries if e.kind == kind]

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cuda_emulator import Emulator
+from telhelp import build_snippet as build
 from telhelp import compile_snippet
 from test_cuda_library import close, fake_driver, on_fake_gpu  # noqa: F401 (fixtures)
 
@@ -35,13 +36,6 @@ def docs_example(module: str) -> str:
 
 # The documented BatchNorm example: this file checks what tel.md says of it.
 BN = docs_example("batchnorm")
-
-
-def build(directory: Path, text: str, name: str, cuda: bool = False) -> Path:
-    compiled = compile_snippet(str(directory), text, name)
-    library = directory / f"{name}.so"
-    build_library(compiled.module, compiled.spec, library, cuda=cuda)
-    return library
 
 
 @pytest.fixture(scope="module")

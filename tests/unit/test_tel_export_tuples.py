@@ -18,12 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cuda_emulator import Emulator
+from telhelp import build_snippet as build
 from telhelp import compile_snippet
 from test_cuda_library import close, fake_driver, on_fake_gpu  # noqa: F401 (fixtures)
 
 import dlvm
 from dlvm.codegen import glue_layout
-from dlvm.codegen.build import build_library, schedule
+from dlvm.codegen.build import schedule
 from dlvm.codegen.glue import manifest_json
 from dlvm.ir.types import TupleType
 from telc.lower.entries import STEP_DTYPES, export_outputs
@@ -42,14 +43,6 @@ def loss(v: [4 x 3], target: [4 x 2]) -> [] = mse(tanh(v . W1 + b1), target)
 export def grads(v: [4 x 3], target: [4 x 2]) = grad(loss, wrt: (W1, b1))(v, target)
 export def both(v: [4 x 3], target: [4 x 2]) = grad(loss, wrt: (W1, v), keeping: true)(v, target)
 """
-
-
-def build(directory: Path, text: str, name: str, cuda: bool = False) -> Path:
-    """The library of a TEL program, built into directory/name.so (name.h beside it)."""
-    compiled = compile_snippet(str(directory), text, name)
-    library = directory / f"{name}.so"
-    build_library(compiled.module, compiled.spec, library, cuda=cuda)
-    return library
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from telhelp import build_snippet as build
 from telhelp import compile_snippet
 
 import dlvm
-from dlvm.codegen.build import build_library
 from telc.cli import cli
 
 TELC = Path(sys.executable).parent / "telc"
@@ -56,13 +56,6 @@ loss: out[] = mean((z - t) * (z - t))
 
 export def grads = grad(loss, wrt: (W, k))
 """
-
-
-def build(directory: Path, text: str, name: str) -> Path:
-    compiled = compile_snippet(str(directory), text, name)
-    library = directory / f"{name}.so"
-    build_library(compiled.module, compiled.spec, library)
-    return library
 
 
 @pytest.fixture(scope="module")
