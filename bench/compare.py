@@ -87,6 +87,30 @@ class LM(nn.Module):
         return logits, F.cross_entropy(logits, next)
 
 
+class Block(nn.Module):
+    """A pre-norm transformer block: causal 2-head self-attention and a gelu MLP."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(8), nn.LayerNorm(8)
+        self.q, self.k, self.v, self.o = (nn.Linear(8, 8, bias=False) for _ in range(4))
+        self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t, d = x.shape
+        a = self.ln1(x)
+
+        def heads(u: torch.Tensor) -> torch.Tensor:  # [B x T x D] -> [B x 2 x T x D/2]
+            return u.reshape(b, t, 2, d // 2).transpose(1, 2)
+
+        att = F.scaled_dot_product_attention(
+            heads(self.q(a)), heads(self.k(a)), heads(self.v(a)), is_causal=True
+        )
+        h = x + self.o(att.transpose(1, 2).reshape(b, t, d))
+        y = h + self.fc2(F.gelu(self.fc1(self.ln2(h))))
+        return y, F.mse_loss(y, target)
+
+
 def one_hot(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
     return np.eye(k, dtype=np.float32)[rng.integers(0, k, n)]
 
@@ -135,6 +159,25 @@ CASES = [
             "next": rng.integers(0, 11, 8, dtype=np.int64),
         },
         {"E": ("emb.weight", False), "Wq": ("q.weight", True), "Wo": ("out.weight", True)},
+    ),
+    Case(
+        "block",
+        Block,
+        lambda rng: {"x": normal(rng, 2, 5, 8), "target": normal(rng, 2, 5, 8)},
+        {
+            "g1": ("ln1.weight", False),
+            "b1": ("ln1.bias", False),
+            "Wq": ("q.weight", True),
+            "Wk": ("k.weight", True),
+            "Wv": ("v.weight", True),
+            "Wo": ("o.weight", True),
+            "g2": ("ln2.weight", False),
+            "b2": ("ln2.bias", False),
+            "W1": ("fc1.weight", True),
+            "c1": ("fc1.bias", False),
+            "W2": ("fc2.weight", True),
+            "c2": ("fc2.bias", False),
+        },
     ),
 ]
 

@@ -14,7 +14,7 @@ MODELS = sorted((Path(__file__).resolve().parents[2] / "bench" / "models").glob(
 
 
 def test_there_are_models() -> None:
-    assert [p.stem for p in MODELS] == ["cnn", "embed", "lm", "mlp"]
+    assert [p.stem for p in MODELS] == ["block", "cnn", "embed", "lm", "mlp"]
 
 
 @pytest.mark.parametrize("path", MODELS, ids=lambda p: p.stem)
