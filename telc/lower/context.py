@@ -124,6 +124,20 @@ class Context:
             self.diags.append(Diagnostic(message, span.loc, notes=notes))
         return POISON
 
+    @contextmanager
+    def deeper(self, span: ast.Span) -> Iterator[bool]:
+        """One level deeper for what runs inside (an expression, a block, a dim): yields True,
+        or False after too_deep's error when that would pass MAX_DEPTH."""
+        if self.depth >= MAX_DEPTH:
+            self.too_deep(span)
+            yield False
+            return
+        self.depth += 1
+        try:
+            yield True
+        finally:
+            self.depth -= 1
+
     def too_deep(self, span: ast.Span) -> _Poison:
         """The error for an expression or block that would go deeper than MAX_DEPTH."""
         key = (id(span.source), span.start, "too deep")

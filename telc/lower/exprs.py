@@ -8,7 +8,6 @@ import math
 from dlvm.ir.types import BOOL, DataType, TensorType, TupleType
 from dlvm.ir.values import ElementKey, Successor, Value
 from telc import ast
-from telc.limits import MAX_DEPTH
 from telc.lower.builtins import BUILTINS
 from telc.lower.context import Abort, Context, Scope
 from telc.lower.dependencies import previous_step
@@ -45,14 +44,8 @@ class ExprLowerer:
         self.calls = calls
 
     def lower_expr(self, e: ast.Expr, scope: Scope) -> Elaborated:
-        cx = self.cx
-        if cx.depth >= MAX_DEPTH:
-            return cx.too_deep(e.span)
-        cx.depth += 1
-        try:
-            return self.elaborate(e, scope)
-        finally:
-            cx.depth -= 1
+        with self.cx.deeper(e.span) as within:
+            return self.elaborate(e, scope) if within else POISON
 
     def elaborate(self, e: ast.Expr, scope: Scope) -> Elaborated:
         match e:

@@ -8,7 +8,7 @@ import math
 
 from dlvm.ir.types import DataType, TensorType, TupleType, Type
 from telc import ast
-from telc.limits import MAX_DEPTH, too_large
+from telc.limits import too_large
 from telc.lower.context import Abort, Context, Scope, compile_time
 from telc.lower.interfaces import ExprLowering
 from telc.lower.values import POISON, TV, Elaborated, _Poison, show
@@ -232,15 +232,8 @@ class Resolver:
     def _dim_arithmetic(self, d: ast.Dim, scope: Scope) -> int | None:
         """d's integer value (of any sign); None after an error. Each level counts towards
         MAX_DEPTH, as an expression's does: a dim's name evaluates that dim here."""
-        cx = self.cx
-        if cx.depth >= MAX_DEPTH:
-            cx.too_deep(d.span)
-            return None
-        cx.depth += 1
-        try:
-            return self._dim_level(d, scope)
-        finally:
-            cx.depth -= 1
+        with self.cx.deeper(d.span) as within:
+            return self._dim_level(d, scope) if within else None
 
     def _dim_level(self, d: ast.Dim, scope: Scope) -> int | None:
         if d.op is None:

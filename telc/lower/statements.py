@@ -6,7 +6,6 @@ from __future__ import annotations
 from dlvm.ir.types import DataType, TensorType, TupleType, Type
 from dlvm.ir.values import ElementKey, Successor, Value
 from telc import ast
-from telc.limits import MAX_DEPTH
 from telc.lower.context import Abort, Context, FnState, InlineReturn, Scope
 from telc.lower.exprs import ExprLowerer
 from telc.lower.resolve import Resolver
@@ -56,15 +55,10 @@ class StatementLowerer:
 
     def block(self, block: ast.Block, scope: Scope) -> Scope | None:
         """Lowers the statements; the scope after them, or None when every path returned."""
-        cx = self.cx
-        if cx.depth >= MAX_DEPTH:
-            cx.too_deep(block.span)
-            raise Abort
-        cx.depth += 1
-        try:
+        with self.cx.deeper(block.span) as within:
+            if not within:
+                raise Abort
             return self.statements(block, scope)
-        finally:
-            cx.depth -= 1
 
     def statements(self, block: ast.Block, scope: Scope) -> Scope | None:
         current: Scope | None = scope.child()
