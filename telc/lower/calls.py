@@ -174,6 +174,19 @@ class CallLowerer:
 
     # Binding -------------------------------------------------------------------------------
 
+    def shared(
+        self, first: DataType | None, tv: TV, span: ast.Span, what: str, cast: bool = False
+    ) -> DataType | None:
+        """The element type that one type variable of a signature stands for: tv's, which must
+        be `first`, the type the arguments before it gave (if any); None after a located error
+        (with `cast`, a help line naming the cast to `first`)."""
+        if first is None or first is tv.dtype:
+            return tv.dtype
+        helps = [f"  help: cast(…, {first}) converts it"] if cast else []
+        message = f"{what} {tv.dtype} differs from the {first} of the arguments before it"
+        self.cx.error(span, message, helps)
+        return None
+
     def bind(self, p: ast.Parameter, tv: TV, span: ast.Span, fn: ast.Function, cs: Scope) -> bool:
         """Binds the dimension variables and element type of p's written type to tv's type."""
         spec = p.type
@@ -184,14 +197,8 @@ class CallLowerer:
             self.cx.error(span, f"{what}: expected a tensor, found {describe(tv)}")
             return False
         if spec.dtype is None and not tv.weak:
+            cs.dtype_var = self.shared(cs.dtype_var, tv, span, f"{what}: element type")
             if cs.dtype_var is None:
-                cs.dtype_var = tv.dtype
-            elif cs.dtype_var is not tv.dtype:
-                self.cx.error(
-                    span,
-                    f"{what}: element type {tv.dtype} differs from the {cs.dtype_var} of the "
-                    "arguments before it",
-                )
                 return False
         if spec.dtype == ANY_INT and not (tv.weak and tv.dtype.is_int):
             if not tv.dtype.is_int:
@@ -201,15 +208,8 @@ class CallLowerer:
                     ["  help: cast(…, i64) converts it"],
                 )
                 return False
+            cs.int_var = self.shared(cs.int_var, tv, span, f"{what}: integer type", cast=True)
             if cs.int_var is None:
-                cs.int_var = tv.dtype
-            elif cs.int_var is not tv.dtype:
-                self.cx.error(
-                    span,
-                    f"{what}: integer type {tv.dtype} differs from the {cs.int_var} of the "
-                    "arguments before it",
-                    [f"  help: cast(…, {cs.int_var}) converts it"],
-                )
                 return False
         if isinstance(spec, ast.ScalarType) and spec.dtype == DIM_PARAM:
             n = int_const(tv)
