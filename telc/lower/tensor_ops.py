@@ -43,6 +43,15 @@ def _c_div(a: Number, b: Number) -> Number:
     return a / b
 
 
+def _exact_div(a: Number, b: Number) -> Number:
+    """`/` on two compile-time numbers: exact, as Python's `/` (an integer where it divides,
+    else a decimal). Truncating here would make `x * (1 / 3)` silently `x * 0`; typed
+    integer tensors still divide as C does."""
+    if isinstance(a, int) and isinstance(b, int) and b and a % b == 0:
+        return a // b
+    return a / b
+
+
 def _c_mod(a: Number, b: Number) -> Number:
     if isinstance(a, int) and isinstance(b, int):
         return a - b * _c_div(a, b)
@@ -61,7 +70,7 @@ FOLD: dict[str, Callable[[Number, Number], Any]] = {
     "+": operator.add,
     "-": operator.sub,
     "*": operator.mul,
-    "/": _c_div,
+    "/": _exact_div,
     "%": _c_mod,
     "**": _pow,
     "<": operator.lt,

@@ -411,10 +411,11 @@ def batch_norm2d(
     return (x - mean) / np.sqrt(var + 1e-5) * gamma + beta
 
 
-def channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The mean and biased variance of each channel of NCHW x, as [1, C, 1, 1]."""
+def channel_stats(x: np.ndarray, unbiased: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and variance (biased, or unbiased: divided by count - 1) of each channel of
+    NCHW x, as [1, C, 1, 1]."""
     mean = x.mean(axis=(0, 2, 3), keepdims=True)
-    return mean, ((x - mean) ** 2).mean(axis=(0, 2, 3), keepdims=True)
+    return mean, x.var(axis=(0, 2, 3), keepdims=True, ddof=int(unbiased))
 
 
 def resnet_layers(inputs: Arrays, params: Arrays, training: bool = False) -> Arrays:

@@ -183,6 +183,39 @@ def test_nchw_batch_norm_keeps_statistics_per_channel(tmp_path):
         np.testing.assert_allclose(m.infer(x), want, rtol=1e-4, atol=1e-5)
 
 
+UNBIASED = """module unbiased
+type float32
+use nn
+use optim
+
+x: in[4 x 3]
+images: in[2 x 3 x 2 x 2]
+w: param[] = 1.0
+rows: buffer[1 x 3] = 0.0
+channels: buffer[1 x 3 x 1 x 1] = 0.0
+
+loss: out[] = sum(w * x)
+
+rows <- batch_var(x, unbiased: true)
+channels <- batch_var2d(images, unbiased: true)
+
+train minimizing loss using sgd(rate: 0.1)
+"""
+
+
+def test_batch_var_unbiased_divides_by_the_count_less_one(tmp_path):
+    library = build(tmp_path, UNBIASED, "unbiased")
+    rng = np.random.default_rng(3)
+    x = rng.normal(1.0, 2.0, (4, 3)).astype(np.float32)
+    images = rng.normal(-1.0, 3.0, (2, 3, 2, 2)).astype(np.float32)
+    with dlvm.load(library) as m:
+        m.train_step(x, images)
+        x64, i64 = x.astype(np.float64), images.astype(np.float64)
+        np.testing.assert_allclose(m.get_param("rows"), x64.var(0, ddof=1)[None], rtol=1e-5)
+        want = i64.var((0, 2, 3), keepdims=True, ddof=1)
+        np.testing.assert_allclose(m.get_param("channels"), want, rtol=1e-5)
+
+
 def test_a_model_with_buffers_trains_on_the_emulated_gpu(tmp_path, on_fake_gpu):  # noqa: F811
     library = build(tmp_path, BN, "bn", cuda=True)
     compiled = compile_snippet(str(tmp_path), BN, "bn")

@@ -235,3 +235,21 @@ def test_softplus_gradient_is_the_logistic_function(tmp_path) -> None:
     z = np.exp(-np.abs(x))
     got = run_function(compiled.module, "g", [x], float64=True)
     np.testing.assert_allclose(got, np.where(x >= 0, 1 / (1 + z), z / (1 + z)), rtol=1e-12, atol=0)
+
+
+def test_division_of_compile_time_numbers_is_exact(tmp_path) -> None:
+    """`1 / 3` is a third and `6 / 3` the integer 2, as Python's `/`; an integer tensor still
+    divides as C does. Truncating made `x * (1 / 3)` silently `x * 0`."""
+    source = """module d
+type float64
+export def third(x: [2]) = x * (1 / 3)
+export def ratio(x: [2]) = x * (size(x, axis: 0) / (size(x, axis: 0) - 1))
+export def twice(i: i64[2]) = i * (6 / 3)
+export def halves(i: i64[2]) = i / 2
+"""
+    module = compile_snippet(str(tmp_path), source).module
+    x, i = np.array([3.0, 6.0]), np.array([7, -7], np.int64)
+    np.testing.assert_allclose(run_function(module, "third", [x], float64=True), x / 3)
+    np.testing.assert_allclose(run_function(module, "ratio", [x], float64=True), 2 * x)
+    np.testing.assert_array_equal(run_function(module, "twice", [i], float64=True), 2 * i)
+    np.testing.assert_array_equal(run_function(module, "halves", [i], float64=True), [3, -3])

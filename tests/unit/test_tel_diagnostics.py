@@ -1286,6 +1286,17 @@ RANGES = [
     ),
 ]
 
+NUMBERS = [
+    case(
+        "inexact-division-meets-an-integer-tensor",
+        """
+        i: in i32[2]
+        y: out = i * (4 / 3)
+        """,
+        (2, 10, "multiplication of i32 with the number 1.33"),
+    ),
+]
+
 # Shape arithmetic (docs/tel.md, "Shape arithmetic"); the exact text of these errors, their
 # values and help lines: tests/filecheck/tel/shape-arithmetic-errors.tel.
 SHAPE_ARITHMETIC = [
@@ -1417,7 +1428,7 @@ INDEPENDENT = [
 ]
 
 ALL = SYNTAX + NAMES + SHAPES + DTYPES + CALLS + DECLARATIONS + TRAIN + RECURRENT
-ALL += STATEMENTS + GRADS + SEVERAL + RANGES + SHAPE_ARITHMETIC + INDEPENDENT
+ALL += STATEMENTS + GRADS + SEVERAL + RANGES + SHAPE_ARITHMETIC + INDEPENDENT + NUMBERS
 
 
 @pytest.mark.parametrize("text, expected", ALL)
