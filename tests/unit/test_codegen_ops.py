@@ -521,3 +521,30 @@ def test_random_integers_refuse_an_empty_range(library):
     assert e.value.status is Status.INVALID_ARGUMENT
     with pytest.raises(InterpreterError, match=r"random range \[4, 4\) is empty"):
         run_function(reference, "random_i32", [4, 4])
+
+
+def test_a_float32_sum_of_cancelling_terms_keeps_its_digits(tmp_path):
+    """A reduction that sums one output element at a time accumulates f32 in f64: 4,096 terms
+    of size 1e3 that cancel to about 1 come out within a few ulp of the exact sum, where an f32
+    accumulator is off by about 1e-3 (a batch norm's gradient sums such terms)."""
+    text = """module "sums"
+stage raw
+
+func @f: (<2 x 4096 x f32>) -> <2 x f32> {
+'entry(%a: <2 x 4096 x f32>):
+    %r = reduce %a: <2 x 4096 x f32> by add init 0: f32 along 1
+    return %r: <2 x f32>
+}
+"""
+    rng = np.random.default_rng(0)
+    big = rng.normal(0.0, 1e3, (2, 2048)).astype(np.float32)
+    small = rng.normal(0.0, 1e-3, (2, 4096)).astype(np.float32)
+    a = (np.concatenate([big, -big], axis=1) + small).astype(np.float32)
+    exact = a.astype(np.float64).sum(axis=1)
+    with dlvm.load(ir_library(text, "sums", tmp_path)) as lib:
+        got = np.asarray(lib.f(a), np.float64)
+    np.testing.assert_allclose(got, exact, rtol=1e-6)
+    sequential = np.float32(0) + np.zeros(2, np.float32)
+    for column in a.T:  # what an f32 accumulator gives, in the same order
+        sequential = (sequential + column).astype(np.float32)
+    assert np.max(np.abs(sequential - exact)) > 100 * np.max(np.abs(got - exact))
