@@ -326,9 +326,15 @@ def _extreme_adjoint(e: Any, d: Value, x: Value, f: Value, view: WindowView) -> 
     (T = window size); those equal to the result share the window's adjoint, and the
     transposed convolution by the same one-hot kernels scatters the shares back."""
     gather = _one_hot_kernels(e, view.window, d, flipped=False)
-    taps = _conv(e, _reshape(e, x, view.input_shape), gather, view.gather_axes(), 1)
-    assert taps is not None
-    hit = e.op("equal", taps, _reshape(e, f, view.output_shape))
+    # A one-hot kernel multiplies all of a window's elements but one by 0, so a single infinity
+    # (such as -inf padding around a max pooling) would make every tap NaN: the finite values
+    # and the infinities' signs are gathered apart, and a tap hits when both equal the result's.
+    values, signs = _without_infinities(e, _reshape(e, x, view.input_shape))
+    taps = _conv(e, values, gather, view.gather_axes(), 1)
+    tap_signs = _conv(e, signs, gather, view.gather_axes(), 1)
+    assert taps is not None and tap_signs is not None
+    f_values, f_signs = _without_infinities(e, _reshape(e, f, view.output_shape))
+    hit = e.op("and", e.op("equal", taps, f_values), e.op("equal", tap_signs, f_signs))
     if view.padded:
         # The convolution pads with zeros, which would tie with a zero result: only taps on
         # real elements count (init values in the padding get no gradient).
@@ -348,6 +354,16 @@ def _extreme_adjoint(e: Any, d: Value, x: Value, f: Value, view: WindowView) -> 
     share = e.op("select", e.op("divide", d, count), e.scalar(0, d), hit)
     scatter = _one_hot_kernels(e, view.window, d, flipped=True)
     return _conv(e, share, scatter, [a.transposed() for a in view.axes], 1)
+
+
+def _without_infinities(e: Any, v: Value) -> tuple[Value, Value]:
+    """v with its infinities replaced by 0, and their signs (1 for +inf, -1 for -inf, else 0):
+    two finite tensors that together tell every non-NaN value of v apart."""
+    pos = e.op("equal", v, e.scalar(math.inf, v))
+    neg = e.op("equal", v, e.scalar(-math.inf, v))
+    zero = e.scalar(0, v)
+    signs = e.op("select", e.scalar(1, v), e.op("select", e.scalar(-1, v), zero, neg), pos)
+    return e.op("select", zero, v, e.op("or", pos, neg)), signs
 
 
 def _one_hot_kernels(e: Any, window: tuple[int, ...], like: Value, flipped: bool) -> Value:
