@@ -4,7 +4,9 @@ Both are written with `convolve` itself, because the IR has no general axis perm
 input's adjoint is a transposed convolution (the output adjoint dilated by the strides, convolved
 with the flipped, per-group transposed kernel), the kernel's is a convolution of the input by the
 output adjoint with batch and channels exchanged. reduceWindow is a one-channel convolution: with
-a ones kernel (add), or with one-hot kernels that gather each window's elements (max, min).
+a ones kernel (add), or with one-hot kernels that gather each window's elements (max, min);
+but windows that tile the input (stride = window, no padding: the usual pooling) need no
+convolution, only reshapes, broadcasts and a reduce (`_tiled_adjoint`).
 """
 
 from __future__ import annotations
