@@ -4,7 +4,9 @@ Both are written with `convolve` itself, because the IR has no general axis perm
 input's adjoint is a transposed convolution (the output adjoint dilated by the strides, convolved
 with the flipped, per-group transposed kernel), the kernel's is a convolution of the input by the
 output adjoint with batch and channels exchanged. reduceWindow is a one-channel convolution: with
-a ones kernel (add), or with one-hot kernels that gather each window's elements (max, min).
+a ones kernel (add), or with one-hot kernels that gather each window's elements (max, min);
+but windows that tile the input (stride = window, no padding: the usual pooling) need no
+convolution, only reshapes, broadcasts and a reduce (`_tiled_adjoint`).
 """
 
 from __future__ import annotations
@@ -231,6 +233,12 @@ class WindowView:
     def padded(self) -> bool:
         return any(a.lo or a.hi for a in self.axes)
 
+    @property
+    def tiled(self) -> bool:
+        """Whether the windows tile the input: each axis strided by its window, no padding,
+        at least one window (elements past the last one are never read)."""
+        return not self.padded and all(a.stride == a.k and a.out > 0 for a in self.axes)
+
     def gather_axes(self) -> list[ConvAxis]:
         """The primal's own options: a convolution reading each window."""
         return [ConvAxis(stride=a.stride, lo=a.lo, hi=a.hi) for a in self.axes]
@@ -271,14 +279,48 @@ def reduce_window(e: Any, inst: Instruction, d: Value) -> Pairs:
             (x0, e.op("select", d, e.scalar(0, d), e.op("equal", e.primal(x0), e.primal(inst))))
         ]
     view = WindowView.of(inst)
-    dv = _reshape(e, d, view.output_shape)
-    if comb == "add":
+    dx: Value | None
+    if view.tiled:
+        dx = _tiled_adjoint(e, d, e.primal(x0), e.primal(inst), comb, view)
+    elif comb == "add":
         ones = e.constant(1, TensorType((1, 1, *view.window), _dtype(d)))
+        dv = _reshape(e, d, view.output_shape)
         dx = _conv(e, dv, ones, [a.transposed() for a in view.axes], 1)
     else:
+        dv = _reshape(e, d, view.output_shape)
         dx = _extreme_adjoint(e, dv, e.primal(x0), e.primal(inst), view)
     assert dx is not None, "a window adjoint never crops everything"
     return [(x0, _reshape(e, dx, _shape(x0)))]
+
+
+def _tiled_adjoint(e: Any, d: Value, x: Value, f: Value, comb: str, view: WindowView) -> Value:
+    """Windows that tile the input need no convolution: the part of x they cover, viewed as
+    [b, out₁, k₁, out₂, k₂, …] (a reshape), meets d and the result viewed as
+    [b, out₁, 1, out₂, 1, …] and broadcast. add: every element receives its window's adjoint;
+    max, min: the elements equal to the result share it, counted by a reduce over the k axes.
+    Elements past the last window receive zeros."""
+    axes = view.axes
+    xs = _reshape(e, x, view.input_shape)
+    for i, a in enumerate(axes):
+        xs = _keep_first(e, xs, i + 2, a.out * a.k)
+    split = (view.batch, *(m for a in axes for m in (a.out, a.k)))
+    unit = (view.batch, *(m for a in axes for m in (a.out, 1)))
+    dv = _reshape(e, d, unit)
+    if comb == "add":
+        dx = e.broadcast(dv, TensorType(split, _dtype(d)))
+    else:
+        hit = e.op("equal", _reshape(e, xs, split), _reshape(e, f, unit))
+        ones = e.op("select", e.scalar(1, d), e.scalar(0, d), hit)
+        taps = tuple(range(2, len(split), 2))
+        count = e.op("reduce", ones, e.scalar(0, d), comb="add", dims=taps)
+        # A window of NaNs hits nothing: dividing by 1 avoids 0/0 there. The division comes
+        # after the select, so that LLVM vectorises it rather than branching around it.
+        count = e.op("max", _reshape(e, count, unit), e.scalar(1, d))
+        dx = e.op("divide", e.op("select", dv, e.scalar(0, d), hit), count)
+    dx = _reshape(e, dx, (view.batch, 1, *(a.out * a.k for a in axes)))
+    for i, a in enumerate(axes):
+        dx = _zero_extend(e, dx, i + 2, a.n)
+    return dx
 
 
 def _extreme_adjoint(e: Any, d: Value, x: Value, f: Value, view: WindowView) -> Value | None:
@@ -286,9 +328,15 @@ def _extreme_adjoint(e: Any, d: Value, x: Value, f: Value, view: WindowView) -> 
     (T = window size); those equal to the result share the window's adjoint, and the
     transposed convolution by the same one-hot kernels scatters the shares back."""
     gather = _one_hot_kernels(e, view.window, d, flipped=False)
-    taps = _conv(e, _reshape(e, x, view.input_shape), gather, view.gather_axes(), 1)
-    assert taps is not None
-    hit = e.op("equal", taps, _reshape(e, f, view.output_shape))
+    # A one-hot kernel multiplies all of a window's elements but one by 0, so a single infinity
+    # (such as -inf padding around a max pooling) would make every tap NaN: the finite values
+    # and the infinities' signs are gathered apart, and a tap hits when both equal the result's.
+    values, signs = _without_infinities(e, _reshape(e, x, view.input_shape))
+    taps = _conv(e, values, gather, view.gather_axes(), 1)
+    tap_signs = _conv(e, signs, gather, view.gather_axes(), 1)
+    assert taps is not None and tap_signs is not None
+    f_values, f_signs = _without_infinities(e, _reshape(e, f, view.output_shape))
+    hit = e.op("and", e.op("equal", taps, f_values), e.op("equal", tap_signs, f_signs))
     if view.padded:
         # The convolution pads with zeros, which would tie with a zero result: only taps on
         # real elements count (init values in the padding get no gradient).
@@ -308,6 +356,16 @@ def _extreme_adjoint(e: Any, d: Value, x: Value, f: Value, view: WindowView) -> 
     share = e.op("select", e.op("divide", d, count), e.scalar(0, d), hit)
     scatter = _one_hot_kernels(e, view.window, d, flipped=True)
     return _conv(e, share, scatter, [a.transposed() for a in view.axes], 1)
+
+
+def _without_infinities(e: Any, v: Value) -> tuple[Value, Value]:
+    """v with its infinities replaced by 0, and their signs (1 for +inf, -1 for -inf, else 0):
+    two finite tensors that together tell every non-NaN value of v apart."""
+    pos = e.op("equal", v, e.scalar(math.inf, v))
+    neg = e.op("equal", v, e.scalar(-math.inf, v))
+    zero = e.scalar(0, v)
+    signs = e.op("select", e.scalar(1, v), e.op("select", e.scalar(-1, v), zero, neg), pos)
+    return e.op("select", zero, v, e.op("or", pos, neg)), signs
 
 
 def _one_hot_kernels(e: Any, window: tuple[int, ...], like: Value, flipped: bool) -> Value:

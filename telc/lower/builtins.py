@@ -282,11 +282,19 @@ def conv2d(c: Call) -> Elaborated:
 @BUILTINS.define(
     ("maxpool2d", "avgpool2d"),
     Signature(
-        (X, Param("window", Kind.INTS, (2, 2), count=2), Param("stride", Kind.INTS, None, count=2))
+        (
+            X,
+            Param("window", Kind.INTS, (2, 2), count=2),
+            Param("stride", Kind.INTS, None, count=2),
+            Param("padding", Kind.INTS, (0, 0), count=2),
+        )
     ),
 )
 def pool2d(c: Call) -> Elaborated:
-    x, window = c.tensor("x"), c.ints("window")
+    """reduceWindow over the last two axes. Padding is concatenated around the input first:
+    -inf for max (it never wins), zeros for avg, whose divisor is always the window's area
+    (PyTorch's default count_include_pad=True)."""
+    x, window, padding = c.tensor("x"), c.ints("window"), c.ints("padding")
     stride = c.optional_ints("stride")
     if stride is None:
         stride = window
@@ -294,17 +302,34 @@ def pool2d(c: Call) -> Elaborated:
         return c.error(f"{c.name} takes an NCHW tensor (rank 4), found {show(x.ty)}")
     if not x.dtype.is_float:
         return c.error(f"{c.name} needs a float tensor, found {show(x.ty)}")
-    for size, win in zip(x.shape[2:], window):
-        if win <= 0 or win > size:
-            return c.error(
-                f"the window {tuple(window)} does not fit {show(x.ty)}", c.span("window")
-            )
+    if any(w <= 0 for w in window):
+        return c.error(f"the window {tuple(window)} must be positive", c.span("window"))
     if any(s <= 0 for s in stride):
         return c.error("strides must be positive", c.span("stride"))
+    for win, pad in zip(window, padding):
+        if pad < 0 or 2 * pad > win:
+            return c.cx.error(
+                c.span("padding"),
+                f"{c.name}: the padding {tuple(padding)} must be between 0 and half the window "
+                f"{tuple(window)}",
+                ["  help: as in PyTorch, so that every window holds an element of the input"],
+            )
+    for size, win, pad in zip(x.shape[2:], window, padding):
+        if win > size + 2 * pad:
+            return c.error(
+                f"the window {tuple(window)} does not fit {show(x.ty)}"
+                + (f" padded by {tuple(padding)}" if any(padding) else ""),
+                c.span("window"),
+            )
     is_max = c.name == "maxpool2d"
+    fill = -math.inf if is_max else 0
+    v = x.ir()
+    for axis, pad in ((2, padding[0]), (3, padding[1])):
+        if pad:
+            v = _pad_both(c, v, axis, pad, fill)
     v = c.emit(
         "reduceWindow",
-        [x.ir(), scalar(-math.inf if is_max else 0, x.dtype)],
+        [v, scalar(fill, x.dtype)],
         comb="max" if is_max else "add",
         dims=(1, 1, *window),
         strides=(1, 1, *stride),
@@ -313,6 +338,16 @@ def pool2d(c: Call) -> Elaborated:
     if not is_max:
         v = c.emit("divide", [v, scalar(window[0] * window[1], x.dtype)])
     return TV(v.type, v)
+
+
+def _pad_both(c: Call, v: Value, axis: int, pad: int, fill: float) -> Value:
+    """v with `pad` entries of `fill` before and after it along axis."""
+    t = v.type
+    assert isinstance(t, TensorType)
+    side = c.cx.splat(
+        fill, TensorType(t.shape[:axis] + (pad,) + t.shape[axis + 1 :], t.dtype), c.e.span
+    )
+    return c.emit("concatenate", [side, v, side], axis=axis)
 
 
 # Indices ---------------------------------------------------------------------------------------
