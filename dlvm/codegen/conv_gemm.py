@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 PANEL_COLUMNS = 256  # output positions per block of X̂: 256 columns × 256 steps × 4 bytes = 256 KiB
 CACHE_LINE = 64
+L1_BYTES = 32 * 1024  # a block this small is copied and read in L1, its rows packed
 
 
 def _c(v: int) -> ir.Constant:
@@ -88,16 +89,25 @@ class ConvGemm(MatMul):
             self.positions)  # fmt: skip
         shape = tiling(self.m, self.k, lanes, self.n, self.dt.size)
         slices = max(1, math.ceil(self.k / DEPTH))
-        self.tile = Tiling(shape.rows, shape.vectors, lanes, math.ceil(self.k / slices), slices)
+        depth = math.ceil(self.k / slices)
+        # Runs of X̂ along the kernel's last axis where it is longer than the output's (a
+        # kernel's gradient, whose kernel is the output's gradient): slices of whole runs.
+        self.along_taps = self.positions[-1] < self.taps[-1] <= DEPTH
+        if self.along_taps:
+            depth = DEPTH // self.taps[-1] * self.taps[-1]
+            slices = math.ceil(self.k / depth)
+        self.tile = Tiling(shape.rows, shape.vectors, lanes, depth, slices)
         width = self.positions[-1]
         self.panel_rows = max(1, PANEL_COLUMNS // width)  # whole output rows per panel
         self.outer = math.prod(self.positions[:-1])  # output rows
         self.panel_rows = min(self.panel_rows, self.outer)
         line = CACHE_LINE // self.dt.size
-        columns = self.panel_rows * width
-        # Rows of the block an odd number of cache lines apart (at least one line past the panel).
-        lines = -(-columns // line) + 1
-        self.row_stride = (lines + (1 - lines % 2)) * line
+        lines = -(-self.panel_rows * width // line)
+        if self.tile.depth * lines * CACHE_LINE > L1_BYTES:
+            # Rows of the block an odd number of cache lines apart (at least one line past the
+            # panel), so that the `depth` rows a strip reads do not share cache sets.
+            lines += 2 - lines % 2
+        self.row_stride = lines * line
         self.scratch_bytes = self.tile.depth * self.row_stride * self.dt.size
 
     # The loops -----------------------------------------------------------------------------
@@ -125,7 +135,8 @@ class ConvGemm(MatMul):
             bounds = self.slice_bounds(s)
 
             def panel(r0: ir.Value, rows: int) -> None:
-                self.im2col(buf, n, g, bounds[0], bounds[1], r0, rows)
+                copy = self.im2col_taps if self.along_taps else self.im2col
+                copy(buf, n, g, bounds[0], bounds[1], r0, rows)
                 self.panel(buf, batch, b.mul(r0, _c(self.positions[-1])), rows, bounds)
 
             counted_loop(b, 0, full, lambda q: panel(b.mul(q, _c(self.panel_rows)),
@@ -201,11 +212,49 @@ class ConvGemm(MatMul):
                     inside = b.and_(inside, ok)
                     at.append(b.select(ok, pos, _c(0)))
                 dst = b.add(row, b.mul(rr, _c(width)))
-                self.copy_row(buf, dst, at, taps[-1], inside)
+                shift = b.sub(b.mul(taps[-1], _c(self.rd[-1])), _c(self.padding[-1][0]))
+                self.copy_run(buf, dst, 1, width, at, self.strides[-1], shift, inside)
 
             counted_loop(b, 0, rows, out_row, name="orow")
 
         counted_loop(b, p0, p1, step, name="col")
+
+    def im2col_taps(
+        self, buf: ir.Value, n: ir.Value, g: ir.Value, p0: ir.Value, p1: ir.Value, r0: ir.Value,
+        rows: int,
+    ) -> None:  # fmt: skip
+        """The same block as im2col, copied in runs along the kernel's last axis: for each
+        output position, the taps' input elements (a column of the block)."""
+        b = self.b
+        width, taps = self.positions[-1], self.taps[-1]
+
+        def run(u: ir.Value) -> None:
+            q = b.add(p0, b.mul(u, _c(taps)))
+            c, *outer_taps = unravel(b, b.udiv(q, _c(taps)), (self.cin_g, *self.taps[:-1]))
+            channel = b.add(b.mul(g, _c(self.cin_g)), c)
+            first = b.mul(b.sub(q, p0), _c(self.row_stride))
+
+            def out_row(rr: ir.Value) -> None:
+                r = b.add(r0, rr)
+                outer = unravel(b, r, self.positions[:-1]) if self.positions[:-1] else []
+                inside: ir.Value = ir.Constant(ir.IntType(1), 1)
+                at = [n, channel]
+                for d, o in enumerate(outer):
+                    pos, ok = self.input_position(d, o, outer_taps[d])
+                    inside = b.and_(inside, ok)
+                    at.append(b.select(ok, pos, _c(0)))
+
+                def column(o: ir.Value) -> None:
+                    dst = b.add(first, b.add(b.mul(rr, _c(width)), o))
+                    shift = b.sub(b.mul(o, _c(self.strides[-1])), _c(self.padding[-1][0]))
+                    self.copy_run(buf, dst, self.row_stride, taps, at, self.rd[-1], shift,
+                                  inside)  # fmt: skip
+
+                counted_loop(b, 0, width, column, name="ocol")
+
+            counted_loop(b, 0, rows, out_row, name="orow")
+
+        counted_loop(b, 0, b.udiv(b.sub(p1, p0), _c(taps)), run, name="run")
 
     def input_position(self, d: int, o: ir.Value, t: ir.Value) -> tuple[ir.Value, ir.Value]:
         """The input position along spatial axis d that output position o reads at tap t, and
@@ -220,44 +269,45 @@ class ConvGemm(MatMul):
         inside = b.icmp_unsigned("<", q, _c(self.xt.shape[d + 2]))
         return q, b.and_(ok, inside)
 
-    def copy_row(
-        self, buf: ir.Value, dst: ir.Value, at: list[ir.Value], t: ir.Value, inside: ir.Value
-    ) -> None:
-        """One output row's run of X̂: buf[dst + o] for o in [0, width), reading the input row at
-        `at` (zeros when not `inside`)."""
+    def copy_run(
+        self, buf: ir.Value, dst: ir.Value, dst_step: int, count: int, at: list[ir.Value],
+        step: int, shift: ir.Value, inside: ir.Value,
+    ) -> None:  # fmt: skip
+        """buf[dst + u · dst_step] for u in [0, count): the input row at `at` (all zeros when
+        not `inside`) at dilated position u · step + shift, 0 in the padding or between
+        left-dilated elements."""
         b, d = self.b, len(self.positions) - 1
-        width, size = self.positions[-1], self.xt.shape[-1]
+        size, ld = self.xt.shape[-1], self.ld[d]
         x = self.kg.ptrs[self.x]
         zero = ir.Constant(self.elem_ty, 0)
         row = linear_index(b, [*at, _c(0)], self.xt.shape)
 
-        def put(o: ir.Value, v: ir.Value) -> None:
-            b.store(v, b.gep(buf, [b.add(dst, o)], source_etype=self.elem_ty))
+        def put(u: ir.Value, v: ir.Value) -> None:
+            off = b.add(dst, b.mul(u, _c(dst_step))) if dst_step != 1 else b.add(dst, u)
+            b.store(v, b.gep(buf, [off], source_etype=self.elem_ty))
 
         def load(i: ir.Value) -> ir.Value:
             return b.load(b.gep(x, [b.add(row, i)], source_etype=self.elem_ty), typ=self.elem_ty)
 
-        if self.ld[d] > 1:  # every element chosen on its own
+        if ld > 1:  # every element chosen on its own
 
-            def element(o: ir.Value) -> None:
-                i, ok = self.input_position(d, o, t)
-                ok = b.and_(ok, inside)
-                put(o, b.select(ok, load(b.select(ok, i, _c(0))), zero))
+            def element(u: ir.Value) -> None:
+                q = b.add(b.mul(u, _c(step)), shift)
+                ok = b.and_(inside, b.icmp_signed("==", b.srem(q, _c(ld)), _c(0)))
+                i = b.sdiv(q, _c(ld))
+                ok = b.and_(ok, b.icmp_unsigned("<", i, _c(size)))
+                put(u, b.select(ok, load(b.select(ok, i, _c(0))), zero))
 
-            counted_loop(b, 0, width, element, name="el")
+            counted_loop(b, 0, count, element, name="el")
             return
-        # Output positions [lo, hi) read inside the input: i = o · s + shift.
-        s = self.strides[d]
-        shift = b.sub(b.mul(t, _c(self.rd[d])), _c(self.padding[d][0]))
-        lo = self.ceil_div(b.neg(shift), s)
-        hi = self.ceil_div(b.sub(_c(size), shift), s)
-        hi = self.clamp(hi, inside)
-        lo = self.clamp(lo, inside)
+        # The run reads inside the input for u in [lo, hi).
+        lo = self.clamp(self.ceil_div(b.neg(shift), step), count, inside)
+        hi = self.clamp(self.ceil_div(b.sub(_c(size), shift), step), count, inside)
         hi = b.select(b.icmp_signed("<", hi, lo), lo, hi)
-        counted_loop(b, 0, lo, lambda o: put(o, zero), name="zlo")
-        counted_loop(b, lo, hi, lambda o: put(o, load(b.add(b.mul(o, _c(s)), shift))),
+        counted_loop(b, 0, lo, lambda u: put(u, zero), name="zlo")
+        counted_loop(b, lo, hi, lambda u: put(u, load(b.add(b.mul(u, _c(step)), shift))),
                      name="cp")  # fmt: skip
-        counted_loop(b, hi, width, lambda o: put(o, zero), name="zhi")
+        counted_loop(b, hi, count, lambda u: put(u, zero), name="zhi")
 
     def ceil_div(self, v: ir.Value, s: int) -> ir.Value:
         """⌈v / s⌉ for v ≥ 0, and 0 for v < 0."""
@@ -265,10 +315,10 @@ class ConvGemm(MatMul):
         q = b.sdiv(b.add(v, _c(s - 1)), _c(s))
         return b.select(b.icmp_signed("<", v, _c(0)), _c(0), q)
 
-    def clamp(self, v: ir.Value, inside: ir.Value) -> ir.Value:
-        """v within [0, width]; 0 when the row reads no input."""
-        b, width = self.b, _c(self.positions[-1])
-        v = b.select(b.icmp_signed(">", v, width), width, v)
+    def clamp(self, v: ir.Value, count: int, inside: ir.Value) -> ir.Value:
+        """v within [0, count]; 0 when the run reads no input."""
+        b, most = self.b, _c(count)
+        v = b.select(b.icmp_signed(">", v, most), most, v)
         return b.select(inside, v, _c(0))
 
     # Where the micro-kernel writes ---------------------------------------------------------
