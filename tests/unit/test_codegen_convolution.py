@@ -23,6 +23,7 @@ CASES = [
     ("dilation-2", (1, 3, 12, 12), (4, 3, 3, 3), "padding (2, 2), (2, 2) rightDilation 2, 2"),
     ("groups-2", (2, 6, 7, 7), (8, 3, 3, 3), "padding (1, 1), (1, 1) groups 2"),
     ("depthwise", (2, 4, 7, 7), (4, 1, 3, 3), "padding (1, 1), (1, 1) groups 4"),
+    ("one-output-channel", (2, 6, 8, 8), (1, 6, 5, 5), "padding (4, 4), (4, 4)"),
     ("left-dilation", (1, 3, 5, 6), (4, 3, 3, 3), "padding (2, 2), (2, 2) leftDilation 2, 2"),
     # 13 channels × 25 taps: two slices of the depth; 7 × 5 positions: one partial strip.
     ("odd-sizes", (2, 13, 7, 5), (3, 13, 5, 5), "padding (2, 2), (2, 2)"),
@@ -38,7 +39,9 @@ CASES = [
     ),
     ("groups-unused-channel", (1, 5, 6, 6), (4, 2, 2, 2), "groups 2"),
 ]
-GRADIENT_CASES = ["3x3-pad", "stride-2", "1x1", "groups-2", "everything", "odd-sizes"]
+GRADIENT_CASES = [
+    "3x3-pad", "stride-2", "1x1", "groups-2", "depthwise", "everything", "odd-sizes",
+]  # fmt: skip
 DTYPES = {"f32": np.float32, "f64": np.float64}
 
 
@@ -150,16 +153,19 @@ def test_gradients_match_finite_differences(compiled, name):
 
 
 def test_which_convolutions_are_products():
-    """Floats in vectors with two output channels per group or more run as products;
-    depthwise convolutions, integers and unvectorised kernels keep the element loop."""
+    """Floats in vectors with two output channels per group or more, or one with a long sum,
+    run as products; depthwise convolutions, integers and unvectorised kernels keep the
+    element loop."""
     module = parse_module(
         'module "m"\nstage raw\n\n'
         + function("f", (1, 4, 5, 5), (4, 2, 3, 3), "groups 2", "f32")
         + function("depthwise", (1, 4, 5, 5), (4, 1, 3, 3), "groups 4", "f32")
-        + function("ints", (1, 4, 5, 5), (4, 4, 3, 3), "", "i32"),
+        + function("ints", (1, 4, 5, 5), (4, 4, 3, 3), "", "i32")
+        + function("one", (1, 6, 8, 8), (1, 6, 5, 5), "", "f64"),
         "m.dl",
     )
-    f, depthwise, ints = (fn.blocks[0].instructions[0] for fn in module.functions)
+    f, depthwise, ints, one = (fn.blocks[0].instructions[0] for fn in module.functions)
+    assert conv_gemm.suits(one, 4)
     assert conv_gemm.suits(f, 8) and not conv_gemm.suits(f, 1)
     assert not conv_gemm.suits(depthwise, 8)
     assert not conv_gemm.suits(ints, 8)
