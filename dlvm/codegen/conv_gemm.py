@@ -7,16 +7,21 @@ X̂ (im2col) is never whole in memory: for each slice of q (`depth` steps) and e
 whole output rows, its block is copied into the thread's scratch buffer (dlrt_scratch), a row of
 X̂ per q, one run of the input row per output row. With stride 1 and no left dilation the run is
 a plain copy between two stretches of zeros (the padding), which LLVM vectorises; otherwise
-each element is selected (0 in the padding, or where the left dilation does not divide). The
-micro-kernel then reads the block as a row-major b whose rows are PANEL_COLUMNS + a cache line
-apart (an odd number of lines, so that the `depth` rows of a strip do not share cache sets).
+each element is selected (0 in the padding, or where the left dilation does not divide). Where
+the kernel's last axis is longer than the output's (a kernel's gradient: its kernel is the
+output's gradient, its output the few taps), the runs go along the taps instead, a column of
+the block each. The micro-kernel then reads the block as a row-major b: its rows packed when
+the block fits L1, else an odd number of cache lines apart, so that the `depth` rows a strip
+reads do not share cache sets.
+
+The threads share the images (the output's first dimension): a batch of 1 runs on one thread.
 
 Copying the block rather than packing X̂'s panels inside the micro-kernel's loops: each element
 of the block is read by every tile of rows (cout_g / rows times), so the copy costs 1 / cout_g
 of the product; the copy of a row of the input is contiguous only along output rows, which a
-panel of whole rows keeps. Convolutions with one output channel per group (depthwise) gain
-nothing from a product (one row of a) and keep the element loop (KernelGen.convolve_elements),
-as does a thread whose scratch buffer cannot be had."""
+panel of whole rows keeps. Depthwise convolutions (one output channel per group and a short
+sum) gain nothing from a product of one row and keep the element loop
+(KernelGen.convolve_elements), as does a thread whose scratch buffer cannot be had."""
 
 from __future__ import annotations
 
