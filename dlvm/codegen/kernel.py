@@ -15,7 +15,9 @@ from collections.abc import Callable, Generator
 import numpy as np
 from llvmlite import ir
 
+from dlvm.codegen import conv_gemm
 from dlvm.codegen.combinators import not_inlinable
+from dlvm.codegen.conv_gemm import ConvGemm
 from dlvm.codegen.elementwise import binary, cast, compare, unary
 from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.gather import (
@@ -459,6 +461,25 @@ class KernelGen:
         self.each_output(t, at, begin, end)
 
     def convolve(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
+        """A convolution as matrix products (dlvm.codegen.conv_gemm) where it suits them, with
+        the element loop for a thread that cannot have the products' scratch buffer; the
+        element loop alone otherwise (and in a GPU thread's share)."""
+        sched = self.fn.schedule
+        lanes = max(1, sched.get("vectorize", 1)) if sched is not None else 1
+        if self.flat or not conv_gemm.suits(self.core, lanes):
+            self.convolve_elements(out, begin, end)
+            return
+        b = self.b
+        fallback = self.body.append_basic_block("conv.elements")
+        ConvGemm(self, self.core, out, lanes).emit_images(begin, end, fallback)
+        done = self.body.append_basic_block("conv.done")
+        b.branch(done)
+        b.position_at_end(fallback)
+        self.convolve_elements(out, begin, end)
+        b.branch(done)
+        b.position_at_end(done)
+
+    def convolve_elements(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
         """XLA's convolution (dlvm/interp/convolution.py), one output element at a time: the
         sum over the group's input channels and the kernel taps of input × kernel, where the
         input position of a tap is (p·stride + tap·rightDilation − padLow) / leftDilation

@@ -52,6 +52,15 @@ def _const(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
 
 
+def scratch_function(module: ir.Module) -> ir.Function:
+    """The runtime's dlrt_scratch(bytes): the calling thread's buffer, or null."""
+    fn = module.globals.get("dlrt_scratch")
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(PTR, [I64]), "dlrt_scratch")
+    assert isinstance(fn, ir.Function)
+    return fn
+
+
 def transposed(v: Value) -> bool:
     """Whether consecutive elements of a row of matrix v lie a row apart in memory: v is a
     `transpose` (an odd number of them), perhaps under pointwise instructions of one matrix."""
@@ -87,17 +96,9 @@ class Panels:
         self.small_a = kg.alloca(ir.ArrayType(mm.elem_ty, self.rows * self.depth))
         self.small_b = kg.alloca(ir.ArrayType(mm.elem_ty, self.depth * self.width))
 
-    def scratch_function(self) -> ir.Function:
-        module = self.mm.kg.module
-        fn = module.globals.get("dlrt_scratch")
-        if fn is None:
-            fn = ir.Function(module, ir.FunctionType(PTR, [I64]), "dlrt_scratch")
-        assert isinstance(fn, ir.Function)
-        return fn
-
     def emit(self, batch: list[ir.Value], begin: ir.Value, end: ir.Value) -> None:
         b, mm = self.b, self.mm
-        scratch = b.call(self.scratch_function(), [_const(self.scratch_bytes)])
+        scratch = b.call(scratch_function(mm.kg.module), [_const(self.scratch_bytes)])
         big = b.icmp_unsigned("!=", scratch, ir.Constant(PTR, None))
         a_pack = b.select(big, scratch, b.bitcast(self.small_a, PTR))
         b_pack = b.select(
