@@ -19,6 +19,10 @@ from conv_cases import LAYERS
 Runner = Callable[[], object]
 Maker = Callable[[dict[str, Any]], Runner | None]
 
+# Inductor compiles in the process rather than in a pool of workers that would go on warming up
+# beside the timed calls on a machine of two CPUs.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
 RATE = 0.001  # Adam's step in the train cases, as in the TEL sources
 EPS = 1e-5  # batch_norm2d's
 BUFFERS = ("mean1", "var1", "mean2", "var2")  # the block's running statistics
