@@ -64,6 +64,8 @@ def torch_module(case: str, inp: dict[str, Any]) -> Any:
             fc = getattr(model, f"fc{i}")
             fc.weight.data, fc.bias.data = tensor(p[f"W{i}"].T), tensor(p[f"b{i}"].reshape(-1))
         return model
+    # Its running variance moves with the batch's unbiased variance, ours and JAX's with the
+    # biased one: the same work, and the forward check uses the given running statistics.
     model = block()
     for i in (1, 2):
         getattr(model, f"conv{i}").weight.data = tensor(p[f"K{i}"])
@@ -156,7 +158,7 @@ def _torch_maker(compiled: bool) -> Callable[[str], Maker]:
         torch.set_grad_enabled(False)
 
         def make(inp: dict[str, Any]) -> Runner | None:
-            name, kind = _split(case)
+            kind = _split(case)[1]
             if case in ("lenet_train", "block_train"):
                 return _torch_step(case, inp, compiled)
             model = torch_module(case, inp)
