@@ -1,6 +1,7 @@
 """The cases of the CPU benchmark, their inputs (seeded, so every process, the
 OpenBLAS worker included, times the same numbers) and our side of each: a library built by
-telc's pipeline and loaded with dlvm.load."""
+telc's pipeline and loaded with dlvm.load. The convolution cases (group "conv") live in
+conv_cases.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import conv_cases
 import numpy as np
 
 MLP = """module mlp
@@ -81,6 +83,7 @@ class Case:
     title: str
     unit: str  # what `work / seconds` measures, printed beside the times
     work: float  # bytes or flops per run
+    group: str = "dense"  # `--cases conv` selects a group; its peers are conv_peers.py's
 
 
 CASES = [
@@ -102,7 +105,9 @@ CASES = [
     Case("stacked", "[32x128x256] . [256x256] f32", "GFLOP/s", product_flops("stacked")),
     Case("stacked_flat", "[4096x256] . [256x256] f32", "GFLOP/s", product_flops("stacked_flat")),
     Case("batched", "[8x4x128x64] . [8x4x64x128] f32", "GFLOP/s", product_flops("batched")),
+    *(Case(*row, group="conv") for row in conv_cases.case_rows()),
 ]
+CONV = {c.key for c in CASES if c.group == "conv"}
 
 
 def mlp_params(rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -117,6 +122,8 @@ def mlp_params(rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 def inputs(case: str) -> dict[str, Any]:
     """The inputs of `case`, the same in every process."""
+    if case in CONV:
+        return conv_cases.inputs(case)
     rng = np.random.default_rng(8)
     if case in ("mlp_b1", "mlp_b256", "train_b128"):
         batch = {"mlp_b1": 1, "mlp_b256": 256, "train_b128": 128}[case]
@@ -156,23 +163,27 @@ def build(text: str, name: str, directory: Path, defines: dict[str, int]) -> Any
 
 
 class Ours:
-    """Our libraries for every case, built once into a temporary directory."""
+    """Our libraries for the `wanted` cases, built once into a temporary directory."""
 
-    def __init__(self) -> None:
+    def __init__(self, wanted: list[str]) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="dlvm-bench-")
         d = Path(self._tmp.name)
-        self.models = {
-            "mlp_b1": build(MLP, "mlp_b1", d, {"B": 1}),
-            "mlp_b256": build(MLP, "mlp_b256", d, {"B": 256}),
-            "train_b128": build(MLP, "train_b128", d, {"B": 128}),
-            "chain": build(CHAIN, "chain", d, {}),
-            "matmul": build(MATMUL, "matmul", d, {}),
+        sources = {
+            "mlp_b1": (MLP, {"B": 1}),
+            "mlp_b256": (MLP, {"B": 256}),
+            "train_b128": (MLP, {"B": 128}),
+            "chain": (CHAIN, {}),
+            "matmul": (MATMUL, {}),
+            **{case: (product_source(case), {}) for case in PRODUCTS},
         }
-        for case in PRODUCTS:
-            self.models[case] = build(product_source(case), case, d, {})
+        self.models = {case: build(text, case, d, defines)
+                       for case, (text, defines) in sources.items() if case in wanted}  # fmt: skip
+        self.models |= conv_cases.build_all([c for c in wanted if c in CONV], d, build)
 
     def make(self, case: str, inp: dict[str, Any]) -> Any:
         model = self.models[case]
+        if case in CONV:
+            return conv_cases.ours(case, model, inp)
         if case in ("mlp_b1", "mlp_b256", "train_b128"):
             for k, v in inp["params"].items():
                 model.set_param(k, v)
@@ -193,6 +204,6 @@ class Ours:
         return lambda: model.matmul(a, b, out=out)
 
     def close(self) -> None:
-        for m in self.models.values():
+        for m in {id(m): m for m in self.models.values()}.values():  # cases may share one
             m.close()
         self._tmp.cleanup()
