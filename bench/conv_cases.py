@@ -123,9 +123,9 @@ y: out[B x C x S x S] = relu(batch_norm2d(conv2, g2, e2, mean2, var2) + x)
 loss: out[] = mse(y, target)
 
 mean1 <- running(mean1, batch_mean2d(conv1))
-var1 <- running(var1, batch_var2d(conv1))
+var1 <- running(var1, batch_var2d(conv1, unbiased: true))
 mean2 <- running(mean2, batch_mean2d(conv2))
-var2 <- running(var2, batch_var2d(conv2))
+var2 <- running(var2, batch_var2d(conv2, unbiased: true))
 
 train minimizing loss using adam(rate: 0.001)
 """
