@@ -242,9 +242,11 @@ class KernelGen:
                 t.dtype) == memory_type(t.dtype):  # fmt: skip
             self.reduce_rows(out, begin, end, dims, kept)
             return
-        # A float32 sum is accumulated in float64 (in the same order): this scalar loop costs
-        # the same either way, and a sum of many terms that cancel (a batch norm's gradient
-        # sums 512 of them per channel) keeps float32 accuracy instead of losing digits.
+        # A float32 sum is accumulated in float64, so that a sum of many terms that cancel (a
+        # batch norm's gradient sums 512 of them per channel) keeps float32 accuracy instead
+        # of losing digits. In float64 the order no longer shows in the float32 result, so the
+        # adds may be reassociated: LLVM then vectorises the loop (a [16 x 64 x 16 x 16] sum
+        # over all but the channels, one thread: 0.18 -> 0.09 ms).
         narrow = value_type(t.dtype)
         wide = comb == "add" and isinstance(narrow, ir.FloatType)
         acc_slot = self.alloca(ir.DoubleType() if wide else narrow)
@@ -264,7 +266,7 @@ class KernelGen:
                 x = self.elem(src, full)
                 acc = b.load(acc_slot)
                 if wide:
-                    b.store(b.fadd(acc, b.fpext(x, ir.DoubleType())), acc_slot)
+                    b.store(b.fadd(acc, b.fpext(x, ir.DoubleType()), flags=["reassoc"]), acc_slot)
                 else:
                     b.store(self.combine(comb, acc, x, t.dtype), acc_slot)
 
