@@ -45,7 +45,7 @@ from dlvm.ir.literals import AggregateLiteral, ScalarLiteral, SpecialLiteral
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
 from dlvm.ir.windows import window_padding
-from dlvm.transforms.compute_generation import kernel_core
+from dlvm.transforms.compute_generation import PRODUCTS, kernel_core
 
 TASK = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
 KERNEL = ir.FunctionType(ir.VoidType(), [PTR])
@@ -91,9 +91,12 @@ class KernelGen:
         self.root = root
         self.core = kernel_core(fn)
         if self.core is not root and self.core.type != root.type:
-            raise CodegenError(f"@{fn.name}: a dot's epilogue must have the dot's type")
-        if sum(inst.opcode == "dot" for inst in fn.blocks[0].instructions) > 1:
-            raise CodegenError(f"@{fn.name}: a [compute] function holds at most one dot")
+            op = self.core.opcode
+            raise CodegenError(f"@{fn.name}: a {op}'s epilogue must have the {op}'s type")
+        if sum(inst.opcode in PRODUCTS for inst in fn.blocks[0].instructions) > 1:
+            raise CodegenError(
+                f"@{fn.name}: a [compute] function holds at most one dot or convolve"
+            )
         self.body = ir.Function(module, TASK, symbol + ".body")
         self.body.linkage = "internal"
         self.entry = self.declare_entry(symbol)
@@ -483,9 +486,10 @@ class KernelGen:
         """XLA's convolution (dlvm/interp/convolution.py), one output element at a time: the
         sum over the group's input channels and the kernel taps of input × kernel, where the
         input position of a tap is (p·stride + tap·rightDilation − padLow) / leftDilation
-        when that divides exactly and lands inside the input."""
+        when that divides exactly and lands inside the input; then the epilogue, if any, at
+        that element (read back from out)."""
         b = self.b
-        root = self.root
+        root = self.core
         x, k = root.operands
         xt, kt, t = tensor_type(x), tensor_type(k), tensor_type(root)
         n = len(xt.shape) - 2
@@ -527,6 +531,9 @@ class KernelGen:
 
             loop_nest(b, [cin_g, *kt.shape[2:]], tap)
             self.store(out, o, t, b.load(slot))
+            if self.root is not root:
+                self.memo.clear()
+                self.store(out, o, t, self.elem(self.root, o))
 
         self.each_output(t, at, begin, end)
 
