@@ -119,6 +119,10 @@ class KernelGen:
         # 2-D product, in whole tiles.
         self.columns = columns if self.core.opcode == "dot" and len(
             tensor_type(self.core).shape) == 2 and columns > 0 else 0  # fmt: skip
+        # Blocks of output rows per image that threads share (compute-scheduling's `split`):
+        # the body's range counts (image, block) pairs.
+        split = sched.get("split", 1) if sched is not None else 1
+        self.conv_split = split if self.core.opcode == "convolve" and split > 1 else 1
 
     # The two functions ---------------------------------------------------------------------
 
@@ -156,6 +160,8 @@ class KernelGen:
             return math.prod(out.shape)  # each_output's elements
         if self.columns:
             return -(-out.shape[-1] // self.columns)
+        if self.conv_split > 1:
+            return out.shape[0] * self.conv_split
         if self.core.opcode == "scan":  # one pass per axis over the whole tensor
             return 1
         return out.shape[0] if out.shape else 1
@@ -474,7 +480,7 @@ class KernelGen:
             return
         b = self.b
         fallback = self.body.append_basic_block("conv.elements")
-        ConvGemm(self, self.core, out, lanes).emit_images(begin, end, fallback)
+        ConvGemm(self, self.core, out, lanes, self.conv_split).emit_images(begin, end, fallback)
         done = self.body.append_basic_block("conv.done")
         b.branch(done)
         b.position_at_end(fallback)
@@ -535,7 +541,19 @@ class KernelGen:
                 self.memo.clear()
                 self.store(out, o, t, self.elem(self.root, o))
 
-        self.each_output(t, at, begin, end)
+        if self.conv_split == 1 or self.flat:
+            self.each_output(t, at, begin, end)
+            return
+        rows, split = math.prod(t.shape[2:-1]), self.conv_split
+
+        def block(n: ir.Value, r0: ir.Value) -> None:
+            def element(i: list[ir.Value]) -> None:
+                outer = unravel(b, b.add(r0, i[1]), t.shape[2:-1])
+                at([n, i[0], *outer, i[2]])
+
+            loop_nest(b, [t.shape[1], rows // split, t.shape[-1]], element)
+
+        conv_gemm.image_blocks(b, begin, end, split, rows, block)
 
     def each_output(
         self, t: TensorType, at: Callable[[list[ir.Value]], None], begin: ir.Value, end: ir.Value
