@@ -28,6 +28,8 @@ CASES = [
     ("b1-strided", (1, 16, 29, 31), (24, 16, 3, 3), "strides 2, 2 padding (1, 1), (1, 1)", 15),
     ("b1-depthwise", (1, 64, 40, 40), (64, 1, 3, 3), "padding (1, 1), (1, 1) groups 64", 8),
     ("b1-3-D", (1, 8, 6, 10, 12), (16, 8, 3, 3, 3), "padding (1, 1), (1, 1), (1, 1)", 10),
+    # A kernel's gradient's shape: runs of X̂ along the taps, 5 output rows of one each.
+    ("b1-along-taps", (1, 8, 30, 30), (16, 8, 26, 26), "", 5),
 ]
 
 
