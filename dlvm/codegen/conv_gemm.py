@@ -14,7 +14,10 @@ the block each. The micro-kernel then reads the block as a row-major b: its rows
 the block fits L1, else an odd number of cache lines apart, so that the `depth` rows a strip
 reads do not share cache sets.
 
-The threads share the images (the output's first dimension): a batch of 1 runs on one thread.
+The threads share the images (the output's first dimension), and with a batch smaller than the
+threads, blocks of each image's output rows (compute-scheduling's `split`, image_blocks): a
+block's panels are its own, so that no thread copies what another copies. The kernel's rows
+(output channels) are not shared out instead: every thread would copy all of X̂.
 
 Copying the block rather than packing X̂'s panels inside the micro-kernel's loops: each element
 of the block is read by every tile of rows (cout_g / rows times), so the copy costs 1 / cout_g
@@ -72,10 +75,29 @@ def suits(conv: Instruction, lanes: int) -> bool:
     )
 
 
-class ConvGemm(MatMul):
-    """The product of one convolve of kg's kernel into `out`, images [begin, end)."""
+def image_blocks(
+    b: ir.IRBuilder, begin: ir.Value, end: ir.Value, split: int, rows: int,
+    body: Callable[[ir.Value, ir.Value], None],
+) -> None:  # fmt: skip
+    """body(n, r0) for the shares [begin, end) of a convolution's output, each image's `rows`
+    output rows cut into `split` blocks of rows / split: image n, first row r0."""
+    if split == 1:
+        counted_loop(b, begin, end, lambda n: body(n, _c(0)), name="image")
+        return
 
-    def __init__(self, kg: KernelGen, conv: Instruction, out: ir.Value, lanes: int) -> None:
+    def share(i: ir.Value) -> None:
+        body(b.udiv(i, _c(split)), b.mul(b.urem(i, _c(split)), _c(rows // split)))
+
+    counted_loop(b, begin, end, share, name="share")
+
+
+class ConvGemm(MatMul):
+    """The product of one convolve of kg's kernel into `out`, shares [begin, end) of its
+    images, each cut into `split` blocks of output rows (image_blocks)."""
+
+    def __init__(
+        self, kg: KernelGen, conv: Instruction, out: ir.Value, lanes: int, split: int = 1
+    ) -> None:
         self.kg, self.b, self.dot, self.out = kg, kg.b, conv, out
         x, kernel = conv.operands
         xt, kt, t = x.type, kernel.type, conv.type
@@ -109,7 +131,9 @@ class ConvGemm(MatMul):
         width = self.positions[-1]
         self.panel_rows = max(1, PANEL_COLUMNS // width)  # whole output rows per panel
         self.outer = math.prod(self.positions[:-1])  # output rows
-        self.panel_rows = min(self.panel_rows, self.outer)
+        self.split = split
+        self.block_rows = self.outer // split  # a share's output rows
+        self.panel_rows = min(self.panel_rows, self.block_rows)
         line = CACHE_LINE // self.dt.size
         lines = -(-self.panel_rows * width // line)
         if self.tile.depth * lines * CACHE_LINE > L1_BYTES:
@@ -122,7 +146,7 @@ class ConvGemm(MatMul):
     # The loops -----------------------------------------------------------------------------
 
     def emit_images(self, begin: ir.Value, end: ir.Value, fallback: ir.Block) -> None:
-        """Images [begin, end) as products; branches to `fallback` when there is no scratch
+        """Shares [begin, end) as products; branches to `fallback` when there is no scratch
         buffer and continues, after it, at a new block that the fallback must branch to."""
         b = self.b
         scratch = b.call(scratch_function(self.kg.module), [_c(self.scratch_bytes)])
@@ -130,15 +154,18 @@ class ConvGemm(MatMul):
         b.cbranch(b.icmp_unsigned("==", scratch, ir.Constant(scratch.type, None)), fallback, here)
         b.position_at_end(here)
 
-        def image(n: ir.Value) -> None:
-            counted_loop(b, 0, self.groups, lambda g: self.group(scratch, n, g), name="group")
+        def image(n: ir.Value, r0: ir.Value) -> None:
+            counted_loop(b, 0, self.groups, lambda g: self.group(scratch, n, g, r0),
+                         name="group")  # fmt: skip
 
-        counted_loop(b, begin, end, image, name="image")
+        image_blocks(b, begin, end, self.split, self.outer, image)
 
-    def group(self, buf: ir.Value, n: ir.Value, g: ir.Value) -> None:
+    def group(self, buf: ir.Value, n: ir.Value, g: ir.Value, first: ir.Value) -> None:
+        """Group g of image n, output rows [first, first + block_rows)."""
         b, tile = self.b, self.tile
         batch = [n, g]
-        full, rest = divmod(self.outer, self.panel_rows)
+        full, rest = divmod(self.block_rows, self.panel_rows)
+        offset = (lambda r: r) if self.split == 1 else (lambda r: b.add(first, r))
 
         def one_slice(s: ir.Value) -> None:
             bounds = self.slice_bounds(s)
@@ -148,10 +175,10 @@ class ConvGemm(MatMul):
                 copy(buf, n, g, bounds[0], bounds[1], r0, rows)
                 self.panel(buf, batch, b.mul(r0, _c(self.positions[-1])), rows, bounds)
 
-            counted_loop(b, 0, full, lambda q: panel(b.mul(q, _c(self.panel_rows)),
+            counted_loop(b, 0, full, lambda q: panel(offset(b.mul(q, _c(self.panel_rows))),
                                                      self.panel_rows), name="panel")  # fmt: skip
             if rest:
-                panel(_c(full * self.panel_rows), rest)
+                panel(offset(_c(full * self.panel_rows)), rest)
 
         counted_loop(b, 0, tile.slices, one_slice, name="slice")
 

@@ -45,7 +45,7 @@ from dlvm.ir.literals import AggregateLiteral, ScalarLiteral, SpecialLiteral
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
 from dlvm.ir.windows import window_padding
-from dlvm.transforms.compute_generation import kernel_core
+from dlvm.transforms.compute_generation import PRODUCTS, kernel_core
 
 TASK = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
 KERNEL = ir.FunctionType(ir.VoidType(), [PTR])
@@ -91,9 +91,12 @@ class KernelGen:
         self.root = root
         self.core = kernel_core(fn)
         if self.core is not root and self.core.type != root.type:
-            raise CodegenError(f"@{fn.name}: a dot's epilogue must have the dot's type")
-        if sum(inst.opcode == "dot" for inst in fn.blocks[0].instructions) > 1:
-            raise CodegenError(f"@{fn.name}: a [compute] function holds at most one dot")
+            op = self.core.opcode
+            raise CodegenError(f"@{fn.name}: a {op}'s epilogue must have the {op}'s type")
+        if sum(inst.opcode in PRODUCTS for inst in fn.blocks[0].instructions) > 1:
+            raise CodegenError(
+                f"@{fn.name}: a [compute] function holds at most one dot or convolve"
+            )
         self.body = ir.Function(module, TASK, symbol + ".body")
         self.body.linkage = "internal"
         self.entry = self.declare_entry(symbol)
@@ -116,6 +119,10 @@ class KernelGen:
         # 2-D product, in whole tiles.
         self.columns = columns if self.core.opcode == "dot" and len(
             tensor_type(self.core).shape) == 2 and columns > 0 else 0  # fmt: skip
+        # Blocks of output rows per image that threads share (compute-scheduling's `split`):
+        # the body's range counts (image, block) pairs.
+        split = sched.get("split", 1) if sched is not None else 1
+        self.conv_split = split if self.core.opcode == "convolve" and split > 1 else 1
 
     # The two functions ---------------------------------------------------------------------
 
@@ -153,6 +160,8 @@ class KernelGen:
             return math.prod(out.shape)  # each_output's elements
         if self.columns:
             return -(-out.shape[-1] // self.columns)
+        if self.conv_split > 1:
+            return out.shape[0] * self.conv_split
         if self.core.opcode == "scan":  # one pass per axis over the whole tensor
             return 1
         return out.shape[0] if out.shape else 1
@@ -473,7 +482,7 @@ class KernelGen:
             return
         b = self.b
         fallback = self.body.append_basic_block("conv.elements")
-        ConvGemm(self, self.core, out, lanes).emit_images(begin, end, fallback)
+        ConvGemm(self, self.core, out, lanes, self.conv_split).emit_images(begin, end, fallback)
         done = self.body.append_basic_block("conv.done")
         b.branch(done)
         b.position_at_end(fallback)
@@ -485,9 +494,10 @@ class KernelGen:
         """XLA's convolution (dlvm/interp/convolution.py), one output element at a time: the
         sum over the group's input channels and the kernel taps of input × kernel, where the
         input position of a tap is (p·stride + tap·rightDilation − padLow) / leftDilation
-        when that divides exactly and lands inside the input."""
+        when that divides exactly and lands inside the input; then the epilogue, if any, at
+        that element (read back from out)."""
         b = self.b
-        root = self.root
+        root = self.core
         x, k = root.operands
         xt, kt, t = tensor_type(x), tensor_type(k), tensor_type(root)
         n = len(xt.shape) - 2
@@ -529,8 +539,23 @@ class KernelGen:
 
             loop_nest(b, [cin_g, *kt.shape[2:]], tap)
             self.store(out, o, t, b.load(slot))
+            if self.root is not root:
+                self.memo.clear()
+                self.store(out, o, t, self.elem(self.root, o))
 
-        self.each_output(t, at, begin, end)
+        if self.conv_split == 1 or self.flat:
+            self.each_output(t, at, begin, end)
+            return
+        rows, split = math.prod(t.shape[2:-1]), self.conv_split
+
+        def block(n: ir.Value, r0: ir.Value) -> None:
+            def element(i: list[ir.Value]) -> None:
+                outer = unravel(b, b.add(r0, i[1]), t.shape[2:-1])
+                at([n, i[0], *outer, i[2]])
+
+            loop_nest(b, [t.shape[1], rows // split, t.shape[-1]], element)
+
+        conv_gemm.image_blocks(b, begin, end, split, rows, block)
 
     def each_output(
         self, t: TensorType, at: Callable[[list[ir.Value]], None], begin: ir.Value, end: ir.Value

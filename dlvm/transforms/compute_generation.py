@@ -12,9 +12,11 @@ most once per element written: a pointwise instruction, or the reduced operand o
 A matrix `dot` takes a prologue and an epilogue. Its right operand may be any pointwise
 instruction (the kernel packs it strip by strip); its left operand only a transpose or a pad or
 squeeze of shape, whose elements cost nothing but addressing, since each is read once per strip
-of columns. And a `dot` whose only user is an elementwise chain of its own shape and type
-(bias, activation, the derivative of one) is computed inside that chain's kernel, which applies
-the chain to each tile of the product as soon as the tile is done.
+of columns. And a product (a matrix `dot` or a `convolve`, PRODUCTS) whose only user is an
+elementwise chain of its own shape and type (bias, activation, a residual, the derivative of
+one) is computed inside that chain's kernel, which applies the chain to each tile of the
+product as soon as the tile is done (a convolution computed one element at a time, to each
+element).
 
 Then a pointwise kernel whose result only other kernels read, not through a `dot`'s operands,
 is computed inside each of them instead of written to memory when that is cheaper: always
@@ -64,6 +66,9 @@ VIEWS = {"transpose", "slice", "padShape", "squeezeShape", "shapeCast", "reverse
 # Arithmetic worth more than the memory traffic recomputing it saves: the float functions
 # (exp, tanh, log, sqrt, …: polynomial approximations or math-library calls) and power.
 EXPENSIVE = {*UNARY_FLOAT, "power"}
+# The instructions that take an elementwise epilogue (a `dot` only when it is a matrix product:
+# _is_product); a kernel holds at most one.
+PRODUCTS = {"dot", "convolve"}
 
 
 def is_pointwise(inst: Instruction) -> bool:
@@ -105,13 +110,18 @@ def _is_matrix_product(dot: Instruction) -> bool:
     return isinstance(t, TensorType) and bool(t.shape) and not t.dtype.is_bool
 
 
+def _is_product(inst: Instruction) -> bool:
+    """Whether inst may take an epilogue: a matrix product or a convolution."""
+    return inst.opcode == "convolve" or (inst.opcode == "dot" and _is_matrix_product(inst))
+
+
 def kernel_core(fn: Function) -> Instruction:
-    """The instruction that shapes a [compute] function's loop nest: its `dot` if it has one
-    (the root is then the dot's epilogue), otherwise its root."""
+    """The instruction that shapes a [compute] function's loop nest: its `dot` or `convolve`
+    if it has one (the root is then that product's epilogue), otherwise its root."""
     entry = fn.blocks[0]
-    dot = next((inst for inst in entry.instructions if inst.opcode == "dot"), None)
-    if dot is not None:
-        return dot
+    product = next((inst for inst in entry.instructions if inst.opcode in PRODUCTS), None)
+    if product is not None:
+        return product
     root = fn.blocks[-1].instructions[-1].operands[0]
     assert isinstance(root, Instruction)
     return root
@@ -246,7 +256,7 @@ def _inlined(block: Block, counts: Counter[Value]) -> set[Instruction]:
     for inst in block.instructions:
         if inst.opcode == "dot" and inst.operands[0] in out:
             _keep_cheap_prologue(inst.operands[0], out)  # type: ignore[arg-type]
-    out |= _epilogue_dots(block, counts, out)
+    out |= _epilogue_products(block, counts, out)
     out |= _recomputed(block, counts, out)
     return out
 
@@ -262,28 +272,28 @@ def _keep_cheap_prologue(operand: Instruction, inlined: set[Instruction]) -> Non
         inlined.discard(operand)
 
 
-def _epilogue_dots(
+def _epilogue_products(
     block: Block, counts: Counter[Value], inlined: set[Instruction]
 ) -> set[Instruction]:
-    """The matrix products whose only user starts an elementwise chain of their own shape,
-    ending at a kernel root of their type (one product per root)."""
+    """The products (matrix products, convolutions) whose only user starts an elementwise chain
+    of their own shape, ending at a kernel root of their type (one product per root)."""
     user_of: dict[Value, Instruction] = {}
     for inst in block.instructions:
         for v in inst.operands:
             user_of[v] = inst
     out: set[Instruction] = set()
     roots: set[Instruction] = set()
-    for dot in block.instructions:
-        if dot.opcode != "dot" or not _is_matrix_product(dot) or counts[dot] != 1:
+    for product in block.instructions:
+        if not _is_product(product) or counts[product] != 1:
             continue
-        assert isinstance(dot.type, TensorType)
-        shape = dot.type.shape
-        cur: Instruction = dot
+        assert isinstance(product.type, TensorType)
+        shape = product.type.shape
+        cur: Instruction = product
         while (user := user_of.get(cur)) is not None and _elementwise_of_shape(user, shape):
             if user not in inlined:
-                if user.type == dot.type and user not in roots:
+                if user.type == product.type and user not in roots:
                     roots.add(user)
-                    out.add(dot)
+                    out.add(product)
                 break
             cur = user
     return out
@@ -356,7 +366,7 @@ def _worth_recomputing(
 ) -> bool:
     """The cost rule of `_recomputed` for a root whose kernel is `kernel`, read by the kernels
     of the roots `into`."""
-    if any(v.opcode == "dot" for v in kernel):
+    if any(v.opcode in PRODUCTS for v in kernel):
         return False
     if any(v.opcode in EXPENSIVE for v in kernel):
         return len(into) == 1 and _computed_once(root, next(iter(into)), readers)

@@ -5,8 +5,11 @@ A `[compute]` function gets `[schedule cpu parallel P vectorize W grain G]`: P o
 its loop nest are split across the runtime's threads when the kernel does enough work to pay
 for waking them (P = 0 otherwise), the innermost loop is vectorised W lanes wide, and a thread
 takes at least G iterations of the parallel loop. A matrix product with only a few rows adds
-`columns C`: the parallel loop runs over groups of C columns instead of rows. A host function
-gets `[schedule host]`.
+`columns C`: the parallel loop runs over groups of C columns instead of rows. A parallel
+convolution with a batch smaller than CONV_SHARES (inference, often a batch of 1) adds `split
+S`: the parallel loop runs over each image's S blocks of output rows (the output positions but
+the last axis), S the fewest that divide the rows and give batch × S ≥ CONV_SHARES shares, so
+that more threads than images get work. A host function gets `[schedule host]`.
 
 Scheduling for CUDA as well (`cuda=True`, a library that runs on either device) gives every
 `[compute]` function a second line, its GPU launch:
@@ -49,6 +52,9 @@ PARALLEL_WORK = 1 << 16
 # (a multiple of every tile width of dlvm.codegen.matmul), as `columns C` in its schedule.
 FEW_ROWS = 8
 STRIP_COLUMNS = 64
+# A parallel convolution's batch is shared out in at least this many parts (images, or blocks
+# of an image's output rows): enough for 8 threads, or 2 with 4 parts each to balance their load.
+CONV_SHARES = 8
 # CUDA: threads a block, the most blocks a grid-stride kernel launches (an H200's 132
 # multiprocessors hold 8 such blocks each; more only queue), and the product's tiles.
 CUDA_BLOCK = 256
@@ -108,6 +114,10 @@ class ComputeScheduling(Pass):
             # Too few rows to share: the threads take groups of columns instead.
             outer = math.ceil(out.shape[1] / STRIP_COLUMNS)
             columns = STRIP_COLUMNS
+        split = 1
+        if root.opcode == "convolve" and outer < CONV_SHARES and work >= PARALLEL_WORK:
+            split = conv_split(outer, math.prod(out.shape[2:-1]))
+            outer *= split
         parallel = 1 if work >= PARALLEL_WORK and outer > 1 else 0
         grain = max(1, math.ceil(outer * PARALLEL_WORK / max(work, 1))) if parallel else 0
         items = [("parallel", (parallel,)), ("vectorize", (lanes,))]
@@ -115,7 +125,17 @@ class ComputeScheduling(Pass):
             items.append(("grain", (min(grain, outer),)))
             if columns:
                 items.append(("columns", (columns,)))
+            if split > 1:
+                items.append(("split", (split,)))
         return Schedule("cpu", tuple(items))
+
+
+def conv_split(batch: int, rows: int) -> int:
+    """How many blocks of its `rows` output rows each of a convolution's `batch` images is cut
+    into: the fewest that divide the rows evenly (every block the same loop) and give at least
+    CONV_SHARES blocks in all, or one per row."""
+    return next((d for d in range(1, rows + 1) if rows % d == 0 and batch * d >= CONV_SHARES),
+                rows)  # fmt: skip
 
 
 def cuda_schedule(fn: Function, tf32: bool = False) -> Schedule:
@@ -176,7 +196,11 @@ def _work(root: Instruction) -> int:
         a = root.operands[0].type
         assert isinstance(a, TensorType)
         return n * a.shape[-1]
-    if root.opcode in ("reduce", "convolve", "reduceWindow", "scan"):
+    if root.opcode == "convolve":  # each output element sums its group's channels and taps
+        x, k = (v.type for v in root.operands)
+        assert isinstance(x, TensorType) and isinstance(k, TensorType)
+        return max(n * math.prod(k.shape[1:]), math.prod(x.shape))
+    if root.opcode in ("reduce", "reduceWindow", "scan"):
         src = root.operands[0].type
         assert isinstance(src, TensorType)
         return max(n, math.prod(src.shape))

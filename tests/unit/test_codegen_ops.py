@@ -255,6 +255,13 @@ case("convolve-tiled-dilated-f64", ["<1 x 3 x 12 x 12 x f64>", "<40 x 3 x 2 x 2 
      "<1 x 40 x 23 x 10 x f64>",
      "%r = convolve %a: <1 x 3 x 12 x 12 x f64> kernel %b: <40 x 3 x 2 x 2 x f64> "
      "padding (1, 1), (0, 0) leftDilation 2, 1 rightDilation 2, 2")  # fmt: skip
+# A small convolution with its bias and activation fused (CUDA: the element loop's epilogue).
+case("convolve-epilogue-bias-relu", ["<2 x 3 x 6 x 5 x f32>", "<4 x 3 x 3 x 3 x f32>",
+     "<1 x 4 x 1 x 1 x f32>"], "<2 x 4 x 6 x 5 x f32>",
+     "%v = convolve %a: <2 x 3 x 6 x 5 x f32> kernel %b: <4 x 3 x 3 x 3 x f32> "
+     "padding (1, 1), (1, 1)",
+     "%s = add %v: <2 x 4 x 6 x 5 x f32>, %c: <1 x 4 x 1 x 1 x f32>",
+     "%r = max %s: <2 x 4 x 6 x 5 x f32>, 0: f32")  # fmt: skip
 case(
     "convolve-dilated",
     ["<1 x 2 x 6 x 6 x f64>", "<3 x 2 x 2 x 2 x f64>"],
