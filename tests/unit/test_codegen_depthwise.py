@@ -127,3 +127,56 @@ def test_which_convolutions_are_depthwise():
     assert conv_depthwise.suits(dw, 8) and not conv_depthwise.suits(dw, 1)
     for other in (many, dense, ld, taps, ints):
         assert not conv_depthwise.suits(other, 8)
+
+
+# 1x1 kernels' adjoints: a batched product (adjoints_window._pointwise_kernel_adjoint).
+POINTWISE_CASES = [
+    ("pw-1x1", (3, 5, 6, 7), (4, 5, 1, 1), "", (1, 1)),
+    ("pw-stride-2-odd", (2, 3, 7, 9), (4, 3, 1, 1), "strides 2, 2", (2, 2)),
+    ("pw-stride-3-1-D", (2, 3, 10), (2, 3, 1), "strides 3", (3,)),
+    ("pw-dilated-kernel", (1, 2, 5, 5), (3, 2, 1, 1), "strides 1, 2 rightDilation 2, 2", (1, 2)),
+]
+
+
+def kernel_gradient(x: np.ndarray, seed: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
+    """dk[o, c] = Σn Σp seed[n, o, p] · x[n, c, p·stride], in float64."""
+    picked = x[(slice(None), slice(None), *(slice(None, None, s) for s in strides))]
+    picked = picked[(slice(None), slice(None), *(slice(0, n) for n in seed.shape[2:]))]
+    flat = picked.reshape(*picked.shape[:2], -1).astype(np.float64)
+    dk = np.einsum("nop,ncp->oc", seed.reshape(*seed.shape[:2], -1).astype(np.float64), flat)
+    return dk.reshape(dk.shape + (1,) * (x.ndim - 2))
+
+
+@pytest.fixture(scope="module")
+def pointwise(tmp_path_factory):
+    parts = ['module "pw"\nstage raw\n']
+    for name, x, k, options, _ in POINTWISE_CASES:
+        for dt in DTYPES:
+            parts.append(function(symbol(name, dt), x, k, options, dt))
+    module = parse_module("\n".join(parts), "pw.dl")
+    for name, *_ in POINTWISE_CASES:
+        for dt in DTYPES:
+            add_gradient(module, symbol(name, dt), wrt=(1,))
+    differentiate(module)
+    text = module_text(module)
+    path = ir_library(text, "pw", tmp_path_factory.mktemp("pw"))
+    with dlvm.load(path) as lib:
+        yield lib, parse_module(text, "pw.dl")
+
+
+@pytest.mark.parametrize("dt", list(DTYPES))
+@pytest.mark.parametrize("index", range(len(POINTWISE_CASES)), ids=[c[0] for c in POINTWISE_CASES])
+def test_pointwise_kernel_gradient(pointwise, index, dt):
+    """Compiled and interpreted against the sum written out in NumPy; and no convolution."""
+    lib, reference = pointwise
+    name, x, k, options, strides = POINTWISE_CASES[index]
+    args = inputs(x, k, dt, index)
+    seed = np.random.default_rng(7).uniform(-1, 1, out_shape(x, k, options)).astype(DTYPES[dt])
+    fn = symbol(name, dt) + "_check"
+    want = kernel_gradient(args[0], seed, strides)
+    (interpreted,) = run_function(reference, fn, [*args, seed])
+    got = getattr(lib, fn)(*args, seed)  # a result of one tensor comes back bare
+    assert_close(np.asarray(interpreted), want.astype(DTYPES[dt]), dt)
+    assert_close(np.asarray(got), want.astype(DTYPES[dt]), dt)
+    body = reference.function_named(fn).blocks[0].instructions
+    assert [i.opcode for i in body].count("convolve") == 1  # the primal's only
