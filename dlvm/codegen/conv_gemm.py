@@ -23,8 +23,8 @@ Copying the block rather than packing X̂'s panels inside the micro-kernel's loo
 of the block is read by every tile of rows (cout_g / rows times), so the copy costs 1 / cout_g
 of the product; the copy of a row of the input is contiguous only along output rows, which a
 panel of whole rows keeps. Depthwise convolutions (one output channel per group and a short
-sum) gain nothing from a product of one row and keep the element loop
-(KernelGen.convolve_elements), as does a thread whose scratch buffer cannot be had."""
+sum) gain nothing from a product of one row: they have a direct loop (conv_depthwise). A thread
+whose scratch buffer cannot be had keeps the element loop (KernelGen.convolve_elements)."""
 
 from __future__ import annotations
 

@@ -15,8 +15,9 @@ from collections.abc import Callable, Generator
 import numpy as np
 from llvmlite import ir
 
-from dlvm.codegen import conv_gemm
+from dlvm.codegen import conv_depthwise, conv_gemm
 from dlvm.codegen.combinators import not_inlinable
+from dlvm.codegen.conv_depthwise import DepthwiseConv
 from dlvm.codegen.conv_gemm import ConvGemm
 from dlvm.codegen.elementwise import binary, cast, compare, unary
 from dlvm.codegen.errors import CodegenError
@@ -472,11 +473,15 @@ class KernelGen:
         self.each_output(t, at, begin, end)
 
     def convolve(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
-        """A convolution as matrix products (dlvm.codegen.conv_gemm) where it suits them, with
+        """A depthwise convolution as a direct vectorised loop (dlvm.codegen.conv_depthwise); a
+        convolution as matrix products (dlvm.codegen.conv_gemm) where it suits them, with
         the element loop for a thread that cannot have the products' scratch buffer; the
         element loop alone otherwise (and in a GPU thread's share)."""
         sched = self.fn.schedule
         lanes = max(1, sched.get("vectorize", 1)) if sched is not None else 1
+        if not self.flat and conv_depthwise.suits(self.core, lanes):
+            DepthwiseConv(self, self.core, out, lanes).emit_images(begin, end, self.conv_split)
+            return
         if self.flat or not conv_gemm.suits(self.core, lanes):
             self.convolve_elements(out, begin, end)
             return

@@ -164,6 +164,8 @@ def _kernel_adjoint(e: Any, x: Value, d: Value, geo: Convolution) -> Value | Non
     g, b, cin_g = geo.groups, geo.batch, geo.cin_g
     spatial = tuple(a.n for a in geo.axes)
     x = _keep_first(e, x, 1, g * cin_g)
+    if g == 1 and all(a.k == 1 and not (a.lo or a.hi) and a.ld == 1 for a in geo.axes):
+        return _pointwise_kernel_adjoint(e, x, d, geo)
     xt = _reverse_axes(e, _reshape(e, x, (b, g, cin_g, *spatial)), 0, 3)
     xt = _reshape(e, xt, (cin_g, g * b, *spatial))
     dt = _reverse_axes(e, d, 0, 2)
@@ -171,6 +173,37 @@ def _kernel_adjoint(e: Any, x: Value, d: Value, geo: Convolution) -> Value | Non
     if dk is None:
         return None
     return _zero_extend(e, _reverse_axes(e, dk, 0, 2), 0, geo.cout)
+
+
+def _pointwise_kernel_adjoint(e: Any, x: Value, d: Value, geo: Convolution) -> Value:
+    """A 1x1 kernel's adjoint (no groups, padding or left dilation) as a batched product:
+    dk[o, c] = Σn Σp d[n, o, p] · x[n, c, p·stride], that is Σn d[n] · x[n]ᵀ with d viewed as
+    [b, cout, P] and the strided input as [b, cin, P], instead of a convolution whose kernel is
+    the whole output adjoint (a long sum for each of only cout·cin outputs). x[n]ᵀ is views of x
+    that the product packs as it reads them (Emitter.dot_transposed); the sum over the batch is
+    a reduce."""
+    b, cin = geo.batch, geo.cin
+    for i, a in enumerate(geo.axes):
+        x = _every(e, x, i + 2, a.stride, a.out)
+    positions = math.prod(a.out for a in geo.axes)
+    d3, x3 = _reshape(e, d, (b, geo.cout_g, positions)), _reshape(e, x, (b, cin, positions))
+    per_image = e.dot_transposed(d3, x3, False)
+    dk = e.op("reduce", per_image, e.scalar(0, d), comb="add", dims=(0,))
+    dk = _reshape(e, dk, (geo.cout_g, cin, *(1 for _ in geo.axes)))
+    return _zero_extend(e, dk, 0, geo.cout)
+
+
+def _every(e: Any, v: Value, axis: int, step: int, count: int) -> Value:
+    """Elements 0, step, …, (count − 1)·step of v along axis: the elements up to count·step
+    (zeros past v's end), viewed as [count, step] and the first of each step kept."""
+    if step == 1:
+        return _keep_first(e, v, axis, count)
+    shape = _shape(v)
+    v = _keep_first(e, v, axis, min(shape[axis], count * step))
+    v = _zero_extend(e, v, axis, count * step)
+    v = _reshape(e, v, (*shape[:axis], count, step, *shape[axis + 1 :]))
+    v = e.slice_along(v, axis + 1, 0, 0)
+    return _reshape(e, v, (*shape[:axis], count, *shape[axis + 1 :]))
 
 
 def _conv(e: Any, v: Value, kernel: Value, axes: list[ConvAxis], groups: int) -> Value | None:
