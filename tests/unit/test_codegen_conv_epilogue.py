@@ -1,6 +1,6 @@
 """A `convolve` with an elementwise epilogue fused into its kernel (compute generation: bias,
 activation, a residual), against the interpreter in f32 and f64 on the product path
-(dlvm.codegen.conv_gemm) and the element loop (depthwise, integers), with sizes that leave
+(dlvm.codegen.conv_gemm), the depthwise loop and the element loop (integers), with sizes that leave
 partial tiles, strips and panels."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ CASES = [
      ["%s = add %c: {o}, %b: {b}", "%r = tanh %s: {o}"]),
     ("grouped-bias-relu", (2, 6, 7, 7), (8, 3, 3, 3), "padding (1, 1), (1, 1) groups 2",
      ["%s = add %c: {o}, %b: {b}", "%r = max %s: {o}, 0: {dt}"]),
-    # The element loop: depthwise.
+    # The depthwise loop (dlvm.codegen.conv_depthwise).
     ("depthwise-bias-relu", (2, 4, 7, 7), (4, 1, 3, 3), "padding (1, 1), (1, 1) groups 4",
      ["%s = add %c: {o}, %b: {b}", "%r = max %s: {o}, 0: {dt}"]),
 ]  # fmt: skip

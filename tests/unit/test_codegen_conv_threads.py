@@ -1,7 +1,7 @@
 """Convolutions with fewer images than threads share blocks of each image's output rows
 (compute-scheduling's `split`): the schedules, and the compiled results against the
 interpreter with 1, 2 and more threads than shares, on the product path (with an epilogue)
-and the element loop (depthwise)."""
+and the depthwise loop."""
 
 from __future__ import annotations
 
