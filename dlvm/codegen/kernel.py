@@ -104,6 +104,9 @@ class KernelGen:
         self.rt = rt
         self.per_thread = 0  # chunks per thread: 0 for dlrt_parallel_for's default
         self.memo: dict[tuple[int, tuple[int, ...]], tuple[ir.Value, list[ir.Value]]] = {}
+        # The offsets that indices were unravelled from (by their values' ids; the entry keeps
+        # them alive): the offset of such an index in the same shape is the offset itself.
+        self.offsets: dict[tuple[int, ...], tuple[ir.Value, tuple[int, ...], list[ir.Value]]] = {}
         self.ptrs: dict[Value, ir.Value] = {}
         self.bound: dict[Value, ir.Value] = {}
         self.literal_count = 0
@@ -570,7 +573,7 @@ class KernelGen:
         if not t.shape:
             at([])
         elif self.flat:
-            counted_loop(self.b, begin, end, lambda i: at(unravel(self.b, i, t.shape)), name="e")
+            counted_loop(self.b, begin, end, lambda i: at(self.unravel(i, t.shape)), name="e")
         else:
             loop_nest(self.b, list(t.shape), at, first=(begin, end))
 
@@ -630,8 +633,24 @@ class KernelGen:
         b.position_at_end(here)
         return slot
 
+    def unravel(self, offset: ir.Value, shape: tuple[int, ...]) -> list[ir.Value]:
+        """The row-major index of offset in shape, remembered so that `linear` gives the
+        offset back without arithmetic."""
+        idx = unravel(self.b, offset, shape)
+        self.offsets[tuple(id(i) for i in idx)] = (offset, shape, idx)
+        return idx
+
+    def linear(self, idx: list[ir.Value], shape: tuple[int, ...]) -> ir.Value:
+        """The row-major offset of idx in shape. An index `unravel` made from an offset in the
+        same shape is that offset: a chain of shapeCasts (a pooling gradient's views) costs no
+        division, and the offset dominates wherever its index is used."""
+        hit = self.offsets.get(tuple(id(i) for i in idx))
+        if hit is not None and hit[1] == shape:
+            return hit[0]
+        return linear_index(self.b, idx, shape)
+
     def address(self, base: ir.Value, idx: list[ir.Value], t: TensorType) -> ir.Value:
-        off = linear_index(self.b, idx, t.shape)
+        off = self.linear(idx, t.shape)
         return self.b.gep(base, [off], source_etype=memory_type(t.dtype))
 
     def store(self, base: ir.Value, idx: list[ir.Value], t: TensorType, v: ir.Value) -> None:
@@ -724,8 +743,8 @@ class KernelGen:
             return (yield v.operands[0], [*idx[:i], ir.Constant(I64, 0), *idx[i:]])
         if op == "shapeCast":
             src_t = tensor_type(v.operands[0])
-            flat = linear_index(b, idx, t.shape)
-            return (yield v.operands[0], unravel(b, flat, src_t.shape))
+            flat = self.linear(idx, t.shape)
+            return (yield v.operands[0], self.unravel(flat, src_t.shape))
         if op == "concatenate":
             return (yield from self.concatenate(v, idx))
         if op == "gather":
@@ -742,7 +761,7 @@ class KernelGen:
         b = self.b
         src = v.operands[0]
         st, t = tensor_type(src), tensor_type(v)
-        at = idx if st.shape == t.shape else unravel(b, linear_index(b, idx, t.shape), st.shape)
+        at = idx if st.shape == t.shape else self.unravel(self.linear(idx, t.shape), st.shape)
         x = yield src, at
         target = value_type(t.dtype)
         return x if x.type == target else b.bitcast(x, target)
