@@ -15,8 +15,9 @@ from collections.abc import Callable, Generator
 import numpy as np
 from llvmlite import ir
 
-from dlvm.codegen import conv_gemm
+from dlvm.codegen import conv_folded, conv_gemm
 from dlvm.codegen.combinators import not_inlinable
+from dlvm.codegen.conv_folded import ConvFolded
 from dlvm.codegen.conv_gemm import ConvGemm
 from dlvm.codegen.elementwise import binary, cast, compare, unary
 from dlvm.codegen.errors import CodegenError
@@ -471,7 +472,8 @@ class KernelGen:
             return
         b = self.b
         fallback = self.body.append_basic_block("conv.elements")
-        ConvGemm(self, self.core, out, lanes).emit_images(begin, end, fallback)
+        gemm = ConvFolded if conv_folded.folds(self.core, lanes) else ConvGemm
+        gemm(self, self.core, out, lanes).emit_images(begin, end, fallback)
         done = self.body.append_basic_block("conv.done")
         b.branch(done)
         b.position_at_end(fallback)
