@@ -15,9 +15,10 @@ from collections.abc import Callable, Generator
 import numpy as np
 from llvmlite import ir
 
-from dlvm.codegen import conv_depthwise, conv_gemm
+from dlvm.codegen import conv_depthwise, conv_folded, conv_gemm
 from dlvm.codegen.combinators import not_inlinable
 from dlvm.codegen.conv_depthwise import DepthwiseConv
+from dlvm.codegen.conv_folded import ConvFolded
 from dlvm.codegen.conv_gemm import ConvGemm
 from dlvm.codegen.elementwise import binary, cast, compare, unary
 from dlvm.codegen.errors import CodegenError
@@ -490,7 +491,12 @@ class KernelGen:
             return
         b = self.b
         fallback = self.body.append_basic_block("conv.elements")
-        ConvGemm(self, self.core, out, lanes, self.conv_split).emit_images(begin, end, fallback)
+        # Shares of blocks of rows (a batch smaller than the threads) are not folded: folding
+        # puts several whole images side by side.
+        if self.conv_split == 1 and conv_folded.folds(self.core, lanes):
+            ConvFolded(self, self.core, out, lanes).emit_images(begin, end, fallback)
+        else:
+            ConvGemm(self, self.core, out, lanes, self.conv_split).emit_images(begin, end, fallback)
         done = self.body.append_basic_block("conv.done")
         b.branch(done)
         b.position_at_end(fallback)

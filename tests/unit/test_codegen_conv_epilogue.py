@@ -36,6 +36,10 @@ CASES = [
      ["%s = add %c: {o}, %b: {b}", "%r = tanh %s: {o}"]),
     ("grouped-bias-relu", (2, 6, 7, 7), (8, 3, 3, 3), "padding (1, 1), (1, 1) groups 2",
      ["%s = add %c: {o}, %b: {b}", "%r = max %s: {o}, 0: {dt}"]),
+    # 16 positions an image: five images side by side in one product (dlvm.codegen.conv_folded),
+    # the epilogue applied as they are copied out.
+    ("folded-bias-relu-residual", (5, 6, 4, 4), (8, 6, 3, 3), "padding (1, 1), (1, 1)",
+     ["%s = add %c: {o}, %b: {b}", "%t = max %s: {o}, 0: {dt}", "%r = add %t: {o}, %y: {o}"]),
     # The depthwise loop (dlvm.codegen.conv_depthwise).
     ("depthwise-bias-relu", (2, 4, 7, 7), (4, 1, 3, 3), "padding (1, 1), (1, 1) groups 4",
      ["%s = add %c: {o}, %b: {b}", "%r = max %s: {o}, 0: {dt}"]),
