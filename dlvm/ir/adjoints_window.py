@@ -166,6 +166,8 @@ def _kernel_adjoint(e: Any, x: Value, d: Value, geo: Convolution) -> Value | Non
     x = _keep_first(e, x, 1, g * cin_g)
     if g == 1 and all(a.k == 1 and not (a.lo or a.hi) and a.ld == 1 for a in geo.axes):
         return _pointwise_kernel_adjoint(e, x, d, geo)
+    if cin_g == 1 and all(a.ld == 1 for a in geo.axes):
+        return _depthwise_kernel_adjoint(e, x, d, geo)
     xt = _reverse_axes(e, _reshape(e, x, (b, g, cin_g, *spatial)), 0, 3)
     xt = _reshape(e, xt, (cin_g, g * b, *spatial))
     dt = _reverse_axes(e, d, 0, 2)
@@ -191,6 +193,26 @@ def _pointwise_kernel_adjoint(e: Any, x: Value, d: Value, geo: Convolution) -> V
     dk = e.op("reduce", per_image, e.scalar(0, d), comb="add", dims=(0,))
     dk = _reshape(e, dk, (geo.cout_g, cin, *(1 for _ in geo.axes)))
     return _zero_extend(e, dk, 0, geo.cout)
+
+
+def _depthwise_kernel_adjoint(e: Any, x: Value, d: Value, geo: Convolution) -> Value | None:
+    """A depthwise kernel's adjoint (one input channel per group, no left dilation) without
+    exchanging batch and channels: every image's channel is a group of its own, x viewed as
+    [1, b·g, n…] and d as [b·g·m, 1, out…] (m = cout/g), so that one convolution with
+    `groups b·g` gives each image's share [1, b·g·m, k…] (few outputs, long sums: what
+    conv_depthwise's LongSums loop computes), summed over the batch by a reduce. The exchange
+    would transpose both x and d, whole, before a convolution of the same sums."""
+    g, b, m = geo.groups, geo.batch, geo.cout_g
+    spatial, out = tuple(a.n for a in geo.axes), tuple(a.out for a in geo.axes)
+    xv = _reshape(e, x, (1, b * g, *spatial))
+    dv = _reshape(e, _keep_first(e, d, 1, g * m), (b * g * m, 1, *out))
+    dk = _conv(e, xv, dv, [a.for_kernel() for a in geo.axes], b * g)
+    if dk is None:
+        return None
+    window = geo.kernel_window
+    dk = _reshape(e, dk, (b, g * m, *window))
+    dk = e.op("reduce", dk, e.scalar(0, d), comb="add", dims=(0,))
+    return _zero_extend(e, _reshape(e, dk, (g * m, 1, *window)), 0, geo.cout)
 
 
 def _every(e: Any, v: Value, axis: int, step: int, count: int) -> Value:
