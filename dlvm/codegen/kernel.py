@@ -15,11 +15,12 @@ from collections.abc import Callable, Generator
 import numpy as np
 from llvmlite import ir
 
-from dlvm.codegen import conv_depthwise, conv_folded, conv_gemm
+from dlvm.codegen import conv_depthwise, conv_folded, conv_gemm, conv_long_sums
 from dlvm.codegen.combinators import not_inlinable
 from dlvm.codegen.conv_depthwise import DepthwiseConv
 from dlvm.codegen.conv_folded import ConvFolded
 from dlvm.codegen.conv_gemm import ConvGemm
+from dlvm.codegen.conv_long_sums import LongSums
 from dlvm.codegen.elementwise import binary, cast, compare, unary
 from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.gather import (
@@ -477,12 +478,17 @@ class KernelGen:
         self.each_output(t, at, begin, end)
 
     def convolve(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
-        """A depthwise convolution as a direct vectorised loop (dlvm.codegen.conv_depthwise); a
+        """A depthwise convolution with few outputs and long sums (a depthwise kernel's
+        gradient) as dlvm.codegen.conv_long_sums's loop; other depthwise convolutions as a
+        direct vectorised loop (dlvm.codegen.conv_depthwise); a
         convolution as matrix products (dlvm.codegen.conv_gemm) where it suits them, with
         the element loop for a thread that cannot have the products' scratch buffer; the
         element loop alone otherwise (and in a GPU thread's share)."""
         sched = self.fn.schedule
         lanes = max(1, sched.get("vectorize", 1)) if sched is not None else 1
+        if not self.flat and conv_long_sums.suits(self.core, lanes):
+            LongSums(self, self.core, out, lanes).emit_images(begin, end, self.conv_split)
+            return
         if not self.flat and conv_depthwise.suits(self.core, lanes):
             DepthwiseConv(self, self.core, out, lanes).emit_images(begin, end, self.conv_split)
             return
