@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from convlib import DTYPES, assert_close, out_shape, ty
 from irlib import ir_library
-from test_codegen_convolution import DTYPES, assert_close, out_shape, ty
 
 import dlvm
 from dlvm.interp import run_function

@@ -6,16 +6,19 @@ which convolutions take the folded path."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from gradcheck import add_gradient, differentiate
-from irlib import ir_library
-from test_codegen_convolution import DTYPES, assert_close, function, inputs, out_shape, symbol
+from convlib import (
+    DTYPES,
+    check_finite_differences,
+    check_forward,
+    check_gradients,
+    conv_library,
+    function,
+    symbol,
+)
 
-import dlvm
 from dlvm.codegen import conv_folded
-from dlvm.interp import run_function
-from dlvm.ir import module_text, parse_module
+from dlvm.ir import parse_module
 from dlvm.ir.values import Instruction, Module
 
 # (name, input shape, kernel shape, options): convolutions that fold their images.
@@ -45,19 +48,9 @@ PRIMALS = [
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     """One library: every case in both types and the seedable gradients of PRIMALS."""
-    parts = ['module "fold"\nstage raw\n']
-    for name, x, k, options in CASES + PRIMALS:
-        for dt in DTYPES:
-            parts.append(function(symbol(name, dt), x, k, options, dt))
-    module = parse_module("\n".join(parts), "fold.dl")
-    for name, *_ in PRIMALS:
-        for dt in DTYPES:
-            add_gradient(module, symbol(name, dt))
-    differentiate(module)
-    text = module_text(module)
-    path = ir_library(text, "fold", tmp_path_factory.mktemp("fold"))
-    with dlvm.load(path) as lib:
-        yield lib, parse_module(text, "fold.dl")
+    names = [p[0] for p in PRIMALS]
+    with conv_library("fold", CASES + PRIMALS, names, tmp_path_factory.mktemp("fold")) as built:
+        yield built
 
 
 def convolutions(module: Module, fn: str) -> list[Instruction]:
@@ -72,47 +65,19 @@ LANES = {"f32": 8, "f64": 4}  # AVX2
 @pytest.mark.parametrize("dt", list(DTYPES))
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c[0] for c in CASES])
 def test_folded_convolve_matches_interpreter(compiled, index, dt):
-    lib, reference = compiled
-    name, x, k, _ = CASES[index]
-    args = inputs(x, k, dt, index)
-    want = np.asarray(run_function(reference, symbol(name, dt), args))
-    assert_close(np.asarray(getattr(lib, symbol(name, dt))(*args)), want, dt)
+    check_forward(compiled, CASES[index], dt, index)
 
 
 @pytest.mark.parametrize("dt", list(DTYPES))
-@pytest.mark.parametrize("name", [p[0] for p in PRIMALS])
-def test_folded_gradients_match_interpreter(compiled, name, dt):
-    lib, reference = compiled
-    _, x, k, options = next(p for p in PRIMALS if p[0] == name)
-    args = inputs(x, k, dt, 7)
-    seed = np.random.default_rng(3).uniform(-1, 1, out_shape(x, k, options)).astype(DTYPES[dt])
-    fn = symbol(name, dt) + "_check"
-    want = run_function(reference, fn, [*args, seed])
-    got = getattr(lib, fn)(*args, seed)
-    assert len(got) == 2
-    for g, w in zip(got, want):
-        assert_close(np.asarray(g), np.asarray(w), dt)
+@pytest.mark.parametrize("index", range(len(PRIMALS)), ids=[p[0] for p in PRIMALS])
+def test_folded_gradients_match_interpreter(compiled, index, dt):
+    assert len(check_gradients(compiled, PRIMALS[index], dt, 7, 3)) == 2
 
 
-@pytest.mark.parametrize("name", [p[0] for p in PRIMALS])
-def test_folded_kernel_gradients_match_finite_differences(compiled, name):
-    """The compiled f64 kernel gradient of <seed, conv(x, k)> against central differences of
-    the compiled convolution, at 12 elements of the kernel."""
-    lib, _ = compiled
-    _, x, k, options = next(p for p in PRIMALS if p[0] == name)
-    args = inputs(x, k, "f64", 7)
-    rng = np.random.default_rng(11)
-    seed = rng.uniform(-1, 1, out_shape(x, k, options))
-    f = getattr(lib, symbol(name, "f64"))
-    grad = getattr(lib, symbol(name, "f64") + "_check")(*args, seed)[1]
-    eps = 1e-6
-    for _ in range(12):
-        at = tuple(int(rng.integers(0, n)) for n in k)
-        plus, minus = args[1].copy(), args[1].copy()
-        plus[at] += eps
-        minus[at] -= eps
-        numeric = (np.sum(seed * f(args[0], plus)) - np.sum(seed * f(args[0], minus))) / (2 * eps)
-        assert abs(grad[at] - numeric) <= 1e-6 * max(1.0, abs(numeric)), at
+@pytest.mark.parametrize("index", range(len(PRIMALS)), ids=[p[0] for p in PRIMALS])
+def test_folded_kernel_gradients_match_finite_differences(compiled, index):
+    """Both gradients, the kernel's the folded convolution, at 12 elements each."""
+    check_finite_differences(compiled, PRIMALS[index], 7, 10)
 
 
 @pytest.mark.parametrize("dt", list(DTYPES))

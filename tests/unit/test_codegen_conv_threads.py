@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from convlib import out_shape, ty
 from irlib import ir_library
-from test_codegen_convolution import out_shape, ty
 
 from dlvm.interp import run_function
 from dlvm.ir import parse_module

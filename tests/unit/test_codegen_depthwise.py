@@ -10,14 +10,23 @@ import math
 
 import numpy as np
 import pytest
-from gradcheck import add_gradient, differentiate
-from irlib import ir_library
-from test_codegen_convolution import DTYPES, assert_close, function, inputs, out_shape, symbol
+from convlib import (
+    DTYPES,
+    Case,
+    assert_close,
+    check_finite_differences,
+    check_forward,
+    check_gradients,
+    conv_library,
+    function,
+    inputs,
+    out_shape,
+    symbol,
+)
 
-import dlvm
 from dlvm.codegen import conv_depthwise, conv_long_sums
 from dlvm.interp import run_function
-from dlvm.ir import module_text, parse_module
+from dlvm.ir import parse_module
 
 # (name, input shape, kernel shape, options)
 CASES = [
@@ -49,67 +58,29 @@ GRADIENT_CASES = ["dw-3x3-pad", "dw-stride-2", "dw-multiplier-2", "dw-dilation-2
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     """One library: every case in both types, and the seedable gradients of GRADIENT_CASES."""
-    parts = ['module "dw"\nstage raw\n']
-    for name, x, k, options in CASES:
-        for dt in DTYPES:
-            parts.append(function(symbol(name, dt), x, k, options, dt))
-    module = parse_module("\n".join(parts), "dw.dl")
-    for name in GRADIENT_CASES:
-        for dt in DTYPES:
-            add_gradient(module, symbol(name, dt))
-    differentiate(module)
-    text = module_text(module)
-    path = ir_library(text, "dw", tmp_path_factory.mktemp("dw"))
-    with dlvm.load(path) as lib:
-        yield lib, parse_module(text, "dw.dl")
+    with conv_library("dw", CASES, GRADIENT_CASES, tmp_path_factory.mktemp("dw")) as built:
+        yield built
+
+
+def case_named(name: str) -> Case:
+    return next(c for c in CASES if c[0] == name)
 
 
 @pytest.mark.parametrize("dt", list(DTYPES))
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c[0] for c in CASES])
 def test_depthwise_matches_interpreter(compiled, index, dt):
-    lib, reference = compiled
-    name, x, k, _ = CASES[index]
-    args = inputs(x, k, dt, index)
-    want = np.asarray(run_function(reference, symbol(name, dt), args))
-    assert_close(np.asarray(getattr(lib, symbol(name, dt))(*args)), want, dt)
+    check_forward(compiled, CASES[index], dt, index)
 
 
 @pytest.mark.parametrize("dt", list(DTYPES))
 @pytest.mark.parametrize("name", GRADIENT_CASES)
 def test_gradients_match_interpreter(compiled, name, dt):
-    lib, reference = compiled
-    index = [c[0] for c in CASES].index(name)
-    _, x, k, options = CASES[index]
-    args = inputs(x, k, dt, index)
-    seed = np.random.default_rng(99).uniform(-1, 1, out_shape(x, k, options)).astype(DTYPES[dt])
-    fn = symbol(name, dt) + "_check"
-    want = run_function(reference, fn, [*args, seed])
-    got = getattr(lib, fn)(*args, seed)
-    for g, w in zip(got, want):
-        assert_close(np.asarray(g), np.asarray(w), dt)
+    check_gradients(compiled, case_named(name), dt, CASES.index(case_named(name)), 99)
 
 
 @pytest.mark.parametrize("name", GRADIENT_CASES)
 def test_gradients_match_finite_differences(compiled, name):
-    """The compiled f64 gradient of <seed, conv(x, k)> against central differences of the
-    compiled convolution, at 12 elements of each operand."""
-    lib, _ = compiled
-    index = [c[0] for c in CASES].index(name)
-    _, x, k, options = CASES[index]
-    args = inputs(x, k, "f64", index)
-    rng = np.random.default_rng(5)
-    seed = rng.uniform(-1, 1, out_shape(x, k, options))
-    f = getattr(lib, symbol(name, "f64"))
-    grads = getattr(lib, symbol(name, "f64") + "_check")(*args, seed)
-    eps = 1e-6
-    for i, grad in enumerate(grads):
-        for _ in range(12):
-            at = tuple(int(rng.integers(0, n)) for n in args[i].shape)
-            plus, minus = [a.copy() for a in args], [a.copy() for a in args]
-            plus[i][at] += eps
-            minus[i][at] -= eps
-            numeric = (np.sum(seed * f(*plus)) - np.sum(seed * f(*minus))) / (2 * eps)
-            assert abs(grad[at] - numeric) <= 1e-6 * max(1.0, abs(numeric)), (i, at)
+    check_finite_differences(compiled, case_named(name), CASES.index(case_named(name)), 5)
 
 
 def test_which_convolutions_are_depthwise():
@@ -151,19 +122,10 @@ def kernel_gradient(x: np.ndarray, seed: np.ndarray, strides: tuple[int, ...]) -
 
 @pytest.fixture(scope="module")
 def pointwise(tmp_path_factory):
-    parts = ['module "pw"\nstage raw\n']
-    for name, x, k, options, _ in POINTWISE_CASES:
-        for dt in DTYPES:
-            parts.append(function(symbol(name, dt), x, k, options, dt))
-    module = parse_module("\n".join(parts), "pw.dl")
-    for name, *_ in POINTWISE_CASES:
-        for dt in DTYPES:
-            add_gradient(module, symbol(name, dt), wrt=(1,))
-    differentiate(module)
-    text = module_text(module)
-    path = ir_library(text, "pw", tmp_path_factory.mktemp("pw"))
-    with dlvm.load(path) as lib:
-        yield lib, parse_module(text, "pw.dl")
+    cases = [c[:4] for c in POINTWISE_CASES]
+    names = [c[0] for c in cases]
+    with conv_library("pw", cases, names, tmp_path_factory.mktemp("pw"), wrt=(1,)) as built:
+        yield built
 
 
 @pytest.mark.parametrize("dt", list(DTYPES))
@@ -209,26 +171,10 @@ KERNEL_GRADIENT_CASES = [
 
 @pytest.fixture(scope="module")
 def kernel_gradients(tmp_path_factory):
-    parts = ['module "kg"\nstage raw\n']
-    for name, x, k, options in KERNEL_GRADIENT_CASES:
-        for dt in DTYPES:
-            parts.append(function(symbol(name, dt), x, k, options, dt))
-    module = parse_module("\n".join(parts), "kg.dl")
-    for name, *_ in KERNEL_GRADIENT_CASES:
-        for dt in DTYPES:
-            add_gradient(module, symbol(name, dt), wrt=(1,))
-    differentiate(module)
-    text = module_text(module)
-    path = ir_library(text, "kg", tmp_path_factory.mktemp("kg"))
-    with dlvm.load(path) as lib:
-        yield lib, parse_module(text, "kg.dl")
-
-
-def kernel_gradient_case(index: int, dt: str) -> tuple[str, list[np.ndarray], np.ndarray]:
-    name, x, k, options = KERNEL_GRADIENT_CASES[index]
-    args = inputs(x, k, dt, index)
-    seed = np.random.default_rng(11).uniform(-1, 1, out_shape(x, k, options)).astype(DTYPES[dt])
-    return symbol(name, dt), args, seed
+    names = [c[0] for c in KERNEL_GRADIENT_CASES]
+    directory = tmp_path_factory.mktemp("kg")
+    with conv_library("kg", KERNEL_GRADIENT_CASES, names, directory, wrt=(1,)) as built:
+        yield built
 
 
 @pytest.mark.parametrize("dt", list(DTYPES))
@@ -238,41 +184,24 @@ def kernel_gradient_case(index: int, dt: str) -> tuple[str, list[np.ndarray], np
 def test_depthwise_kernel_gradient_matches_interpreter(kernel_gradients, index, dt):
     """Compiled against interpreted; the adjoint's convolution has every image's channel as a
     group (batch and channels not exchanged) and suits the long-sums loop."""
-    lib, reference = kernel_gradients
-    fn, args, seed = kernel_gradient_case(index, dt)
-    (want,) = run_function(reference, fn + "_check", [*args, seed])
-    assert_close(np.asarray(lib_call(lib, fn + "_check", args, seed)), np.asarray(want), dt)
-    body = reference.function_named(fn + "_check").blocks[0].instructions
-    adjoint = [i for i in body if i.opcode == "convolve"][1]
+    case = KERNEL_GRADIENT_CASES[index]
+    check_gradients(kernel_gradients, case, dt, index, 11)
+    _, x, k, _ = case
+    body = kernel_gradients[1].function_named(symbol(case[0], dt) + "_check").blocks[0]
+    adjoint = [i for i in body.instructions if i.opcode == "convolve"][1]
     kernel, out = adjoint.operands[1].type.shape, adjoint.type.shape
-    assert out[:2] == (1, args[0].shape[0] * args[1].shape[0])
+    assert out[:2] == (1, x[0] * k[0])
     assert kernel[1] == 1 and math.prod(kernel[2:]) > conv_depthwise.MAX_TAPS
     assert math.prod(out[2:]) <= conv_long_sums.MAX_OUTPUTS
-
-
-def lib_call(lib, fn: str, args: list[np.ndarray], seed: np.ndarray) -> np.ndarray:
-    return np.asarray(getattr(lib, fn)(*args, seed))  # a result of one tensor comes back bare
 
 
 @pytest.mark.parametrize(
     "index", range(len(KERNEL_GRADIENT_CASES)), ids=[c[0] for c in KERNEL_GRADIENT_CASES]
 )
 def test_depthwise_kernel_gradient_matches_finite_differences(kernel_gradients, index):
-    """The compiled f64 kernel gradient of <seed, conv(x, k)> against central differences of
-    the compiled convolution, at 8 elements of the kernel."""
-    lib, _ = kernel_gradients
-    fn, args, seed = kernel_gradient_case(index, "f64")
-    grad = lib_call(lib, fn + "_check", args, seed)
-    f = getattr(lib, fn)
-    rng = np.random.default_rng(3)
-    eps = 1e-6
-    for _ in range(8):
-        at = tuple(int(rng.integers(0, n)) for n in args[1].shape)
-        plus, minus = args[1].copy(), args[1].copy()
-        plus[at] += eps
-        minus[at] -= eps
-        numeric = (np.sum(seed * f(args[0], plus)) - np.sum(seed * f(args[0], minus))) / (2 * eps)
-        assert abs(grad[at] - numeric) <= 1e-6 * max(1.0, abs(numeric)), at
+    check_finite_differences(
+        kernel_gradients, KERNEL_GRADIENT_CASES[index], index, 11, wrt=(1,), points=8
+    )
 
 
 def test_which_convolutions_have_long_sums():
