@@ -67,12 +67,12 @@ def suits(conv: Instruction, lanes: int) -> bool:
     )
 
 
-class DepthwiseConv:
-    """The direct loop of one depthwise convolve of kg's kernel into `out`."""
+class DirectConv:
+    """A convolve of kg's kernel computed into `out` by a direct loop, one input channel per
+    group (this module's and conv_long_sums's): its operands, shapes and options."""
 
     def __init__(self, kg: KernelGen, conv: Instruction, out: ir.Value, lanes: int) -> None:
-        self.kg, self.b, self.out, self.lanes = kg, kg.b, out, lanes
-        self.conv = conv
+        self.kg, self.b, self.out, self.lanes, self.conv = kg, kg.b, out, lanes, conv
         x, kernel = conv.operands
         xt, kt, t = x.type, kernel.type, conv.type
         assert isinstance(xt, TensorType) and isinstance(kt, TensorType)
@@ -89,6 +89,13 @@ class DepthwiseConv:
         self.cout_g = kt.shape[0] // (a.get("groups") or 1)
         self.taps = kt.shape[2:]
         self.in_shape, self.out_shape = xt.shape[2:], t.shape[2:]
+
+
+class DepthwiseConv(DirectConv):
+    """The direct loop of one depthwise convolve of kg's kernel into `out`."""
+
+    def __init__(self, kg: KernelGen, conv: Instruction, out: ir.Value, lanes: int) -> None:
+        super().__init__(kg, conv, out, lanes)
         # The interior of the last axis: vectors of outputs from `first` whose every tap, read
         # as whole loads, stays inside the input row, up to `end`.
         s, lo, rd, width = self.strides[-1], self.lows[-1], self.rd[-1], self.in_shape[-1]

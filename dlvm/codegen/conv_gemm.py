@@ -239,14 +239,7 @@ class ConvGemm(MatMul):
             row = b.mul(b.sub(q, p0), _c(self.row_stride))
 
             def out_row(rr: ir.Value) -> None:
-                r = b.add(r0, rr)
-                outer = unravel(b, r, self.positions[:-1]) if self.positions[:-1] else []
-                inside: ir.Value = ir.Constant(ir.IntType(1), 1)
-                at = [n, channel]
-                for d, o in enumerate(outer):
-                    pos, ok = self.input_position(d, o, taps[d])
-                    inside = b.and_(inside, ok)
-                    at.append(b.select(ok, pos, _c(0)))
+                at, inside = self.input_row(n, channel, b.add(r0, rr), taps)
                 dst = b.add(row, b.mul(rr, _c(width)))
                 shift = b.sub(b.mul(taps[-1], _c(self.rd[-1])), _c(self.padding[-1][0]))
                 self.copy_run(buf, dst, 1, width, at, self.strides[-1], shift, inside)
@@ -271,14 +264,7 @@ class ConvGemm(MatMul):
             first = b.mul(b.sub(q, p0), _c(self.row_stride))
 
             def out_row(rr: ir.Value) -> None:
-                r = b.add(r0, rr)
-                outer = unravel(b, r, self.positions[:-1]) if self.positions[:-1] else []
-                inside: ir.Value = ir.Constant(ir.IntType(1), 1)
-                at = [n, channel]
-                for d, o in enumerate(outer):
-                    pos, ok = self.input_position(d, o, outer_taps[d])
-                    inside = b.and_(inside, ok)
-                    at.append(b.select(ok, pos, _c(0)))
+                at, inside = self.input_row(n, channel, b.add(r0, rr), outer_taps)
 
                 def column(o: ir.Value) -> None:
                     dst = b.add(first, b.add(b.mul(rr, _c(width)), o))
@@ -291,6 +277,21 @@ class ConvGemm(MatMul):
             counted_loop(b, 0, rows, out_row, name="orow")
 
         counted_loop(b, 0, b.udiv(b.sub(p1, p0), _c(taps)), run, name="run")
+
+    def input_row(
+        self, n: ir.Value, channel: ir.Value, r: ir.Value, taps: list[ir.Value]
+    ) -> tuple[list[ir.Value], ir.Value]:
+        """The index (less its last axis) of the input row that output row r reads at the outer
+        axes' taps, clamped inside the input, and whether that row is inside it."""
+        b = self.b
+        outer = unravel(b, r, self.positions[:-1]) if self.positions[:-1] else []
+        inside: ir.Value = ir.Constant(ir.IntType(1), 1)
+        at = [n, channel]
+        for d, o in enumerate(outer):
+            pos, ok = self.input_position(d, o, taps[d])
+            inside = b.and_(inside, ok)
+            at.append(b.select(ok, pos, _c(0)))
+        return at, inside
 
     def input_position(self, d: int, o: ir.Value, t: ir.Value) -> tuple[ir.Value, ir.Value]:
         """The input position along spatial axis d that output position o reads at tap t, and

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from dlvm.codegen.conv_depthwise import MAX_DEINTERLEAVE, MAX_TAPS
+from dlvm.codegen.conv_depthwise import MAX_DEINTERLEAVE, MAX_TAPS, DirectConv
 from dlvm.codegen.conv_gemm import image_blocks
 from dlvm.codegen.llvm_types import I1, I32, I64, PTR, memory_type, value_type
 from dlvm.codegen.loops import counted_loop, unravel
@@ -35,7 +35,7 @@ from dlvm.ir.types import TensorType
 from dlvm.ir.values import Argument, Instruction
 
 if TYPE_CHECKING:
-    from dlvm.codegen.kernel import KernelGen
+    pass
 
 MAX_OUTPUTS = 64  # output positions per channel, each a register of accumulators
 CHAINS = 8  # independent multiply-add chains that keep the FMA units busy
@@ -68,27 +68,8 @@ def suits(conv: Instruction, lanes: int) -> bool:
     )
 
 
-class LongSums:
+class LongSums(DirectConv):
     """The loop of one such convolve of kg's kernel into `out`."""
-
-    def __init__(self, kg: KernelGen, conv: Instruction, out: ir.Value, lanes: int) -> None:
-        self.kg, self.b, self.out, self.lanes, self.conv = kg, kg.b, out, lanes, conv
-        x, kernel = conv.operands
-        xt, kt, t = x.type, kernel.type, conv.type
-        assert isinstance(xt, TensorType) and isinstance(kt, TensorType)
-        assert isinstance(t, TensorType)
-        self.x, self.kernel, self.xt, self.t = x, kernel, xt, t
-        self.dt = t.dtype
-        self.elem_ty = value_type(self.dt)
-        self.vt = ir.VectorType(self.elem_ty, lanes)
-        spatial = len(xt.shape) - 2
-        a = conv.attrs
-        self.strides = a.get("strides") or (1,) * spatial
-        self.lows = tuple(lo for lo, _ in (a.get("padding") or ((0, 0),) * spatial))
-        self.rd = a.get("rightDilation") or (1,) * spatial
-        self.cout_g = kt.shape[0] // (a.get("groups") or 1)
-        self.taps = kt.shape[2:]
-        self.in_shape, self.out_shape = xt.shape[2:], t.shape[2:]
 
     # Geometry of the last axis --------------------------------------------------------------
 
