@@ -90,6 +90,22 @@ class DirectConv:
         self.taps = kt.shape[2:]
         self.in_shape, self.out_shape = xt.shape[2:], t.shape[2:]
 
+    def emit_images(self, begin: ir.Value, end: ir.Value, split: int = 1) -> None:
+        """Shares [begin, end) of the images, each cut into `split` blocks of output rows
+        (conv_gemm.image_blocks, compute-scheduling's `split`): every output channel of each."""
+        b = self.b
+        rows = math.prod(self.out_shape[:-1])
+
+        def image(n: ir.Value, r0: ir.Value) -> None:
+            counted_loop(b, 0, self.t.shape[1], lambda oc: self.channel(n, oc, r0, rows // split),
+                         name="chan")  # fmt: skip
+
+        image_blocks(b, begin, end, split, rows, image)
+
+    def channel(self, n: ir.Value, oc: ir.Value, r0: ir.Value, rows: int) -> None:
+        """Output rows [r0, r0 + rows) of channel oc of image n: the loop's own."""
+        raise NotImplementedError
+
 
 class DepthwiseConv(DirectConv):
     """The direct loop of one depthwise convolve of kg's kernel into `out`."""
@@ -104,18 +120,6 @@ class DepthwiseConv(DirectConv):
         reach = (self.taps[-1] - 1) * rd - lo + span  # past o·s, what a lane's last tap reads
         self.end = min(self.out_shape[-1], (width - reach) // s + 1)
         self.end = max(self.end, self.first)
-
-    def emit_images(self, begin: ir.Value, end: ir.Value, split: int = 1) -> None:
-        """Shares [begin, end) of the images, each cut into `split` blocks of output rows
-        (conv_gemm.image_blocks, compute-scheduling's `split`)."""
-        b = self.b
-        rows = math.prod(self.out_shape[:-1])
-
-        def image(n: ir.Value, r0: ir.Value) -> None:
-            counted_loop(b, 0, self.t.shape[1], lambda oc: self.channel(n, oc, r0, rows // split),
-                         name="dwc")  # fmt: skip
-
-        image_blocks(b, begin, end, split, rows, image)
 
     def channel(self, n: ir.Value, oc: ir.Value, r0: ir.Value, rows: int) -> None:
         """Output rows [r0, r0 + rows) of channel oc of image n."""

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from dlvm.codegen.conv_depthwise import MAX_DEINTERLEAVE, MAX_TAPS, DirectConv
-from dlvm.codegen.conv_gemm import image_blocks
 from dlvm.codegen.llvm_types import I1, I32, I64, PTR, memory_type, value_type
 from dlvm.codegen.loops import counted_loop, unravel
 from dlvm.ir.types import TensorType
@@ -96,17 +95,6 @@ class LongSums(DirectConv):
         ]
 
     # Emission -------------------------------------------------------------------------------
-
-    def emit_images(self, begin: ir.Value, end: ir.Value, split: int = 1) -> None:
-        """Shares [begin, end) of the images, each cut into `split` blocks of output rows."""
-        b = self.b
-        rows = math.prod(self.out_shape[:-1])
-
-        def image(n: ir.Value, r0: ir.Value) -> None:
-            counted_loop(b, 0, self.t.shape[1], lambda oc: self.channel(n, oc, r0, rows // split),
-                         name="lsc")  # fmt: skip
-
-        image_blocks(b, begin, end, split, rows, image)
 
     def channel(self, n: ir.Value, oc: ir.Value, r0: ir.Value, rows: int) -> None:
         """Output rows [r0, r0 + rows) of channel oc of image n."""

@@ -243,13 +243,17 @@ class CallLowerer:
             return True
         if tv.weak and not actual:
             return True  # a number stretches to the parameter's shape
-        if len(shape.dims) != len(actual):
+
+        def mismatch() -> bool:
             self.cx.error(
                 span,
                 f"{what}: expected {_written(shape)}, found {shape_str(actual)}",
                 _bound_details(cs),
             )
             return False
+
+        if len(shape.dims) != len(actual):
+            return mismatch()
         arithmetic = [(d, n) for d, n in zip(shape.dims, actual) if d.op is not None]
         for d, n in zip(shape.dims, actual):
             if d.op is not None:
@@ -264,12 +268,7 @@ class CallLowerer:
                     cs.dims[d.value] = n
                     continue
             if expected != n:
-                self.cx.error(
-                    span,
-                    f"{what}: expected {_written(shape)}, found {shape_str(actual)}",
-                    _bound_details(cs),
-                )
-                return False
+                return mismatch()
         for d, n in arithmetic:
             unbound = [x for x in d.names() if self.resolve.lookup_dim(x, cs) is None]
             if unbound:
@@ -284,12 +283,7 @@ class CallLowerer:
             if expected is None:
                 return False
             if expected != n:
-                self.cx.error(
-                    span,
-                    f"{what}: expected {_written(shape)}, found {shape_str(actual)}",
-                    _bound_details(cs),
-                )
-                return False
+                return mismatch()
         return True
 
 
