@@ -43,31 +43,7 @@ def read_source(path: str) -> str:
     """The text of a regular file of at most MAX_SOURCE_BYTES bytes; Unreadable otherwise.
     The file is opened without blocking and checked before it is read, so a FIFO (which would
     wait for a writer) or a device such as /dev/zero (which never ends) is refused at once."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise Unreadable("no such file") from None
-    except IsADirectoryError:
-        raise Unreadable("is a directory") from None
-    except OSError as e:
-        raise Unreadable(e.strerror or str(e)) from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise Unreadable("is a directory")
-        if not stat.S_ISREG(info.st_mode):
-            kind = _KINDS.get(stat.S_IFMT(info.st_mode), "a special file")
-            raise Unreadable(f"is {kind}, not a regular file")
-        if info.st_size > MAX_SOURCE_BYTES:
-            raise Unreadable(_too_large(info.st_size))
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(MAX_SOURCE_BYTES + 1)  # the file may have grown since
-    except OSError as e:
-        raise Unreadable(e.strerror or str(e)) from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_SOURCE_BYTES:
-        raise Unreadable(_too_large(len(data)))
+    data = read_bytes(path, MAX_SOURCE_BYTES, "a source file")
     try:
         return _newlines(data.decode("utf-8"))
     except UnicodeDecodeError as e:
@@ -84,6 +60,38 @@ def _newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
-def _too_large(size: int) -> str:
-    limit = MAX_SOURCE_BYTES // (1024 * 1024)
-    return f"is {size / (1024 * 1024):.0f} MiB; a source file may have at most {limit} MiB"
+def _too_large(size: int, limit: int, what: str) -> str:
+    mib = 1024 * 1024
+    return f"is {size / mib:.0f} MiB; {what} may have at most {limit // mib} MiB"
+
+
+def read_bytes(path: str, limit: int, what: str) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes (`what` names such a file in the
+    message when it is larger: "a source file"); Unreadable otherwise, checked as read_source
+    does before anything is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise Unreadable("no such file") from None
+    except IsADirectoryError:
+        raise Unreadable("is a directory") from None
+    except OSError as e:
+        raise Unreadable(e.strerror or str(e)) from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise Unreadable("is a directory")
+        if not stat.S_ISREG(info.st_mode):
+            kind = _KINDS.get(stat.S_IFMT(info.st_mode), "a special file")
+            raise Unreadable(f"is {kind}, not a regular file")
+        if info.st_size > limit:
+            raise Unreadable(_too_large(info.st_size, limit, what))
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)  # the file may have grown since
+    except OSError as e:
+        raise Unreadable(e.strerror or str(e)) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise Unreadable(_too_large(len(data), limit, what))
+    return data

@@ -233,6 +233,19 @@ class Reshape(Node):
     shape: Shape
 
 
+@dataclass(frozen=True, slots=True)
+class Imported(Node):
+    """What a file other than TEL gives the model (`use ./model.onnx`): the initial value of one
+    of the graph's parameters, or the body of the graph's def. `value` is the array or the graph
+    (telc/onnx_use.py); `reads` names the declarations and flags it depends on, so that the
+    queries that walk the tree (which parameters a def reads, whether it reads `training`) see
+    them. Never parsed: the spans are the `use`'s."""
+
+    what: str
+    value: object = field(repr=False, compare=False)
+    reads: tuple[Name, ...] = ()
+
+
 Expr = (
     Name
     | Number
@@ -247,6 +260,7 @@ Expr = (
     | ShapeLiteral
     | Conditional
     | Reshape
+    | Imported
 )
 
 

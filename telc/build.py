@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from dlvm.c_compiler import c_compiler
-from dlvm.diagnostics import BuildFailure
+from dlvm.diagnostics import BuildFailure, Diagnostic, DiagnosticError
 from dlvm.ir.printer import module_text
 from dlvm.library_check import digest_path
-from dlvm.sources import read_text
+from dlvm.sources import Unreadable, read_bytes, read_text
 from telc.ast import dump
 from telc.cache import Cache, CacheError, build_key, install, write_atomically
 from telc.driver import (
@@ -30,6 +30,7 @@ from telc.driver import (
     lower_program,
     optimize,
 )
+from telc.onnx_use import MAX_ONNX_BYTES, OnnxOptions, model_source
 from telc.program import load
 
 CACHED = ("llvm", "obj", "so")
@@ -56,13 +57,17 @@ def produce(
     timings: Timings | None = None,
     cache: Cache | None = None,
     warn: Callable[[str], None] = lambda message: None,
+    onnx: OnnxOptions | None = None,
 ) -> Product:
-    """Builds `path` up to stage `emit`. For so, the library is installed at `output` (with the
-    headers beside it). `warn` hears why the cache could not be used; the build goes on
-    without it."""
+    """Builds `path` up to stage `emit`; an ONNX file is built as the TEL model that
+    model_text makes of it (`onnx` says what to add), which emit `tel` gives. For so, the
+    library is installed at `output` (with the headers beside it). `warn` hears why the cache
+    could not be used; the build goes on without it."""
     assert emit != "so" or output is not None, "a library needs an output path"
     timings = timings if timings is not None else Timings()
-    text = read_text(path)
+    path, text = model_text(path, onnx)
+    if emit == "tel":
+        return Product(text)
     if emit == "ast":
         with timings.stage("parse"):
             return Product(dump(load(path, text, options.values).root.tree))
@@ -201,6 +206,18 @@ def _add_time(timings: Timings, stage: str, seconds: float) -> None:
             timings.stages[i] = (name, before + seconds)
             return
     timings.stages.append((stage, seconds))
+
+
+def model_text(path: str, onnx: OnnxOptions | None) -> tuple[str, str]:
+    """The path and text of the TEL model `path` is: the file itself, or for an ONNX file the
+    model that uses it (telc/onnx_use.py), as `model.onnx.tel` beside it, which no file is."""
+    if not path.endswith(".onnx"):
+        return path, read_text(path)
+    try:
+        data = read_bytes(path, MAX_ONNX_BYTES, "an ONNX model")
+    except Unreadable as e:
+        raise DiagnosticError([Diagnostic(f"{path}: {e.reason}")]) from None
+    return path + ".tel", model_source(path, data, onnx or OnnxOptions())
 
 
 def _cc_identity() -> str:

@@ -36,7 +36,9 @@ from telc.driver import (
     parse_defines,
     shown_define,
 )
+from telc.onnx_use import OnnxOptions, Training
 from telc.progress import Progress, console
+from telc.types import DTYPES
 
 T = TypeVar("T")
 
@@ -108,6 +110,42 @@ def _defines(ctx: click.Context, param: click.Parameter, value: tuple[str, ...])
             reason = " is not NAME=NUMBER (such as -D B=64)" if malformed else f": {e}"
             raise click.BadParameter(f"'{shown_define(item)}'{reason}") from None
     return tuple(parse_defines(list(value)).items())
+
+
+def _dims(text: str) -> tuple[int, ...] | None:
+    """`1x3x224x224` as a shape (`scalar` for []), None if it is not one."""
+    if text == "scalar":
+        return ()
+    parts = text.split("x")
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def _shapes(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
+    given: dict[str, tuple[int, ...]] = {}
+    for item in value:
+        name, sep, text = item.partition("=")
+        dims = _dims(text)
+        if not sep or not name or dims is None:
+            raise click.BadParameter(f"'{item}' is not NAME=SHAPE (such as --shape x=1x3x224x224)")
+        if name in given:
+            raise click.BadParameter(f"the shape of '{name}' is given twice")
+        given[name] = dims
+    return tuple(given.items())
+
+
+def _labels(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value is None:
+        return None
+    parts = value.split(":")
+    dims = _dims(parts[1]) if len(parts) in (2, 3) else None
+    dtype = parts[2] if len(parts) == 3 else None
+    if dims is None or not parts[0].isidentifier() or (dtype is not None and dtype not in DTYPES):
+        raise click.BadParameter(
+            f"'{value}' is not NAME:SHAPE or NAME:SHAPE:DTYPE (such as labels:16x10:f32)"
+        )
+    return parts[0], dims, dtype
 
 
 def _inputs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
@@ -199,6 +237,58 @@ _codegen = _options(
 )
 
 
+_onnx = _options(
+    click.option(
+        "--shape",
+        "shapes",
+        multiple=True,
+        metavar="NAME=SHAPE",
+        callback=_shapes,
+        help="An ONNX model's input shape (such as x=1x3x224x224; repeatable). Without it, a "
+        "dynamic dimension is a dim of the model, 1 unless -D sets it.",
+    ),
+    click.option(
+        "--train-loss",
+        metavar="LOSS",
+        help="Add a train entry to an ONNX model: LOSS (a def of nn such as "
+        "softmax_cross_entropy, sparse_softmax_cross_entropy or mse) of its first output and "
+        "--labels, minimised by --optimizer.",
+    ),
+    click.option(
+        "--labels",
+        metavar="NAME:SHAPE[:DTYPE]",
+        callback=_labels,
+        help="The labels input of --train-loss (such as labels:16x10 or targets:16:i64).",
+    ),
+    click.option(
+        "--optimizer",
+        default="adam()",
+        show_default=True,
+        metavar="OPT",
+        help="The optimiser of --train-loss, a def of optim with its arguments (such as "
+        "'sgd(rate: 0.1)').",
+    ),
+)
+
+
+def _onnx_options(
+    file: str, shapes: Any, train_loss: str | None, labels: Any, optimizer: str
+) -> OnnxOptions | None:
+    """What `telc build model.onnx` adds; a usage error for options that need an ONNX model
+    or each other."""
+    if not file.endswith(".onnx"):
+        if shapes or train_loss or labels:
+            raise click.UsageError("--shape, --train-loss and --labels are for ONNX models")
+        return None
+    if (train_loss is None) != (labels is None):
+        raise click.UsageError("--train-loss and --labels go together")
+    training = None
+    if train_loss is not None:
+        name, dims, dtype = labels
+        training = Training(train_loss, name, dims, dtype, optimizer)
+    return OnnxOptions(shapes, training)
+
+
 def _build_options(
     defines: Any, level: str, target: str, cpu: str, gpu: str, tf32: bool
 ) -> BuildOptions:
@@ -252,6 +342,10 @@ Examples:
   telc build model.tel --emit llvm -o m.ll
   telc build model.tel --emit ptx --gpu sm_80 # the CUDA kernels for an A100
   telc build model.tel -v --no-cache         # every pass and kernel, built afresh
+  telc build lenet.onnx -D batch=16          # an ONNX model, its dynamic batch 16
+  telc build lenet.onnx --emit tel           # the TEL model it is built as
+  telc build lenet.onnx --train-loss softmax_cross_entropy --labels labels:16x10 \\
+      --optimizer 'adam(rate: 1e-3)' -D batch=16
 
 """
     + EXIT_STATUS,
@@ -275,6 +369,7 @@ Examples:
 @_define
 @_quiet
 @_verbose
+@_onnx
 def build(
     file: str,
     emit: str,
@@ -288,8 +383,13 @@ def build(
     defines: Any,
     quiet: bool,
     verbose: bool,
+    shapes: Any,
+    train_loss: str | None,
+    labels: Any,
+    optimizer: str,
 ) -> None:
     _chatter(quiet, verbose)
+    onnx = _onnx_options(file, shapes, train_loss, labels, optimizer)
     if emit == "obj" and not output and sys.stdout.isatty():
         raise click.UsageError("--emit obj writes binary: give -o FILE.o (or a pipe)")
     options = _build_options(defines, level, target, cpu, gpu, tf32)
@@ -302,7 +402,14 @@ def build(
 
         with progress:
             return produce(
-                file, emit, options, library, progress.timings, _cache(no_cache), warnings.append
+                file,
+                emit,
+                options,
+                library,
+                progress.timings,
+                _cache(no_cache),
+                warnings.append,
+                onnx,
             )
 
     product = _guard(work)

@@ -23,7 +23,7 @@ from telc.limits import MAX_DIGITS, digits
 from telc.lower import Interface, lower
 from telc.program import Program, load
 
-STAGES = ("ast", "ir", "optimized", "compute", "schedule", "llvm", "asm", "ptx", "obj", "so")
+STAGES = ("tel", "ast", "ir", "optimized", "compute", "schedule", "llvm", "asm", "ptx", "obj", "so")
 TARGETS = ("cpu", "cuda")
 
 

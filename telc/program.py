@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError, Location, Source
 from dlvm.ir.types import DataType
-from dlvm.sources import Unreadable, read_source
+from dlvm.sources import Unreadable, read_bytes, read_source
 from telc import ast
 from telc.limits import MAX_USE_DEPTH, deep_stack, help_line
+from telc.onnx_use import MAX_ONNX_BYTES, load_graph
 from telc.syntax import parse
 from telc.types import DTYPES
 
@@ -145,6 +146,15 @@ class _Loader:
                     self.error("'type' must come before the declarations it applies to", item.span)
                 else:
                     unit.dtype = dtype
+            elif isinstance(item, ast.UseDecl) and item.target.endswith(".onnx"):
+                graph = self.use_onnx(unit, item, is_root)
+                if graph is not None:
+                    seen_decl = True
+                    if define(graph[0].name, item.target_span):
+                        unit.functions[graph[0].name] = graph[0]
+                    for p in graph[1]:
+                        if define(p.name, item.target_span):
+                            unit.declarations[p.name] = p
             elif isinstance(item, ast.UseDecl):
                 self.use(unit, item)
             elif isinstance(item, ast.DimDecl):
@@ -177,6 +187,41 @@ class _Loader:
                         unit.declarations[d.name] = d
                         if isinstance(item, ast.Recurrent):
                             unit.recurrent_of[d.name] = item
+
+    def use_onnx(
+        self, unit: Unit, item: ast.UseDecl, is_root: bool
+    ) -> tuple[ast.Function, list[ast.Declaration]] | None:
+        """`use ./model.onnx`: the graph's def and its parameters' declarations, for the model's
+        own file to define (telc/onnx_use.py). The file becomes a unit of its own, with nothing
+        in it, so that the program's files (and the build's key) include it."""
+        if not is_root:
+            self.error(
+                "only the model's own file can use an ONNX model: its initializers become the "
+                "model's parameters",
+                item.span,
+            )
+            return None
+        if not item.is_path:
+            self.error(f"an ONNX model is used by its path: use ./{item.target}", item.span)
+            return None
+        path = os.path.normpath(os.path.join(os.path.dirname(unit.path), item.target))
+        try:
+            data = read_bytes(path, MAX_ONNX_BYTES, "an ONNX model")
+        except Unreadable as e:
+            self.error(f"cannot read '{item.target}': {path}: {e.reason}", item.target_span)
+            return None
+        try:
+            graph, fn, decls = load_graph(path, data, item)
+        except DiagnosticError as e:
+            self.diags.extend(e.diagnostics)
+            return None
+        key = os.path.abspath(path)
+        if key not in self.by_path:
+            empty = ast.Module(item.span, ())
+            used = Unit(path, Source(path, f"onnx sha256 {graph.digest}\n"), empty, graph.name)
+            self.by_path[key] = used
+            self.order.append(used)
+        return fn, decls
 
     def use(self, unit: Unit, item: ast.UseDecl) -> None:
         if item.is_path:

@@ -13,7 +13,7 @@ from typing import Any
 from dlvm.ir.literals import AggregateLiteral, ScalarLiteral
 from dlvm.ir.ops import OpDef, lookup
 from dlvm.ir.typerules import TypeRuleError, gradient_type
-from dlvm.ir.types import FunctionType, TupleType, Type
+from dlvm.ir.types import FunctionType, TensorType, TupleType, Type
 from dlvm.ir.values import (
     Argument,
     Block,
@@ -87,6 +87,25 @@ def create(op: OpDef, operands: list[Value], name: str | None = None, **attrs: A
 def constant(value: int | float | bool, type: Type) -> LiteralValue:
     """A scalar literal use such as `1: f32`."""
     return LiteralValue(ScalarLiteral(value), type)
+
+
+def tensor_literal(array: Any, type: TensorType) -> LiteralValue:
+    """The literal of a whole tensor (`<<1: f32, 2: f32>: <2 x f32>, …>`) from an array-like of
+    type's shape (a NumPy array, nested lists), each element converted to type's element
+    kind: integers stay integers, floats Python floats."""
+    dt = type.dtype
+    scalar = TensorType((), dt)
+    convert = bool if dt.is_bool else int if dt.is_int else float
+
+    def build(values: Any, shape: tuple[int, ...]) -> LiteralValue:
+        if not shape:
+            return LiteralValue(ScalarLiteral(convert(values)), scalar)
+        inner = shape[1:]
+        items = tuple(build(v, inner) for v in values)
+        return LiteralValue(AggregateLiteral("tensor", items), TensorType(shape, dt))
+
+    values = array.tolist() if hasattr(array, "tolist") else array
+    return build(values, type.shape)
 
 
 def tuple_literal(elements: Sequence[Value]) -> LiteralValue:

@@ -11,6 +11,7 @@ from telc import ast
 from telc.lower.builtins import BUILTINS
 from telc.lower.context import Abort, Context, Scope
 from telc.lower.dependencies import previous_step
+from telc.lower.imported import ImportedLowerer
 from telc.lower.interfaces import CallLowering
 from telc.lower.resolve import Resolver
 from telc.lower.tensor_ops import TensorOps
@@ -39,6 +40,7 @@ class ExprLowerer:
         self.cx = cx
         self.resolve = resolve
         self.ops = ops
+        self.imported = ImportedLowerer(cx)
 
     def connect(self, calls: CallLowering) -> None:
         self.calls = calls
@@ -74,6 +76,8 @@ class ExprLowerer:
                 return self.index(e, scope)
             case ast.Conditional():
                 return self.conditional(e, scope)
+            case ast.Imported():
+                return self.imported.lower(e, scope)
             case ast.Call():
                 return self.calls.lower_call(e, scope)
 

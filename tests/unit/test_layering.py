@@ -30,8 +30,9 @@ What each layer may import (a module may always import its own layer):
   dlvm.interp (`dlopt --run`), dlvm.codegen (dlc), and the package's `__version__`.
 - dlvm (the package facade): dlvm.loader and dlvm.nnkit, whose names it re-exports for users.
 - telc's front end (telc.ast, telc.types, telc.syntax, telc.syntax_tree, telc.limits,
-  telc.program, telc.lower): dlvm.ir, dlvm.diagnostics, dlvm.sources (the files a program
-  `use`s are read as every source is) and dlvm.artifacts (the parser's tables are cached there).
+  telc.program, telc.onnx_use, telc.lower): dlvm.ir, dlvm.diagnostics, dlvm.sources (the files
+  a program `use`s are read as every source is), dlvm.artifacts (the parser's tables are cached
+  there) and dlvm.onnx (an ONNX model a program `use`s).
 - telc's driver (telc.driver, telc.library, telc.build, telc.cache, telc.progress): the front
   end, dlvm.ir, dlvm.diagnostics, dlvm.artifacts, dlvm.sources, dlvm.transforms, dlvm.codegen,
   dlvm.c_compiler, dlvm.library_check.
@@ -111,6 +112,7 @@ FRONT_END = (
     "telc.syntax_tree",
     "telc.limits",
     "telc.program",
+    "telc.onnx_use",
     "telc.lower",
 )
 DRIVER = ("telc.driver", "telc.library", "telc.build", "telc.cache", "telc.progress")
@@ -182,7 +184,7 @@ LAYERS = [
     Layer(
         "telc front end",
         FRONT_END,
-        ("dlvm.ir", "dlvm.diagnostics", "dlvm.sources", "dlvm.artifacts"),
+        ("dlvm.ir", "dlvm.diagnostics", "dlvm.sources", "dlvm.artifacts", "dlvm.onnx"),
     ),
     Layer(
         "telc driver",
