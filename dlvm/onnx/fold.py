@@ -1,0 +1,97 @@
+"""Folding at import time (docs/onnx.md, "Folding"): a node whose inputs are all known (Constant
+nodes, initializers that are not floats, earlier folded nodes) is computed once with ONNX's own
+reference implementation, and so is Shape (or Size) of any tensor whose shape is inferred. The
+shape-computing subgraphs exporters emit (Shape, Gather, Concat, Unsqueeze, Reshape's target)
+disappear; float initializers stay parameters, never folded, so that they can be trained."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dlvm.diagnostics import Diagnostic
+from dlvm.onnx.graph import Facts, Node
+
+# Operators whose result is not a function of their inputs, or depends on training: never
+# folded.
+NOT_FOLDED = frozenset(
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+        "Dropout",
+        "If",
+        "Loop",
+        "Scan",
+    }
+)
+SHAPE_QUERIES = frozenset({"Shape", "Size"})
+
+
+def fold(nodes: list[Node], facts: Facts, opsets: dict[str, int]) -> tuple[list[Node], list[Diagnostic]]:
+    """Folds what can be folded, in graph order, adding the results to facts.constants; returns
+    the nodes left to lower and a diagnostic for each node that should fold but failed to."""
+    left: list[Node] = []
+    diags: list[Diagnostic] = []
+    for node in nodes:
+        inputs = _known_inputs(node, facts)
+        if inputs is None:
+            left.append(node)
+            continue
+        try:
+            results = _evaluate(node, inputs, opsets)
+        except Exception as e:  # the reference implementation's errors, whatever their class
+            text = (str(e).strip() or type(e).__name__).splitlines()[0]
+            diags.append(Diagnostic(f"{node.describe()}: cannot compute it at import: {text}"))
+            continue
+        for name, value in zip(node.outputs, results):
+            if name:
+                facts.constants[name] = np.asarray(value)
+                facts.shapes[name] = np.asarray(value).shape
+    return left, diags
+
+
+def _known_inputs(node: Node, facts: Facts) -> list[Any] | None:
+    """The node's inputs as the reference evaluator takes them, None when it is not folded."""
+    if node.domain or node.op_type in NOT_FOLDED:
+        return None
+    if node.op_type in SHAPE_QUERIES and node.input(0) and not facts.is_constant(node.input(0)):
+        shape = facts.shapes.get(node.input(0))
+        elem = facts.elem_types.get(node.input(0))
+        if shape is None or elem is None:
+            return None
+        from onnx import helper
+
+        dtype = helper.tensor_dtype_to_np_dtype(elem)
+        # A view of one element with the inferred shape: Shape and Size read nothing else.
+        return [np.broadcast_to(np.zeros((), dtype), shape)]
+    values: list[Any] = []
+    for name in node.inputs:
+        if not name:
+            values.append(None)
+        elif name in facts.constants:
+            values.append(facts.constants[name])
+        else:
+            return None
+    if not node.inputs and node.op_type != "Constant":
+        return None  # an operator of no inputs other than Constant makes something new
+    return values
+
+
+def _evaluate(node: Node, inputs: list[Any], opsets: dict[str, int]) -> list[Any]:
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"in{i}" if v is not None else "" for i, v in enumerate(inputs)]
+    outputs = [f"out{i}" if n else "" for i, n in enumerate(node.outputs)]
+    proto = helper.make_node(node.op_type, names, outputs)
+    proto.attribute.extend(node.proto.attribute)
+    feeds = {n: v for n, v in zip(names, inputs) if n}
+    opset = {"": opsets.get("", 0)} if opsets.get("", 0) else None
+    results = ReferenceEvaluator(proto, opsets=opset).run(None, feeds)
+    it = iter(results)
+    return [next(it) if n else None for n in outputs]

@@ -1,0 +1,19 @@
+"""The operator handlers, one module per family, each registering into HANDLERS
+(ops/registry.py) when imported here."""
+
+from dlvm.onnx.ops import conv, dropout, elementwise, linear, norm, pool, reduce, shape
+from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
+
+__all__ = [
+    "HANDLERS",
+    "Handler",
+    "conv",
+    "dropout",
+    "elementwise",
+    "linear",
+    "norm",
+    "opset_text",
+    "pool",
+    "reduce",
+    "shape",
+]

@@ -1,0 +1,79 @@
+"""Convolution: Conv in 1, 2 or more spatial dimensions, as TEL's conv2d emits it (`convolve`
+with explicit padding, strides as `strides`, dilations as `rightDilation`); a 1-D convolution is
+a 2-D one over a height of 1, which runs on the same kernels."""
+
+from __future__ import annotations
+
+import math
+
+from dlvm.onnx.context import Lowering, LoweringError
+from dlvm.onnx.graph import Facts, Node
+from dlvm.onnx.ops.common import reshape, tensor
+from dlvm.onnx.ops.registry import HANDLERS
+
+AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
+
+
+def check_auto_pad(node: Node, facts: Facts) -> list[str]:
+    pad = node.attr("auto_pad", "NOTSET")
+    return [] if pad in AUTO_PADS else [f"auto_pad={pad} is not one of {', '.join(AUTO_PADS)}"]
+
+
+def padding(
+    node: Node,
+    sizes: tuple[int, ...],
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+) -> list[tuple[int, int]]:
+    """(before, after) per spatial axis from `pads` or `auto_pad`."""
+    n = len(sizes)
+    auto = node.attr("auto_pad", "NOTSET")
+    if auto == "VALID":
+        return [(0, 0)] * n
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        out: list[tuple[int, int]] = []
+        for size, k, s, d in zip(sizes, kernel, strides, dilations):
+            total = max((math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size, 0)
+            small, large = total // 2, total - total // 2
+            out.append((small, large) if auto == "SAME_UPPER" else (large, small))
+        return out
+    pads = list(node.attr("pads", [0] * (2 * n)))
+    if len(pads) != 2 * n:
+        raise LoweringError(f"pads has {len(pads)} values for {n} spatial axes")
+    return list(zip(pads[:n], pads[n:]))
+
+
+@HANDLERS.register("Conv", since=1, check=check_auto_pad)
+def conv(cx: Lowering, node: Node) -> None:
+    x, w = cx.value(node.input(0)), cx.value(node.input(1))
+    xs, ws = tensor(x).shape, tensor(w).shape
+    if len(xs) < 3 or len(ws) != len(xs):
+        raise LoweringError(f"Conv of an input {xs} and a kernel {ws}")
+    n = len(xs) - 2
+    kernel = tuple(node.attr("kernel_shape", ws[2:]))
+    strides = tuple(node.attr("strides", [1] * n))
+    dilations = tuple(node.attr("dilations", [1] * n))
+    groups = node.attr("group", 1)
+    pads = padding(node, xs[2:], kernel, strides, dilations)
+    if n == 1:  # [N, C, L] as [N, C, 1, L]
+        x = reshape(cx, x, xs[:2] + (1,) + xs[2:])
+        w = reshape(cx, w, ws[:2] + (1,) + ws[2:])
+        strides, dilations, pads = (1, *strides), (1, *dilations), [(0, 0), *pads]
+    y = cx.emit(
+        "convolve",
+        x,
+        w,
+        strides=strides,
+        padding=tuple(pads),
+        leftDilation=(1,) * len(strides),
+        rightDilation=dilations,
+        groups=groups,
+    )
+    if node.input(2):
+        b = cx.value(node.input(2))
+        y = cx.emit("add", y, reshape(cx, b, (1, tensor(b).shape[0]) + (1,) * len(strides)))
+    if n == 1:
+        ys = tensor(y).shape
+        y = reshape(cx, y, ys[:2] + ys[3:])
+    cx.define(node.out(0), y)

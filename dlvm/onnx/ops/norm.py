@@ -1,0 +1,114 @@
+"""Normalisations: BatchNormalization (the running statistics in inference, the batch's in
+training), LayerNormalization, Softmax and LogSoftmax, composed as stdlib/nn.tel composes
+batch_norm2d, layer_norm, softmax and log_softmax."""
+
+from __future__ import annotations
+
+import math
+
+from dlvm.ir.values import Value
+from dlvm.onnx.context import Lowering, LoweringError
+from dlvm.onnx.graph import Facts, Node
+from dlvm.onnx.ops.common import axis_of, mean, reduce, reshape, tensor, to_rank
+from dlvm.onnx.ops.registry import HANDLERS
+
+
+def _check_batch_norm(node: Node, facts: Facts) -> list[str]:
+    if node.opset < 9 and not node.attr("spatial", 1):
+        return ["spatial=0 (statistics per element rather than per channel)"]
+    return []
+
+
+@HANDLERS.register("BatchNormalization", since=7, check=_check_batch_norm)
+def batch_norm(cx: Lowering, node: Node) -> None:
+    """(x − mean) · rsqrt(var + ε) · scale + B, each statistic per channel (axis 1). In training
+    (the importer's `training`, or training_mode=1) the mean and the biased variance are the
+    batch's, and the running statistics' next values are the optional outputs 1 and 2:
+    running · momentum + batch · (1 − momentum), ONNX's convention."""
+    x = cx.value(node.input(0))
+    xs, dt = tensor(x).shape, tensor(x).dtype
+    if len(xs) < 2:
+        raise LoweringError(f"BatchNormalization of {xs}: an input [N, C, …] is needed")
+    per_channel = (1, xs[1]) + (1,) * (len(xs) - 2)
+    scale, bias, run_mean, run_var = (
+        reshape(cx, cx.value(node.input(i)), per_channel) for i in (1, 2, 3, 4)
+    )
+    training = cx.training or bool(node.attr("training_mode", 0))
+    eps = node.attr("epsilon", 1e-5)
+    if training:
+        dims = (0,) + tuple(range(2, len(xs)))
+        mu = mean(cx, x, dims, keep=True)
+        d = cx.emit("subtract", x, mu)
+        variance = mean(cx, cx.emit("multiply", d, d), dims, keep=True)
+    else:
+        mu, variance = run_mean, run_var
+        d = cx.emit("subtract", x, mu)
+    inv = cx.emit("rsqrt", cx.emit("add", variance, cx.scalar(eps, dt)))
+    y = cx.emit("add", cx.emit("multiply", cx.emit("multiply", d, inv), scale), bias)
+    cx.define(node.out(0), y)
+    if training and (node.out(1) or node.out(2)):
+        momentum = node.attr("momentum", 0.9)
+        channels = (xs[1],)
+        for slot, run, batch in ((1, run_mean, mu), (2, run_var, variance)):
+            kept = cx.emit("multiply", run, cx.scalar(momentum, dt))
+            new = cx.emit("add", kept, cx.emit("multiply", batch, cx.scalar(1 - momentum, dt)))
+            cx.define(node.out(slot), reshape(cx, new, channels))
+
+
+def _check_layer_norm(node: Node, facts: Facts) -> list[str]:
+    if node.out(1) or node.out(2):
+        return ["the Mean and InvStdDev outputs (only the normalised output is supported)"]
+    return []
+
+
+@HANDLERS.register("LayerNormalization", since=17, check=_check_layer_norm)
+def layer_norm(cx: Lowering, node: Node) -> None:
+    """Over the axes from `axis` on: (x − mean) · rsqrt(var + ε) · Scale + B (stdlib/nn.tel's
+    layer_norm, which normalises the last axis only; here any trailing run of axes)."""
+    x = cx.value(node.input(0))
+    xs, dt = tensor(x).shape, tensor(x).dtype
+    first = axis_of(node.attr("axis", -1), len(xs))
+    dims = tuple(range(first, len(xs)))
+    mu = mean(cx, x, dims, keep=True)
+    d = cx.emit("subtract", x, mu)
+    variance = mean(cx, cx.emit("multiply", d, d), dims, keep=True)
+    inv = cx.emit("rsqrt", cx.emit("add", variance, cx.scalar(node.attr("epsilon", 1e-5), dt)))
+    y = cx.emit("multiply", cx.emit("multiply", d, inv), to_rank(cx, cx.value(node.input(1)), len(xs)))
+    if node.input(2):
+        y = cx.emit("add", y, to_rank(cx, cx.value(node.input(2)), len(xs)))
+    cx.define(node.out(0), y)
+
+
+def softmax_along(cx: Lowering, x: Value, dims: tuple[int, ...], log: bool) -> Value:
+    """exp(x − max) / Σ exp(x − max), or its log, x − max − log Σ exp(x − max), along dims."""
+    s = cx.emit("subtract", x, reduce(cx, x, "max", dims, keep=True))
+    e = cx.emit("exp", s)
+    total = reduce(cx, e, "add", dims, keep=True)
+    if log:
+        return cx.emit("subtract", s, cx.emit("log", total))
+    return cx.emit("divide", e, total)
+
+
+@HANDLERS.register(("Softmax", "LogSoftmax"), since=13)
+def softmax(cx: Lowering, node: Node) -> None:
+    x = cx.value(node.input(0))
+    rank = len(tensor(x).shape)
+    if rank == 0:
+        raise LoweringError(f"{node.op_type} of a scalar")
+    axis = axis_of(node.attr("axis", -1), rank)
+    cx.define(node.out(0), softmax_along(cx, x, (axis,), node.op_type == "LogSoftmax"))
+
+
+@HANDLERS.register(("Softmax", "LogSoftmax"), since=1, until=12)
+def softmax_2d(cx: Lowering, node: Node) -> None:
+    """Before opset 13: the input seen as a matrix [prod(dims before axis), prod(the rest)],
+    normalised along its rows."""
+    x = cx.value(node.input(0))
+    xs = tensor(x).shape
+    if not xs:
+        raise LoweringError(f"{node.op_type} of a scalar")
+    axis = axis_of(node.attr("axis", 1), len(xs))
+    dims = tuple(range(axis, len(xs)))
+    if math.prod(xs[axis:]) == 0:
+        raise LoweringError(f"{node.op_type} of an empty tensor")
+    cx.define(node.out(0), softmax_along(cx, x, dims, node.op_type == "LogSoftmax"))

@@ -1,0 +1,80 @@
+"""The table of operator handlers: each op type with the opsets a handler accepts, the check
+that finds what it cannot lower before anything is lowered, and the lowering itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from dlvm.onnx.context import Lowering
+from dlvm.onnx.graph import Facts, Node
+
+Lower = Callable[[Lowering, Node], None]
+Check = Callable[[Node, Facts], list[str]]
+
+# The newest opset the table has been checked against (onnx 1.23's default domain is at 23 and
+# later); a model of a newer opset is refused, since an operator may have changed there.
+NEWEST_OPSET = 23
+
+
+@dataclass(frozen=True)
+class Handler:
+    """Lowers `op_type` for models of opset `since` to `until` (both inclusive)."""
+
+    op_type: str
+    since: int
+    until: int
+    lower: Lower
+    check: Check | None
+
+    def accepts(self, opset: int) -> bool:
+        return self.since <= opset <= self.until
+
+
+class Table:
+    """Handlers by op type; several per type where an opset changed the operator."""
+
+    def __init__(self) -> None:
+        self._by_op: dict[str, list[Handler]] = {}
+
+    def register(
+        self,
+        op_types: str | Iterable[str],
+        since: int = 7,
+        until: int = NEWEST_OPSET,
+        check: Check | None = None,
+    ) -> Callable[[Lower], Lower]:
+        names = [op_types] if isinstance(op_types, str) else list(op_types)
+
+        def add(lower: Lower) -> Lower:
+            for name in names:
+                self._by_op.setdefault(name, []).append(Handler(name, since, until, lower, check))
+            return lower
+
+        return add
+
+    def find(self, op_type: str, opset: int) -> Handler | None:
+        for h in self._by_op.get(op_type, ()):
+            if h.accepts(opset):
+                return h
+        return None
+
+    def ranges(self, op_type: str) -> list[tuple[int, int]]:
+        return sorted((h.since, h.until) for h in self._by_op.get(op_type, ()))
+
+    def op_types(self) -> list[str]:
+        return sorted(self._by_op)
+
+
+HANDLERS = Table()
+
+
+def opset_text(ranges: list[tuple[int, int]]) -> str:
+    """`7 to 12, 13 to 23` as one list of ranges, adjacent ones merged: `7 to 23`."""
+    merged: list[list[int]] = []
+    for lo, hi in ranges:
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return ", ".join(f"{lo} to {hi}" for lo, hi in merged)
