@@ -76,7 +76,7 @@ class OnnxGraph:
         made = self._made.get(key)
         if made is None:
             given = {i.onnx: s for i, s in zip(self.inputs, shapes)}
-            made = import_model(self.data, shapes=given, name=self.name, training=training)
+            made = import_model(self.data, given, self.name, training, os.path.basename(self.path))
             self._made[key] = made
         return made
 
@@ -102,10 +102,11 @@ def read_graph(path: str, data: bytes) -> tuple[OnnxGraph, Any]:
     or when its parameters are more than a model may import."""
     from dlvm.onnx import declared_inputs, import_model
 
-    stem = re.sub(r"\.onnx$", "", os.path.basename(path))
-    declared = declared_inputs(data)
+    file = os.path.basename(path)
+    stem = re.sub(r"\.onnx$", "", file)
+    declared = declared_inputs(data, file)
     shapes = {n: tuple(d if isinstance(d, int) else 1 for d in dims) for n, dims, _ in declared}
-    first = import_model(data, shapes=shapes, name=stem)
+    first = import_model(data, shapes, stem, False, file)
     elements = sum(p.value.size for p in first.params)
     if elements > MAX_PARAM_ELEMENTS:
         raise DiagnosticError(
@@ -234,7 +235,8 @@ def model_source(path: str, data: bytes, options: OnnxOptions) -> str:
                 )
             ]  # fmt: skip
         )
-    taken = {graph.name, *graph.params, *(i.name for i in graph.inputs)}
+    dim_names = {d for i in graph.inputs for d in i.dims if isinstance(d, str)}
+    taken = {graph.name, *graph.params, *dim_names}
     lines = [
         f"// {file} as a TEL model (`telc build {file} --emit tel` prints this).",
         f"module {graph.name}",
@@ -246,7 +248,7 @@ def model_source(path: str, data: bytes, options: OnnxOptions) -> str:
     for i in graph.inputs:
         if i.onnx not in shapes:
             dims += [d for d in i.dims if isinstance(d, str) and d not in dims]
-    lines += [f"dim {d} = 1                 // a dynamic dimension: -D {d}=… sets it" for d in dims]
+    lines += [f"dim {d} = 1  // a dynamic dimension of the graph: -D {d}=… sets it" for d in dims]
     args = []
     for i in graph.inputs:
         name = tel_name(i.onnx, taken)

@@ -3,7 +3,8 @@ onnx.ModelProto) and returns its graph as one IR function with the names and val
 inputs, outputs and parameters. Needs the optional `onnx` package (`pip install 'telc[onnx]'`),
 imported only when a model is imported."""
 
+from dlvm.onnx.declared import declared_inputs
 from dlvm.onnx.imported import Imported, ImportedTensor
 from dlvm.onnx.importer import import_model
 
-__all__ = ["Imported", "ImportedTensor", "import_model"]
+__all__ = ["Imported", "ImportedTensor", "declared_inputs", "import_model"]

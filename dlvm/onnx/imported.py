@@ -34,3 +34,6 @@ class Imported:
     inputs: list[tuple[str, TensorType]]
     outputs: list[tuple[str, TensorType]]
     params: list[ImportedTensor]
+    # Whether the graph computes something else in training (BatchNormalization, Dropout), so
+    # that a front end imports it again with training=True for its train entries.
+    trains_differently: bool = False

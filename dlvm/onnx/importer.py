@@ -37,13 +37,15 @@ def import_model(
     shapes: Mapping[str, Sequence[int]] | None = None,
     name: str = "model",
     training: bool = False,
+    label: str | None = None,
 ) -> Imported:
     """The model at `source` (a path, bytes or an onnx.ModelProto) as the function `@name` of a
     new module at stage raw: (inputs…, params…) -> (outputs…). `shapes` fixes the inputs'
     dynamic dimensions; `training` makes BatchNormalization use the batch's statistics and
-    Dropout drop. Every problem is a DiagnosticError."""
+    Dropout drop; `label` names the model in messages (default: the path, or `<onnx model>`).
+    Every problem is a DiagnosticError."""
     onnx = require_onnx()
-    label = label_of(source)
+    label = label or label_of(source)
     model = load(onnx, source, label)
     opsets = {
         ("" if d.domain in DEFAULT_DOMAINS else d.domain): int(d.version)
@@ -106,7 +108,12 @@ def import_model(
             ImportedTensor(n, tensor(cx.params[n]), facts.initializers[n], kinds[n])  # type: ignore[arg-type]
             for n in order
         ],
+        any(node.op_type in TRAINING_OPS for node in left),
     )
+
+
+# The operators whose result depends on training (`import_model(…, training=True)`).
+TRAINING_OPS = frozenset({"BatchNormalization", "Dropout"})
 
 
 def _param_kinds(nodes: list[Node], facts: Facts) -> dict[str, str]:

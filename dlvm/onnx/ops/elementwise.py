@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from dlvm.ir.types import DataType
 from dlvm.ir.literals import ScalarLiteral
+from dlvm.ir.types import DataType
 from dlvm.ir.values import LiteralValue, Value
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.dtypes import ir_type_of, onnx_type_name
