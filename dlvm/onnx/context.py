@@ -41,6 +41,9 @@ class Lowering:
         self.builder = Builder(block)
         self.values: dict[str, Value] = {}
         self.params: dict[str, Argument] = {}  # the initializers read, in the order first read
+        # In training, the next value of each buffer a node updates (BatchNormalization's
+        # running statistics), which the function returns after the outputs.
+        self.updates: dict[str, Value] = {}
 
     # Reading inputs --------------------------------------------------------------------------
 

@@ -26,7 +26,8 @@ class ImportedTensor:
 @dataclass(frozen=True)
 class Imported:
     """An imported model: `function` (in `module`, stage raw, verified) takes the inputs, then
-    the params, and returns a tuple of the outputs in the graph's order. Names are the ONNX
+    the params, and returns a tuple of the outputs in the graph's order, then the next values
+    of the buffers in `updates`. Names are the ONNX
     ones; the IR's argument names are sanitised from them (docs/onnx.md, "Names")."""
 
     module: Module
@@ -37,3 +38,6 @@ class Imported:
     # Whether the graph computes something else in training (BatchNormalization, Dropout), so
     # that a front end imports it again with training=True for its train entries.
     trains_differently: bool = False
+    # Imported with training=True: the buffers whose next values (BatchNormalization's running
+    # statistics) the function returns after the outputs, in this order.
+    updates: list[str] = field(default_factory=list)

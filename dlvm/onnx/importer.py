@@ -83,10 +83,11 @@ def import_model(
             handler.lower(cx, node)
         except (LoweringError, TypeRuleError) as e:
             raise DiagnosticError([_lowering_error(node, e, complaint)]) from None
-    results = [cx.value(o.name) for o in graph.output]
+    order = [t.name for t in graph.initializer if t.name in cx.params]
+    updated = [n for n in order if n in cx.updates]
+    results = [cx.value(o.name) for o in graph.output] + [cx.updates[n] for n in updated]
     cx.emit("return", cx.emit("literal", tuple_literal(results)))
 
-    order = [t.name for t in graph.initializer if t.name in cx.params]
     params = [cx.params[n] for n in order]
     block.arguments = arguments + params
     fn = Function(identifier(name), FunctionType(
@@ -103,12 +104,13 @@ def import_model(
         module,
         fn,
         [(i.name, tensor(a)) for i, a in zip(inputs, arguments)],
-        [(o.name, tensor(v)) for o, v in zip(graph.output, results)],
+        [(o.name, tensor(v)) for o, v in zip(graph.output, results[: len(graph.output)])],
         [
             ImportedTensor(n, tensor(cx.params[n]), facts.initializers[n], kinds[n])  # type: ignore[arg-type]
             for n in order
         ],
         any(node.op_type in TRAINING_OPS for node in left),
+        updated,
     )
 
 

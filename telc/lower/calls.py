@@ -147,7 +147,10 @@ class CallLowerer:
             if isinstance(v, _Poison):
                 return v
             operands.append(v)
-        inline = ref.grad is None and facts.random.get(fn.name, False)
+        # An imported graph's def is compiled into its caller too: its call is one `apply`,
+        # and in training the buffers it updates are then the caller's to return.
+        imported = isinstance(fn.body, ast.Imported)
+        inline = ref.grad is None and (facts.random.get(fn.name, False) or imported)
         if inline and not any(f.name == fn.name for f in self.cx.inlining):
             params = facts.params.get(fn.name, []) if unit is self.cx.program.root else []
             return self.instances.inline_call(

@@ -111,6 +111,9 @@ class Context:
         self.param_types: dict[str, TensorType] = {}
         self.buffers: set[str] = set()
         self.reserved: set[str] = set()
+        # The next values of buffers that an imported graph computes when it is called in
+        # training (its BatchNormalization's running statistics), for the train entry.
+        self.graph_updates: dict[str, TV] = {}
         self.depth = 0  # expressions and blocks being lowered, one inside the other (MAX_DEPTH)
 
     # Diagnostics ----------------------------------------------------------------------------

@@ -40,7 +40,7 @@ class ExprLowerer:
         self.cx = cx
         self.resolve = resolve
         self.ops = ops
-        self.imported = ImportedLowerer(cx)
+        self.imported = ImportedLowerer(cx, ops)
 
     def connect(self, calls: CallLowering) -> None:
         self.calls = calls

@@ -11,6 +11,7 @@ from dlvm.ir.types import TensorType, TupleType
 from dlvm.ir.values import ElementKey, Function, fresh_name
 from telc import ast
 from telc.lower.context import Context, Scope
+from telc.lower.tensor_ops import TensorOps
 from telc.lower.values import POISON, TV, Elaborated
 
 
@@ -18,8 +19,9 @@ class ImportedLowerer:
     """Lowers `ast.Imported` nodes; remembers which IR function of each graph binding it has
     put in the module."""
 
-    def __init__(self, cx: Context) -> None:
+    def __init__(self, cx: Context, ops: TensorOps) -> None:
         self.cx = cx
+        self.ops = ops
         self.functions: dict[int, Function] = {}  # id of an import -> its function here
 
     def lower(self, e: ast.Imported, scope: Scope) -> Elaborated:
@@ -68,7 +70,21 @@ class ImportedLowerer:
         value = cx.emit("apply", [fn, *operands], e.span)
         ty = value.type
         assert isinstance(ty, TupleType)
-        if len(ty.elements) == 1:
+        n = len(imported.outputs)
+        for k, onnx_name in enumerate(imported.updates):
+            buffer = graph.params[graph.onnx_params.index(onnx_name)]
+            if buffer in cx.graph_updates:
+                return cx.error(
+                    e.span,
+                    f"{e.what} is called more than once in training; each call would update "
+                    f"buffer '{buffer}'",
+                )
+            new = cx.emit("extract", [value], e.span, keys=(ElementKey(index=n + k),))
+            cx.graph_updates[buffer] = TV(new.type, new)
+        if n == 1:
             one = cx.emit("extract", [value], e.span, keys=(ElementKey(index=0),))
             return TV(ty.elements[0], one)
-        return TV(ty, value)
+        if n == len(ty.elements):
+            return TV(ty, value)
+        parts = [cx.emit("extract", [value], e.span, keys=(ElementKey(index=k),)) for k in range(n)]
+        return self.ops.make_tuple([TV(v.type, v) for v in parts], e.span)

@@ -78,6 +78,7 @@ class TrainLowerer:
         of the buffers that `name <- e` updates; a located error, `what` must be a float
         scalar, if it is not one."""
         cx = self.cx
+        cx.graph_updates = {}  # the imported graphs this objective calls fill it again
         refs = self.graph.expr_refs(objective)
         if updates:
             refs += [r for u in cx.program.root.updates for r in self.graph.expr_refs(u.value)]
@@ -198,9 +199,16 @@ class TrainLowerer:
         """The new value of each buffer a `name <- e` updates (checked by check_updates), in
         the scope of the training objective, so that they read the values before the step."""
         cx = self.cx
-        out: dict[str, TV] = {}
+        out: dict[str, TV] = dict(cx.graph_updates)
         for u in cx.program.root.updates:
             ty = cx.param_types[u.name]
+            if u.name in cx.graph_updates:
+                cx.error(
+                    u.name_span,
+                    f"buffer '{u.name}' is updated by the imported graph that uses it; it cannot "
+                    "be assigned with '<-' too",
+                )
+                raise Abort
             v = self.exprs.lower_expr(u.value, scope)
             if isinstance(v, _Poison):
                 raise Abort

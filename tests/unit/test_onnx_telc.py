@@ -190,3 +190,81 @@ def test_a_shape_given_fixes_the_input(tmp_path):
                           "x=7x4"], capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert "x: in f32[7 x 4]\n" in tel and "dim N" not in tel
     assert textwrap.dedent(tel).count("mlp(") == 1
+
+
+def bn_model(path: Path) -> dict[str, np.ndarray]:
+    """x [N x 3] -> BatchNormalization (running statistics as initializers, momentum 0.9 as
+    PyTorch's 0.1 exports) -> Gemm -> y [N x 2]."""
+    rng = np.random.default_rng(5)
+    values = {
+        "bn.weight": rng.uniform(0.5, 1.5, 3).astype(np.float32),
+        "bn.bias": rng.standard_normal(3).astype(np.float32),
+        "bn.running_mean": rng.standard_normal(3).astype(np.float32),
+        "bn.running_var": rng.uniform(0.5, 2.0, 3).astype(np.float32),
+        "fc.weight": rng.standard_normal((2, 3)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node(
+            "BatchNormalization",
+            ["x", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"],
+            ["n"],
+            momentum=0.9,
+            epsilon=1e-5,
+        ),  # fmt: skip
+        helper.make_node("Gemm", ["n", "fc.weight"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "bn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
+        [numpy_helper.from_array(v, k) for k, v in values.items()],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)]), path)
+    return values
+
+
+BN_WRAPPED = """\
+use nn
+use optim
+use ./bn.onnx
+x: in[6 x 3]
+t: in[6 x 2]
+y: out = bn(x)
+loss: out[] = mse(y, t)
+train minimizing loss using sgd(rate: 0.1)
+"""
+
+
+def test_training_an_imported_graph_updates_its_batch_norm_buffers_as_pytorch(tmp_path):
+    values = bn_model(tmp_path / "bn.onnx")
+    library = build_snippet(tmp_path, BN_WRAPPED, "bnw")
+    rng = np.random.default_rng(2)
+    x = rng.normal(1.0, 2.0, (6, 3)).astype(np.float32)
+    t = rng.standard_normal((6, 2)).astype(np.float32)
+    f = {k: v.astype(np.float64) for k, v in values.items()}
+    x64 = x.astype(np.float64)
+    with dlvm.load(library) as m:
+        assert {p["name"]: p.get("kind") for p in m.manifest["params"]} == {
+            "bn_weight": None, "bn_bias": None, "bn_running_mean": "buffer",
+            "bn_running_var": "buffer", "fc_weight": None}  # fmt: skip
+        # infer normalises with the running statistics ...
+        want = (x64 - f["bn.running_mean"]) / np.sqrt(f["bn.running_var"] + 1e-5)
+        want = (want * f["bn.weight"] + f["bn.bias"]) @ f["fc.weight"].T
+        np.testing.assert_allclose(m.infer(x), want, rtol=1e-5, atol=1e-6)
+        # ... a train step with the batch's, and moves them as PyTorch's BatchNorm1d would.
+        mu, var = x64.mean(0), x64.var(0)
+        normal = (x64 - mu) / np.sqrt(var + 1e-5) * f["bn.weight"] + f["bn.bias"]
+        y = normal @ f["fc.weight"].T
+        np.testing.assert_allclose(m.train_step(x, t), np.mean((y - t) ** 2), rtol=1e-5)
+        running_mean = 0.9 * f["bn.running_mean"] + 0.1 * mu
+        running_var = 0.9 * f["bn.running_var"] + 0.1 * var * 6 / 5
+        np.testing.assert_allclose(m.get_param("bn_running_mean"), running_mean, rtol=1e-5)
+        np.testing.assert_allclose(m.get_param("bn_running_var"), running_var, rtol=1e-5)
+
+
+def test_a_buffer_the_graph_updates_cannot_be_assigned_too(tmp_path):
+    bn_model(tmp_path / "bn.onnx")
+    text = BN_WRAPPED + "bn_running_mean <- bn_running_mean * 0.5\n"
+    (tmp_path / "twice.tel").write_text(text)
+    assert "it cannot be assigned with '<-' too" in telc_error("check", tmp_path / "twice.tel")

@@ -46,6 +46,8 @@ def batch_norm(cx: Lowering, node: Node) -> None:
     inv = cx.emit("rsqrt", cx.emit("add", variance, cx.scalar(eps, dt)))
     y = cx.emit("add", cx.emit("multiply", cx.emit("multiply", d, inv), scale), bias)
     cx.define(node.out(0), y)
+    if cx.training:
+        _update_running(cx, node, mu, variance, math.prod(xs) // xs[1])
     if training and (node.out(1) or node.out(2)):
         momentum = node.attr("momentum", 0.9)
         channels = (xs[1],)
@@ -53,6 +55,23 @@ def batch_norm(cx: Lowering, node: Node) -> None:
             kept = cx.emit("multiply", run, cx.scalar(momentum, dt))
             new = cx.emit("add", kept, cx.emit("multiply", batch, cx.scalar(1 - momentum, dt)))
             cx.define(node.out(slot), reshape(cx, new, channels))
+
+
+def _update_running(cx: Lowering, node: Node, mu: Value, variance: Value, count: int) -> None:
+    """A graph imported for training updates its running statistics as the PyTorch module it
+    was exported from does: running · momentum + batch · (1 − momentum), with the batch's
+    unbiased variance (× count / (count − 1), count the elements per channel)."""
+    momentum = node.attr("momentum", 0.9)
+    correction = count / (count - 1) if count > 1 else 1.0
+    for i, batch, scale in ((3, mu, 1.0), (4, variance, correction)):
+        name = node.input(i)
+        if cx.param_kinds.get(name) != "buffer":
+            continue  # a statistic that is not an initializer: nothing to keep
+        run = cx.value(name)
+        dt = tensor(run).dtype
+        kept = cx.emit("multiply", run, cx.scalar(momentum, dt))
+        step = cx.emit("multiply", batch, cx.scalar((1 - momentum) * scale, dt))
+        cx.updates[name] = cx.emit("add", kept, reshape(cx, step, tensor(run).shape))
 
 
 def _check_layer_norm(node: Node, facts: Facts) -> list[str]:
