@@ -268,3 +268,17 @@ def test_a_buffer_the_graph_updates_cannot_be_assigned_too(tmp_path):
     text = BN_WRAPPED + "bn_running_mean <- bn_running_mean * 0.5\n"
     (tmp_path / "twice.tel").write_text(text)
     assert "it cannot be assigned with '<-' too" in telc_error("check", tmp_path / "twice.tel")
+
+
+def test_telc_check_and_run_take_an_onnx_file(tmp_path):
+    values = mlp(tmp_path / "mlp.onnx")
+    model = tmp_path / "mlp.onnx"
+    said = subprocess.run([TELC, "check", model], capture_output=True, text=True, check=True)
+    assert "ok (module mlp; entries infer; 4 parameters)" in said.stdout + said.stderr
+    x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "y.npz"
+    subprocess.run([TELC, "run", model, "-D", "N=2", "--input", f"x={tmp_path / 'x.npy'}",
+                    "-o", out, "-q", "--no-cache"], check=True)  # fmt: skip
+    p = {k.replace(".", "_"): v for k, v in values.items()}
+    np.testing.assert_allclose(np.load(out)["logits"], forward(x, p), rtol=1e-5, atol=1e-6)
