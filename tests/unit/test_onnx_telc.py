@@ -282,3 +282,22 @@ def test_telc_check_and_run_take_an_onnx_file(tmp_path):
                     "-o", out, "-q", "--no-cache"], check=True)  # fmt: skip
     p = {k.replace(".", "_"): v for k, v in values.items()}
     np.testing.assert_allclose(np.load(out)["logits"], forward(x, p), rtol=1e-5, atol=1e-6)
+
+
+def test_a_graph_with_two_outputs_gives_the_model_two(tmp_path):
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["z"])]
+    graph = helper.make_graph(
+        nodes,
+        "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3]) for n in ("y", "z")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "two.onnx")  # fmt: skip
+    out = tmp_path / "two.npz"
+    np.save(tmp_path / "x.npy", np.array([-1.0, 0.5, 2.0], np.float32))
+    subprocess.run([TELC, "run", tmp_path / "two.onnx", "--input", f"x={tmp_path / 'x.npy'}",
+                    "-o", out, "-q", "--no-cache"], check=True)  # fmt: skip
+    got = np.load(out)
+    np.testing.assert_array_equal(got["y"], [0.0, 0.5, 2.0])
+    np.testing.assert_array_equal(got["z"], [1.0, -0.5, -2.0])
