@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from telhelp import build_snippet, compile_snippet  # noqa: E402
 
 import dlvm  # noqa: E402
+from dlvm.ir import module_text, parse_module  # noqa: E402
 
 TELC = Path(sys.executable).parent / "telc"
 
@@ -120,8 +121,10 @@ def test_the_graphs_dynamic_batch_is_bound_by_the_call(tmp_path):
     compiled = compile_snippet(str(tmp_path), text, "two")
     (infer,) = [e for e in compiled.interface.entries if e.kind == "infer"]
     assert [t.shape for _, t in infer.outputs] == [(2, 3), (2, 3)]
-    # One binding, one import: both calls apply the same function.
-    assert sum(1 for f in compiled.module.functions if f.name.startswith("mlp_graph")) == 1
+    # The graph is copied into its callers, and the IR prints and parses back.
+    text = module_text(compiled.module)
+    assert "apply" not in text and text.count("= dot ") == 4
+    assert module_text(parse_module(text)) == text
 
 
 def test_telc_build_of_an_onnx_file_emits_its_tel_model_and_trains(tmp_path):
