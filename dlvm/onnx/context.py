@@ -50,8 +50,8 @@ class Lowering:
         if found is not None:
             return found
         if name in self.param_kinds:
-            array = self.facts.initializers[name]
-            arg = Argument(self.names(name), TensorType(array.shape, _data_type(array)))
+            initial = self.facts.initializers[name]
+            arg = Argument(self.names(name), TensorType(initial.shape, _data_type(initial)))
             self.block.add_argument(arg)
             self.params[name] = arg
             self.values[name] = arg

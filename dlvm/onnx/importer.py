@@ -87,9 +87,12 @@ def import_model(
     order = [t.name for t in graph.initializer if t.name in cx.params]
     params = [cx.params[n] for n in order]
     block.arguments = arguments + params
-    fn = Function(identifier(name), FunctionType(
-        tuple(a.type for a in block.arguments), TupleType(tuple(v.type for v in results))
-    ))
+    fn = Function(
+        identifier(name),
+        FunctionType(
+            tuple(a.type for a in block.arguments), TupleType(tuple(v.type for v in results))
+        ),
+    )
     fn.add_block(block)
     module = Module(identifier(name))
     module.add_function(fn)
@@ -113,10 +116,7 @@ def _param_kinds(nodes: list[Node], facts: Facts) -> dict[str, str]:
     """Every float initializer: a `buffer` where BatchNormalization reads it as its mean or
     variance, a `param` otherwise."""
     buffers = {
-        node.input(i)
-        for node in nodes
-        if node.op_type == "BatchNormalization"
-        for i in (3, 4)
+        node.input(i) for node in nodes if node.op_type == "BatchNormalization" for i in (3, 4)
     }
     return {
         n: "buffer" if n in buffers else "param"

@@ -26,7 +26,9 @@ def test_every_unsupported_node_is_listed_at_once():
     x = normal(1, 2, 5, 5)
     nodes = [
         helper.make_node("Relu", ["x"], ["r"]),
-        helper.make_node("MaxPool", ["r"], ["p"], name="pool1", kernel_shape=[2, 2], dilations=[2, 2]),
+        helper.make_node(
+            "MaxPool", ["r"], ["p"], name="pool1", kernel_shape=[2, 2], dilations=[2, 2]
+        ),
         helper.make_node("Relu", ["p"], ["q"]),
         helper.make_node("Hardmax", ["q"], ["y"], name="hard"),
     ]
@@ -76,7 +78,9 @@ DYNAMIC = {"x": ["batch", 3]}
 
 
 def dynamic_model():
-    return model([helper.make_node("Relu", ["x"], ["y"])], {"x": normal(2, 3)}, ["y"], dynamic=DYNAMIC)
+    return model(
+        [helper.make_node("Relu", ["x"], ["y"])], {"x": normal(2, 3)}, ["y"], dynamic=DYNAMIC
+    )
 
 
 def test_a_dynamic_batch_needs_a_shape():

@@ -64,7 +64,9 @@ def test_lenet_like_cnn():
         node("Reshape", ["p2", "shape"], ["flat"]),
         node("Gemm", ["flat", "fc.w", "fc.b"], ["logits"], transB=1),
     ]
-    imp = check(model(nodes, {"x": x}, ["logits"], params, opset=13), {"x": x}, rtol=1e-4, atol=1e-5)
+    imp = check(
+        model(nodes, {"x": x}, ["logits"], params, opset=13), {"x": x}, rtol=1e-4, atol=1e-5
+    )
     assert [p.name for p in imp.params] == [n for n in params if n != "shape"]
 
 

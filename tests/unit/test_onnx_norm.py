@@ -45,7 +45,9 @@ def test_batch_norm_before_opset_14():
     # Compared with the formula: onnx 1.23's reference BatchNormalization of opset 9 is not it.
     m = single("BatchNormalization", {"x": X}, STATS, opset=9, epsilon=1e-3)
     y = run(import_model(m), {"x": X})[0]
-    expected = normalised(STATS["mean"].reshape(PER_CHANNEL), STATS["var"].reshape(PER_CHANNEL), 1e-3)
+    expected = normalised(
+        STATS["mean"].reshape(PER_CHANNEL), STATS["var"].reshape(PER_CHANNEL), 1e-3
+    )
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
 
 
@@ -72,7 +74,12 @@ def test_batch_norm_follows_the_importer_in_training():
 def test_layer_norm(axis):
     shape = X.shape[axis:]
     params = {"g": positive(*shape, seed=1), "b": normal(*shape, seed=2)}
-    check(single("LayerNormalization", {"x": X}, params, axis=axis, epsilon=1e-4), {"x": X}, rtol=1e-4, atol=1e-5)
+    check(
+        single("LayerNormalization", {"x": X}, params, axis=axis, epsilon=1e-4),
+        {"x": X},
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])

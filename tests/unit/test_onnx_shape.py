@@ -94,7 +94,9 @@ def test_shape_computations_fold_away():
         helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
         helper.make_node("Concat", ["n1", "minus"], ["target"], axis=0),
         helper.make_node("Reshape", ["x", "target"], ["y"]),
-        helper.make_node("ConstantOfShape", ["target2"], ["ones"], value=helper.make_tensor("v", 1, [1], [1.0])),
+        helper.make_node(
+            "ConstantOfShape", ["target2"], ["ones"], value=helper.make_tensor("v", 1, [1], [1.0])
+        ),
         helper.make_node("Add", ["y", "ones"], ["z"]),
     ]
     inits = {"zero": np.array(0, np.int64), "axes": i64(0), "minus": i64(-1), "target2": i64(2, 12)}

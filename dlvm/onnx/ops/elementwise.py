@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from dlvm.ir.types import DataType
 from dlvm.ir.literals import ScalarLiteral
+from dlvm.ir.types import DataType
 from dlvm.ir.values import LiteralValue, Value
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.dtypes import ir_type_of, onnx_type_name
@@ -127,7 +127,9 @@ def sigmoid_of(cx: Lowering, x: Value) -> Value:
     """1 / (1 + e^-x) as 0.5 · tanh(x / 2) + 0.5 (stdlib/nn.tel): nothing overflows."""
     dt = tensor(x).dtype
     half = cx.scalar(0.5, dt)
-    return cx.emit("add", cx.emit("multiply", half, cx.emit("tanh", cx.emit("multiply", half, x))), half)
+    return cx.emit(
+        "add", cx.emit("multiply", half, cx.emit("tanh", cx.emit("multiply", half, x))), half
+    )
 
 
 @HANDLERS.register("Sigmoid")
@@ -165,12 +167,17 @@ def elu_family(cx: Lowering, node: Node) -> None:
     x = cx.value(node.input(0))
     dt = tensor(x).dtype
     if node.op_type == "Selu":
-        alpha, gamma = node.attr("alpha", 1.67326319217681884765625), node.attr("gamma", 1.05070102214813232421875)
+        alpha, gamma = (
+            node.attr("alpha", 1.67326319217681884765625),
+            node.attr("gamma", 1.05070102214813232421875),
+        )
     else:
         alpha, gamma = node.attr("alpha", 1.0), 1.0
     inner = x if node.op_type != "Celu" else cx.emit("divide", x, cx.scalar(alpha, dt))
     negative = cx.emit(
-        "multiply", cx.scalar(alpha, dt), cx.emit("subtract", cx.emit("exp", inner), cx.scalar(1, dt))
+        "multiply",
+        cx.scalar(alpha, dt),
+        cx.emit("subtract", cx.emit("exp", inner), cx.scalar(1, dt)),
     )
     y = cx.emit("select", x, negative, cx.emit("greaterThan", x, cx.scalar(0, dt)))
     if gamma != 1.0:

@@ -73,7 +73,9 @@ def layer_norm(cx: Lowering, node: Node) -> None:
     d = cx.emit("subtract", x, mu)
     variance = mean(cx, cx.emit("multiply", d, d), dims, keep=True)
     inv = cx.emit("rsqrt", cx.emit("add", variance, cx.scalar(node.attr("epsilon", 1e-5), dt)))
-    y = cx.emit("multiply", cx.emit("multiply", d, inv), to_rank(cx, cx.value(node.input(1)), len(xs)))
+    y = cx.emit(
+        "multiply", cx.emit("multiply", d, inv), to_rank(cx, cx.value(node.input(1)), len(xs))
+    )
     if node.input(2):
         y = cx.emit("add", y, to_rank(cx, cx.value(node.input(2)), len(xs)))
     cx.define(node.out(0), y)

@@ -82,7 +82,9 @@ def arg_extremum(cx: Lowering, node: Node) -> None:
     hit = cx.emit("equal", x, top)
     n = xs[axis]
     ones = cx.splat(1, TensorType((n,), DataType.I64))
-    ramp = cx.emit("subtract", cx.emit("scan", ones, comb="add", dims=(0,)), cx.scalar(1, DataType.I64))
+    ramp = cx.emit(
+        "subtract", cx.emit("scan", ones, comb="add", dims=(0,)), cx.scalar(1, DataType.I64)
+    )
     ramp = reshape(cx, ramp, tuple(n if d == axis else 1 for d in range(len(xs))))
     candidates = cx.emit("select", ramp, cx.scalar(n, DataType.I64), hit)
     y = reduce(cx, candidates, "min", (axis,), keep=bool(node.attr("keepdims", 1)))

@@ -168,7 +168,9 @@ def slice_op(cx: Lowering, node: Node) -> None:
         a = axis_of(axis, len(xs))
         taken = range(xs[a])[slice(start, end, step)]
         if len(taken) == 0:
-            raise LoweringError(f"Slice of axis {a} of {xs} is empty (DLVM IR has no empty tensors)")
+            raise LoweringError(
+                f"Slice of axis {a} of {xs} is empty (DLVM IR has no empty tensors)"
+            )
         if step == 1:
             y = _cut(cx, y, a, taken.start, taken.stop - 1)
         else:
@@ -226,7 +228,9 @@ def pad(cx: Lowering, node: Node) -> None:
                 parts.append(x)
             elif n:
                 shape = tensor(x).shape
-                parts.append(cx.splat(value, TensorType(shape[:axis] + (n,) + shape[axis + 1 :], t.dtype)))
+                parts.append(
+                    cx.splat(value, TensorType(shape[:axis] + (n,) + shape[axis + 1 :], t.dtype))
+                )
         if len(parts) > 1:
             x = cx.emit("concatenate", *parts, axis=axis)
     cx.define(node.out(0), x)
