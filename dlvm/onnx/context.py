@@ -115,6 +115,8 @@ class Lowering:
     def literal(self, array: np.ndarray) -> Value:
         """A known tensor in the IR: a scalar literal, a splat, or a `literal` of its elements."""
         dtype = _data_type(array)
+        if array.size == 0:
+            raise LoweringError(f"an empty tensor {array.shape} (DLVM IR has none)")
         if array.ndim == 0:
             return self.scalar(array.item(), dtype)
         flat = array.ravel()

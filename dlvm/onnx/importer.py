@@ -81,7 +81,10 @@ def import_model(
             handler.lower(cx, node)
         except (LoweringError, TypeRuleError) as e:
             raise DiagnosticError([_lowering_error(node, e, complaint)]) from None
-    results = [cx.value(o.name) for o in graph.output]
+    try:
+        results = [cx.value(o.name) for o in graph.output]
+    except LoweringError as e:
+        raise DiagnosticError([error(f"{label}: an output: {e}")]) from None
     cx.emit("return", cx.emit("literal", tuple_literal(results)))
 
     order = [t.name for t in graph.initializer if t.name in cx.params]

@@ -38,3 +38,9 @@ def test_every_axis_when_none_are_given(op):
 def test_arg_extremum(op, keepdims):
     x = np.round(positive(3, 5) * 2)  # ties: the first index wins
     check(single(op, {"x": x}, axis=1, keepdims=keepdims), {"x": x})
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+def test_arg_extremum_last_index(op):
+    x = np.round(positive(3, 5) * 2)
+    check(single(op, {"x": x}, axis=0, select_last_index=1), {"x": x})

@@ -103,3 +103,30 @@ def test_shape_computations_fold_away():
     imp = check(model(nodes, {"x": x}, ["z"], inits, opset=13), {"x": x})
     ops = [inst.opcode for inst in imp.function.blocks[0].instructions]
     assert ops == ["shapeCast", "literal", "add", "literal", "return"]
+
+
+def test_gather_of_negative_computed_indices():
+    table = normal(5, 3)
+    ids = np.array([-1, 0, -5], np.int64)
+    check(single("Gather", {"x": table, "i": ids}, axis=0), {"x": table, "i": ids})
+
+
+@pytest.mark.parametrize(
+    "attrs", [{}, {"reverse": 1}, {"exclusive": 1}, {"reverse": 1, "exclusive": 1}]
+)
+def test_cumsum(attrs):
+    check(single("CumSum", {"x": X}, {"axis": np.array(1, np.int64)}, **attrs), {"x": X})
+
+
+@pytest.mark.parametrize("upper, k", [(1, 0), (0, 0), (1, 1), (0, -1)])
+def test_trilu(upper, k):
+    check(single("Trilu", {"x": X}, {"k": np.array(k, np.int64)}, upper=upper), {"x": X})
+
+
+def test_an_empty_result_is_refused_as_a_diagnostic():
+    from dlvm.diagnostics import DiagnosticError
+    from dlvm.onnx import import_model
+
+    m = model([helper.make_node("Shape", ["x"], ["y"], start=2, end=1)], {"x": X}, ["y"], opset=15)
+    with pytest.raises(DiagnosticError, match="an output: an empty tensor"):
+        import_model(m)
