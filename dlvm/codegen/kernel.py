@@ -15,11 +15,12 @@ from collections.abc import Callable, Generator
 import numpy as np
 from llvmlite import ir
 
-from dlvm.codegen import conv_depthwise, conv_folded, conv_gemm, conv_long_sums
+from dlvm.codegen import conv_depthwise, conv_folded, conv_gemm, conv_kernel_grad, conv_long_sums
 from dlvm.codegen.combinators import not_inlinable
 from dlvm.codegen.conv_depthwise import DepthwiseConv
 from dlvm.codegen.conv_folded import ConvFolded
 from dlvm.codegen.conv_gemm import ConvGemm
+from dlvm.codegen.conv_kernel_grad import KernelGradient
 from dlvm.codegen.conv_long_sums import LongSums
 from dlvm.codegen.elementwise import binary, cast, compare, unary
 from dlvm.codegen.errors import CodegenError
@@ -499,7 +500,13 @@ class KernelGen:
         fallback = self.body.append_basic_block("conv.elements")
         # Shares of blocks of rows (a batch smaller than the threads) are not folded: folding
         # puts several whole images side by side.
-        if self.conv_split == 1 and conv_folded.folds(self.core, lanes):
+        if (
+            self.conv_split == 1
+            and self.root is self.core
+            and conv_kernel_grad.suits(self.core, lanes)
+        ):
+            KernelGradient(self, self.core, out, lanes).emit_images(begin, end, fallback)
+        elif self.conv_split == 1 and conv_folded.folds(self.core, lanes):
             ConvFolded(self, self.core, out, lanes).emit_images(begin, end, fallback)
         else:
             ConvGemm(self, self.core, out, lanes, self.conv_split).emit_images(begin, end, fallback)
