@@ -6,8 +6,11 @@ the fly at the index being written. A pointwise instruction (elementwise, compar
 cast, a bitCast between element types of one size, shape-only, tensor literal) joins its
 consumer's kernel when that consumer is its only user, sits in the same block, and reads it at
 most once per element written: a pointwise instruction, or the reduced operand of a `reduce`.
-`convolve`, `scan` and `reduceWindow` are roots whose operands are in memory; everything else
-(calls, tuples, control flow, random numbers, stacks) stays in the host function.
+`convolve`, `scan` and `reduceWindow` are roots whose operands are in memory, but for a
+`convolve`'s operand that is a strided view (dlvm.ir.strided: transposes and changes of shape,
+a kernel's gradient exchanging batch and channels), which the code generator reads in place;
+everything else (calls, tuples, control flow, random numbers, stacks) stays in the host
+function.
 
 A matrix `dot` takes a prologue and an epilogue. Its right operand may be any pointwise
 instruction (the kernel packs it strip by strip); its left operand only a transpose or a pad or
