@@ -121,9 +121,17 @@ class KernelGradient(MatMul):
             self.b_elements + self.g_elements + self.c_elements + self.per_pass * self.plane
         ) * self.dt.size
 
-    def emit_images(self, begin: ir.Value, end: ir.Value, fallback: ir.Block) -> None:
-        """Images [begin, end) of the output, `per_pass` at a time; as ConvGemm.emit_images."""
+    def emit_images(
+        self, begin: ir.Value, end: ir.Value, fallback: ir.Block, split: int = 1
+    ) -> None:
+        """Shares [begin, end) of the output, each image cut into `split` blocks of its rows
+        (compute scheduling's split: share i is the product's rows [i, i + 1) · T / split),
+        the images they touch `per_pass` at a time; as ConvGemm.emit_images."""
         b = self.b
+        share = self.t_count // split
+        row0, row1 = b.mul(begin, _c(share)), b.mul(end, _c(share))
+        first = b.udiv(row0, _c(self.t_count))
+        last = b.udiv(b.add(row1, _c(self.t_count - 1)), _c(self.t_count))
         scratch = b.call(scratch_function(self.kg.module), [_c(self.scratch_bytes)])
         here = b.function.append_basic_block("conv.kgrad")
         b.cbranch(b.icmp_unsigned("==", scratch, ir.Constant(scratch.type, None)), fallback, here)
@@ -133,20 +141,25 @@ class KernelGradient(MatMul):
         self.c_tile = self.at(scratch, _c(self.b_elements + self.g_elements))
         self.planes = self.at(scratch, _c(self.b_elements + self.g_elements + self.c_elements))
         self.zero(self.grid, self.g_elements)  # what is not the kernel's stays zero
-        passes = b.udiv(b.add(b.sub(end, begin), _c(self.per_pass - 1)), _c(self.per_pass))
+        passes = b.udiv(b.add(b.sub(last, first), _c(self.per_pass - 1)), _c(self.per_pass))
 
         def one_pass(i: ir.Value) -> None:
-            c0 = b.add(begin, b.mul(i, _c(self.per_pass)))
-            left = b.sub(end, c0)
+            c0 = b.add(first, b.mul(i, _c(self.per_pass)))
+            left = b.sub(last, c0)
             count = b.select(b.icmp_signed("<", left, _c(self.per_pass)), left, _c(self.per_pass))
-            self.images_pass(c0, count)
+            base = b.mul(c0, _c(self.t_count))
+            lo = b.sub(row0, base)
+            lo = b.select(b.icmp_signed("<", lo, _c(0)), _c(0), lo)
+            hi, whole = b.sub(row1, base), b.mul(count, _c(self.t_count))
+            hi = b.select(b.icmp_signed("<", hi, whole), hi, whole)
+            self.images_pass(c0, count, lo, hi)
 
         counted_loop(b, 0, passes, one_pass, name="kpass")
 
-    def images_pass(self, c0: ir.Value, count: ir.Value) -> None:
-        """Images [c0, c0 + count): C over every channel and slice, then copied out."""
+    def images_pass(self, c0: ir.Value, count: ir.Value, lo: ir.Value, hi: ir.Value) -> None:
+        """Rows [lo, hi) of images [c0, c0 + count) (rows counted from image c0's first): C
+        over every channel and slice, then copied out."""
         b, tile = self.b, self.tile
-        rows = b.mul(count, _c(self.t_count))
         self.zero(self.planes, self.per_pass * self.plane)  # the padding stays zero
         never = ir.Constant(ir.IntType(1), 0)
 
@@ -170,7 +183,7 @@ class KernelGradient(MatMul):
                         self.micro([], i0, tile_rows, j0, width, p0, p1, first, never,
                                    self.a_at(i0, tile_rows), b_at)  # fmt: skip
 
-                    self.tiles(_c(0), rows, one_tile)
+                    self.tiles(lo, hi, one_tile)
 
                 full, rest = divmod(self.o, tile.width)
                 counted_loop(b, 0, full, lambda j: strip(b.mul(j, _c(tile.width)), tile.width),
@@ -181,7 +194,7 @@ class KernelGradient(MatMul):
             counted_loop(b, 0, tile.slices, one_slice, name="kslice")
 
         counted_loop(b, 0, self.channels, channel, name="kchan")
-        self.copy_out(c0, count)
+        self.copy_out(c0, lo, hi)
 
     # The operands -------------------------------------------------------------------------
 
@@ -294,28 +307,35 @@ class KernelGradient(MatMul):
         b = self.b
         return self.at(self.c_tile, b.add(b.mul(i, _c(self.c_stride)), b.add(j0, _c(c))))
 
-    def copy_out(self, c0: ir.Value, count: ir.Value) -> None:
-        """out[c0 + i, o, t] = C[i · T + t, o]."""
-        b = self.b
+    def copy_out(self, c0: ir.Value, lo: ir.Value, hi: ir.Value) -> None:
+        """out[c0 + i // T, o, i % T] = C[i, o] for the rows i in [lo, hi), then the kernel's
+        epilogue, if it has one, at that element (the convolution read back from out)."""
+        b, kg = self.b, self.kg
         out_ty = memory_type(self.dt)
 
-        def image(i: ir.Value) -> None:
-            dst0 = b.mul(b.add(c0, i), _c(self.o * self.t_count))
+        def row(i: ir.Value) -> None:
+            c, t = b.udiv(i, _c(self.t_count)), b.urem(i, _c(self.t_count))
+            dst = b.add(b.mul(b.add(c0, c), _c(self.o * self.t_count)), t)
+            src = b.mul(i, _c(self.c_stride))
 
             def output(o: ir.Value) -> None:
-                dst = b.add(dst0, b.mul(o, _c(self.t_count)))
-
-                def tap(t: ir.Value) -> None:
-                    row = b.add(b.mul(i, _c(self.t_count)), t)
-                    src = b.add(b.mul(row, _c(self.c_stride)), o)
-                    v = b.load(self.at(self.c_tile, src), typ=self.elem_ty)
-                    b.store(v, b.gep(self.out, [b.add(dst, t)], source_etype=out_ty))
-
-                counted_loop(b, 0, self.t_count, tap, name="kotap")
+                v = b.load(self.at(self.c_tile, b.add(src, o)), typ=self.elem_ty)
+                at = b.add(dst, b.mul(o, _c(self.t_count)))
+                b.store(v, b.gep(self.out, [at], source_etype=out_ty))
+                if kg.root is not self.dot:
+                    kg.memo.clear()
+                    idx = [b.add(c0, c), o, *unravel(b, t, self.taps)]
+                    kg.store(self.out, idx, self.t, kg.elem(kg.root, idx))
 
             counted_loop(b, 0, self.o, output, name="kout")
 
-        counted_loop(b, 0, count, image, name="koimg")
+        counted_loop(b, lo, hi, row, name="korow")
+
+    def epilogue(
+        self, batch: list[ir.Value], i0: ir.Value, rows: int, j0: ir.Value, width: int
+    ) -> None:
+        """Nothing at the micro-kernel's tile, whose rows are (image, tap) pairs: copy_out
+        applies the epilogue."""
 
     def zero(self, ptr: ir.Value, count: int) -> None:
         """ptr[0, count) = 0."""

@@ -500,12 +500,10 @@ class KernelGen:
         fallback = self.body.append_basic_block("conv.elements")
         # Shares of blocks of rows (a batch smaller than the threads) are not folded: folding
         # puts several whole images side by side.
-        if (
-            self.conv_split == 1
-            and self.root is self.core
-            and conv_kernel_grad.suits(self.core, lanes)
-        ):
-            KernelGradient(self, self.core, out, lanes).emit_images(begin, end, fallback)
+        if conv_kernel_grad.suits(self.core, lanes):
+            KernelGradient(self, self.core, out, lanes).emit_images(
+                begin, end, fallback, self.conv_split
+            )
         elif self.conv_split == 1 and conv_folded.folds(self.core, lanes):
             ConvFolded(self, self.core, out, lanes).emit_images(begin, end, fallback)
         else:
