@@ -74,9 +74,15 @@ def suits(conv: Instruction, lanes: int) -> bool:
         and lanes > 1
         and xv is not None
         and kv is not None
-        and kernel_runs(k.type.shape[1:], kv[1][1:])[0] > 1
+        and _runs_fit(k.type.shape[1:], kv[1][1:])
         and (k.type.shape[0] // groups >= 2 or math.prod(k.type.shape[1:]) >= ONE_ROW_DEPTH)
     )
+
+
+def _runs_fit(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether the kernel's columns are one run, or runs longer than one element."""
+    run = kernel_runs(shape, strides)[0]
+    return run > 1 or run == math.prod(shape)
 
 
 def in_memory(v: Value) -> tuple[Argument, tuple[int, ...]] | None:

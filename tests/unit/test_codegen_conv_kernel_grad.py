@@ -141,3 +141,16 @@ def test_a_convolution_as_long_as_its_output_is_not_this_product():
     )
     conv = parse_module(text, "m.dl").functions[0].blocks[0].instructions[0]
     assert conv_gemm.suits(conv, 16) and not conv_kernel_grad.suits(conv, 16)
+
+
+def test_a_kernel_of_one_column_still_runs_as_a_product():
+    """One input channel and a 1×1 kernel: its columns are one run of one element."""
+    text = (
+        'module "m"\nstage raw\n\n'
+        "func @f: (<2 x 1 x 8 x 8 x f32>, <4 x 1 x 1 x 1 x f32>) -> <2 x 4 x 8 x 8 x f32> {\n"
+        "'entry(%x: <2 x 1 x 8 x 8 x f32>, %k: <4 x 1 x 1 x 1 x f32>):\n"
+        "    %r = convolve %x: <2 x 1 x 8 x 8 x f32> kernel %k: <4 x 1 x 1 x 1 x f32>\n"
+        "    return %r: <2 x 4 x 8 x 8 x f32>\n}\n"
+    )
+    conv = parse_module(text, "m.dl").functions[0].blocks[0].instructions[0]
+    assert conv_gemm.suits(conv, 16)
