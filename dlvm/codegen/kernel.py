@@ -481,7 +481,8 @@ class KernelGen:
     def convolve(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
         """A depthwise convolution with few outputs and long sums (a depthwise kernel's
         gradient) as dlvm.codegen.conv_long_sums's loop; other depthwise convolutions as a
-        direct vectorised loop (dlvm.codegen.conv_depthwise); a
+        direct vectorised loop (dlvm.codegen.conv_depthwise); a kernel longer than the output
+        (a kernel's gradient) as dlvm.codegen.conv_kernel_grad's product; a
         convolution as matrix products (dlvm.codegen.conv_gemm) where it suits them, with
         the element loop for a thread that cannot have the products' scratch buffer; the
         element loop alone otherwise (and in a GPU thread's share)."""
@@ -498,12 +499,12 @@ class KernelGen:
             return
         b = self.b
         fallback = self.body.append_basic_block("conv.elements")
-        # Shares of blocks of rows (a batch smaller than the threads) are not folded: folding
-        # puts several whole images side by side.
-        if conv_kernel_grad.suits(self.core, lanes):
+        if conv_kernel_grad.suits(self.core, lanes):  # a kernel longer than the output
             KernelGradient(self, self.core, out, lanes).emit_images(
                 begin, end, fallback, self.conv_split
             )
+        # Shares of blocks of rows (a batch smaller than the threads) are not folded: folding
+        # puts several whole images side by side.
         elif self.conv_split == 1 and conv_folded.folds(self.core, lanes):
             ConvFolded(self, self.core, out, lanes).emit_images(begin, end, fallback)
         else:
