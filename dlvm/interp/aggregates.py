@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from dlvm.interp.errors import InterpreterError
-from dlvm.interp.objects import NP_DTYPES, EnumValue, element, replace, zero_of
+from dlvm.interp.objects import EnumValue, element, replace, zero_of
 from dlvm.interp.registry import impl
 from dlvm.ir.literals import (
     AggregateLiteral,
@@ -18,6 +18,7 @@ from dlvm.ir.literals import (
     ScalarLiteral,
     SpecialLiteral,
     StructLiteral,
+    dense_dtype,
     fits,
 )
 from dlvm.ir.typerules import TypeRuleError, check_literal_operand
@@ -60,7 +61,7 @@ def _dense_value(frame, use: LiteralValue) -> np.ndarray:
         raise InterpreterError(f"{e}") from None
     t = canonical(use.type)
     assert isinstance(t, TensorType) and isinstance(use.literal, DenseLiteral)
-    stored = np.frombuffer(use.literal.data, NP_DTYPES[t.dtype].newbyteorder("<"))
+    stored = np.frombuffer(use.literal.data, dense_dtype(t.dtype))
     return stored.reshape(t.shape).astype(frame.dtype(t))  # astype copies: bytes are immutable
 
 

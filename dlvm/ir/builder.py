@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from dlvm.ir.literals import AggregateLiteral, DenseLiteral, ScalarLiteral
+from dlvm.ir.literals import AggregateLiteral, DenseLiteral, ScalarLiteral, dense_dtype
 from dlvm.ir.ops import OpDef, lookup
 from dlvm.ir.typerules import TypeRuleError, gradient_type
-from dlvm.ir.types import DataType, FunctionType, TensorType, TupleType, Type
+from dlvm.ir.types import FunctionType, TensorType, TupleType, Type
 from dlvm.ir.values import (
     Argument,
     Block,
@@ -102,13 +102,7 @@ def tensor_literal(array: Any, type: TensorType) -> LiteralValue:
     if not type.shape:
         convert = bool if dt.is_bool else int if dt.is_int else float
         return LiteralValue(ScalarLiteral(convert(values.item())), type)
-    return LiteralValue(DenseLiteral(values.astype(_stored_dtype(dt)).tobytes()), type)
-
-
-def _stored_dtype(dt: DataType) -> np.dtype:
-    """The NumPy dtype of dt's elements as memory holds them (docs/c-abi.md: little-endian)."""
-    code = "?" if dt.is_bool else ("f" if dt.is_float else "i") + str(dt.size)
-    return np.dtype("<" + code)
+    return LiteralValue(DenseLiteral(values.astype(dense_dtype(dt)).tobytes()), type)
 
 
 def tuple_literal(elements: Sequence[Value]) -> LiteralValue:

@@ -154,6 +154,12 @@ class DenseLiteral(Literal):
         return f'dense "{self.data.hex()}"'
 
 
+def dense_dtype(dt: DataType) -> str:
+    """NumPy's name for dt's elements as a dense literal holds them (`<f4` for f32, `?` for
+    bool): `np.frombuffer(lit.data, dense_dtype(dt))` reads one."""
+    return "?" if dt.is_bool else "<" + ("f" if dt.is_float else "i") + str(dt.size)
+
+
 def literal_brief(lit: Literal) -> str:
     """A literal as messages show it: a dense literal by its size (its text may be megabytes)."""
     return f"dense ({len(lit.data)} bytes)" if isinstance(lit, DenseLiteral) else str(lit)
