@@ -19,7 +19,6 @@ from rich.console import Console
 
 from dlvm.codegen.gpus import DEFAULT_GPU, GPUS
 from dlvm.diagnostics import BuildFailure, DiagnosticError
-from dlvm.sources import read_text
 from dlvm.tools.driver import EXIT_INPUT, EXIT_USAGE, internal_error_message, report
 from telc import __version__
 from telc.cache import Cache, compiler_version, write_atomically
@@ -311,9 +310,22 @@ def _chatter(quiet: bool, verbose: bool) -> None:
 @click.argument("file")
 @_define
 @_quiet
-def check(file: str, defines: Any, quiet: bool) -> None:
+@_onnx
+def check(
+    file: str,
+    defines: Any,
+    quiet: bool,
+    shapes: Any,
+    train_loss: str | None,
+    labels: Any,
+    optimizer: str,
+) -> None:
+    onnx = _onnx_options(file, shapes, train_loss, labels, optimizer)
+
     def work() -> Any:
-        compiled = compile_text(file, read_text(file), dict(defines))
+        from telc.build import model_text
+
+        compiled = compile_text(*model_text(file, onnx), dict(defines))
         optimize(compiled.module, level=0)
         return compiled
 
@@ -492,6 +504,7 @@ Examples:
 @_define
 @_quiet
 @_verbose
+@_onnx
 def run(
     file: str,
     entry: str | None,
@@ -511,10 +524,15 @@ def run(
     defines: Any,
     quiet: bool,
     verbose: bool,
+    shapes: Any,
+    train_loss: str | None,
+    labels: Any,
+    optimizer: str,
 ) -> None:
     from telc import run as running
 
     _chatter(quiet, verbose)
+    onnx = _onnx_options(file, shapes, train_loss, labels, optimizer)
     if device.startswith("cuda"):
         target = "cuda"  # the library must hold the kernels
     options = _build_options(defines, level, target, cpu, gpu, tf32)
@@ -530,7 +548,7 @@ def run(
             with progress:
                 product = produce(
                     file, "so", options, library, progress.timings, _cache(no_cache),
-                    warnings.append,
+                    warnings.append, onnx,
                 )  # fmt: skip
             _warn(warnings, quiet)
             progress.details(product.report, options.flags(), product.cached)

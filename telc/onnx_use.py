@@ -249,11 +249,11 @@ def model_source(path: str, data: bytes, options: OnnxOptions) -> str:
         lines += [f"{o}: out = {every}[{k}]" for k, o in enumerate(outputs)]
     if training is not None:
         labels = tel_name(training.labels, taken)
-        dtype = f"{training.labels_dtype} " if training.labels_dtype else ""
+        dtype = training.labels_dtype or ""
         shape = " x ".join(map(str, training.labels_shape))
         loss = tel_name("loss", taken)
         lines += [
-            f"{labels}: in {dtype}[{shape}]",
+            f"{labels}: in {dtype}[{shape}]" if dtype else f"{labels}: in[{shape}]",
             f"{loss}: out[] = {training.loss}({outputs[0]}, {labels})",
             f"train minimizing {loss} using {training.optimizer}",
         ]

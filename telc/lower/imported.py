@@ -1,5 +1,5 @@
 """What an imported ONNX graph puts in a model (telc/onnx_use.py) as IR: a parameter's initial
-value as a literal, and the graph's def as an `apply` of the graph's own IR function."""
+value as a literal, and a call of the graph's def as a copy of the graph's own IR function."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import numpy as np
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.builder import tensor_literal
-from dlvm.ir.types import TensorType, TupleType
-from dlvm.ir.values import ElementKey, Function, fresh_name
+from dlvm.ir.cloning import ValueMap, clone_instructions
+from dlvm.ir.types import TensorType
+from dlvm.ir.values import Function, Instruction, LiteralValue, Value, fresh_name
 from telc import ast
 from telc.lower.context import Context, Scope
 from telc.lower.tensor_ops import TensorOps
@@ -16,13 +17,11 @@ from telc.lower.values import POISON, TV, Elaborated
 
 
 class ImportedLowerer:
-    """Lowers `ast.Imported` nodes; remembers which IR function of each graph binding it has
-    put in the module."""
+    """Lowers `ast.Imported` nodes."""
 
     def __init__(self, cx: Context, ops: TensorOps) -> None:
         self.cx = cx
         self.ops = ops
-        self.functions: dict[int, Function] = {}  # id of an import -> its function here
 
     def lower(self, e: ast.Imported, scope: Scope) -> Elaborated:
         if isinstance(e.value, np.ndarray):
@@ -58,18 +57,8 @@ class ImportedLowerer:
                 Diagnostic(f"cannot import {e.what} for these shapes", e.span.loc, notes=notes)
             )
             return POISON
-        fn = self.functions.get(id(imported))
-        if fn is None:
-            fn = imported.function
-            taken = {f.name for f in cx.module.functions} | cx.reserved
-            fn.name = fresh_name(graph.name + "_graph", taken)
-            imported.module.functions.remove(fn)
-            cx.module.add_function(fn)
-            self.functions[id(imported)] = fn
         operands = [a.ir() for a in tvs] + [scope.params[n].ir() for n in graph.params]
-        value = cx.emit("apply", [fn, *operands], e.span)
-        ty = value.type
-        assert isinstance(ty, TupleType)
+        results = self.inline(imported.function, operands)
         n = len(imported.outputs)
         for k, onnx_name in enumerate(imported.updates):
             buffer = graph.params[graph.onnx_params.index(onnx_name)]
@@ -79,12 +68,34 @@ class ImportedLowerer:
                     f"{e.what} is called more than once in training; each call would update "
                     f"buffer '{buffer}'",
                 )
-            new = cx.emit("extract", [value], e.span, keys=(ElementKey(index=n + k),))
-            cx.graph_updates[buffer] = TV(new.type, new)
+            cx.graph_updates[buffer] = TV(results[n + k].type, results[n + k])
         if n == 1:
-            one = cx.emit("extract", [value], e.span, keys=(ElementKey(index=0),))
-            return TV(ty.elements[0], one)
-        if n == len(ty.elements):
-            return TV(ty, value)
-        parts = [cx.emit("extract", [value], e.span, keys=(ElementKey(index=k),)) for k in range(n)]
-        return self.ops.make_tuple([TV(v.type, v) for v in parts], e.span)
+            return TV(results[0].type, results[0])
+        return self.ops.make_tuple([TV(v.type, v) for v in results[:n]], e.span)
+
+    def inline(self, fn: Function, operands: list[Value]) -> list[Value]:
+        """Copies of the instructions of fn (one block, as the importer makes it) at the
+        insertion point, reading `operands` for its arguments; the values it returns. Copied
+        rather than applied, so that the optimisations see across the call and a graph that
+        draws random numbers (Dropout in training) is differentiated with the very draws it
+        computed its value with."""
+        entry = fn.entry
+        assert entry is not None and len(fn.blocks) == 1
+        *body, ret = entry.instructions
+        vmap = ValueMap(zip(entry.arguments, operands))
+        b = self.cx.b
+        assert b.block is not None
+        taken = self.cx.fn.taken if self.cx.fn is not None else set()
+        for copy in clone_instructions(body, vmap):
+            if copy.name is not None:  # the graph's tensor names, unique in the caller too
+                copy.name = fresh_name(copy.name, taken)
+            if b.index is None:
+                b.block.append(copy)
+            else:
+                b.block.insert(b.index, copy)
+                b.index += 1
+        returned = vmap(ret.operands[0])
+        if isinstance(returned, Instruction) and returned.opcode == "literal":
+            returned = returned.operands[0]  # the tuple, made by a `literal` (DCE drops it)
+        assert isinstance(returned, LiteralValue)
+        return list(returned.literal.elements())

@@ -36,7 +36,9 @@ def model(
     ]
     opsets = [helper.make_opsetid("", opset)]
     untyped = [helper.make_empty_tensor_value_info(n) for n in outputs]
-    probe = helper.make_model(helper.make_graph(nodes, "probe", ins, untyped, inits), opset_imports=opsets)
+    probe = helper.make_model(
+        helper.make_graph(nodes, "probe", ins, untyped, inits), opset_imports=opsets
+    )
     results = ReferenceEvaluator(probe).run(None, inputs)
     outs = [
         helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(r.dtype), r.shape)

@@ -30,12 +30,19 @@ def test_conv2d(attrs):
 def test_grouped_and_depthwise_conv():
     x = normal(1, 4, 6, 6)
     grouped = normal(6, 2, 3, 3, seed=1)
-    check(single("Conv", {"x": x}, {"w": grouped}, group=2, pads=[1] * 4), {"x": x}, rtol=1e-4, atol=1e-5)
+    check(
+        single("Conv", {"x": x}, {"w": grouped}, group=2, pads=[1] * 4),
+        {"x": x},
+        rtol=1e-4,
+        atol=1e-5,
+    )
     depthwise = normal(4, 1, 3, 3, seed=2)
     check(single("Conv", {"x": x}, {"w": depthwise}, group=4), {"x": x}, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("attrs", [{}, {"pads": [1, 2], "strides": [2]}, {"auto_pad": "SAME_UPPER"}])
+@pytest.mark.parametrize(
+    "attrs", [{}, {"pads": [1, 2], "strides": [2]}, {"auto_pad": "SAME_UPPER"}]
+)
 def test_conv1d(attrs):
     x, w, b = normal(2, 3, 9), normal(4, 3, 3, seed=1), normal(4, seed=2)
     check(single("Conv", {"x": x}, {"w": w, "b": b}, **attrs), {"x": x}, rtol=1e-4, atol=1e-5)

@@ -104,3 +104,16 @@ def test_cast_between_float_types_and_from_bool():
     check(single("Cast", {"x": X}, to=onnx.TensorProto.FLOAT16), {"x": X}, rtol=1e-3)
     flags = X > 0
     check(single("Cast", {"x": flags}, to=onnx.TensorProto.FLOAT), {"x": flags})
+
+
+def test_cast_like_takes_the_type_of_its_second_input():
+    like = np.zeros((1,), np.float64)
+    check(single("CastLike", {"x": X, "like": like}, opset=15), {"x": X, "like": like})
+
+
+def test_special_values_and_thresholds():
+    x = np.array([1.0, np.inf, -np.inf, np.nan, -2.0], np.float32)
+    check(single("IsNaN", {"x": x}, opset=13), {"x": x})
+    check(single("IsInf", {"x": x}, opset=13), {"x": x})
+    check(single("IsInf", {"x": x}, opset=13, detect_positive=0), {"x": x})
+    check(single("ThresholdedRelu", {"x": X}, alpha=0.4), {"x": X})

@@ -31,7 +31,9 @@ def test_gemm_transposes_and_scales(trans_a, trans_b):
     a = normal(*((4, 3) if trans_a else (3, 4)), seed=1)
     b = normal(*((5, 4) if trans_b else (4, 5)), seed=2)
     c = normal(5, seed=3)
-    m = single("Gemm", {"a": a}, {"b": b, "c": c}, transA=trans_a, transB=trans_b, alpha=0.5, beta=2.0)
+    m = single(
+        "Gemm", {"a": a}, {"b": b, "c": c}, transA=trans_a, transB=trans_b, alpha=0.5, beta=2.0
+    )
     imp = check(m, {"a": a})
     assert [p.name for p in imp.params] == ["b", "c"]
 

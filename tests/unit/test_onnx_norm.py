@@ -45,7 +45,9 @@ def test_batch_norm_before_opset_14():
     # Compared with the formula: onnx 1.23's reference BatchNormalization of opset 9 is not it.
     m = single("BatchNormalization", {"x": X}, STATS, opset=9, epsilon=1e-3)
     y = run(import_model(m), {"x": X})[0]
-    expected = normalised(STATS["mean"].reshape(PER_CHANNEL), STATS["var"].reshape(PER_CHANNEL), 1e-3)
+    expected = normalised(
+        STATS["mean"].reshape(PER_CHANNEL), STATS["var"].reshape(PER_CHANNEL), 1e-3
+    )
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
 
 
@@ -72,7 +74,12 @@ def test_batch_norm_follows_the_importer_in_training():
 def test_layer_norm(axis):
     shape = X.shape[axis:]
     params = {"g": positive(*shape, seed=1), "b": normal(*shape, seed=2)}
-    check(single("LayerNormalization", {"x": X}, params, axis=axis, epsilon=1e-4), {"x": X}, rtol=1e-4, atol=1e-5)
+    check(
+        single("LayerNormalization", {"x": X}, params, axis=axis, epsilon=1e-4),
+        {"x": X},
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
@@ -106,3 +113,21 @@ def test_dropout_in_training_drops_and_rescales():
     kept = y != 0
     np.testing.assert_allclose(y[kept], X[kept] / 0.75, rtol=1e-6)
     assert 0.5 < kept.mean() < 0.95
+
+
+def test_layer_norm_statistics_outputs():
+    params = {"g": positive(4, 5, seed=1), "b": normal(4, 5, seed=2)}
+    node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mu", "inv"], axis=2)
+    check(model([node], {"x": X}, ["y", "mu", "inv"], params), {"x": X}, rtol=1e-4, atol=1e-5)
+
+
+def test_rms_and_lp_normalisation_and_hardmax():
+    check(single("RMSNormalization", {"x": X}, {"g": positive(5, seed=1)}, opset=23), {"x": X})
+    with_zero = X.copy()
+    with_zero[0, 0] = 0  # a zero norm: zeros, not NaN
+    check(single("LpNormalization", {"x": with_zero}, axis=1), {"x": with_zero})
+    # p=1 on positive numbers: onnx 1.23's reference sums x rather than |x|.
+    x = positive(2, 3, 4)
+    check(single("LpNormalization", {"x": x}, axis=-1, p=1), {"x": x})
+    ties = np.round(X)
+    check(single("Hardmax", {"x": ties}, opset=13, axis=1), {"x": ties})
