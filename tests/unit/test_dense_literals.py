@@ -10,9 +10,13 @@ import time
 
 import numpy as np
 import pytest
+from cuda_emulator import EmulatedInterpreter, Emulator
 from irlib import ir_library
 
 import dlvm
+from dlvm.codegen.build import schedule
+from dlvm.codegen.cuda import check_ptx, ptx
+from dlvm.codegen.device_plan import NotPlannable, device_plan
 from dlvm.diagnostics import DiagnosticError
 from dlvm.interp import InterpreterError, run_function
 from dlvm.ir import module_text, parse_module
@@ -342,3 +346,26 @@ def test_a_64_mb_dense_literal_builds_in_seconds(tmp_path):
     with dlvm.load(path) as lib:
         np.testing.assert_array_equal(lib.w(), values)
     assert seconds < 60, f"a 64 MB literal took {seconds:.1f} s to build"
+
+
+def test_a_cuda_kernel_holding_a_dense_literal_reads_it_and_assembles(tmp_path):
+    """Run by the emulator of the CUDA execution model, and as PTX accepted by ptxas."""
+    text = KERNEL.replace("WEIGHTS", tensor_literal(ARRAYS["f32"], type_of("f32")).use_text())
+    module = schedule(parse_module(text, "kernel.dl"), cuda=True)
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    got = EmulatedInterpreter(module, Emulator(module, tmp_path)).run("shift", [x])
+    np.testing.assert_array_equal(got, x + ARRAYS["f32"])
+    assembly, _ = ptx(module)
+    check_ptx(assembly)
+
+
+def test_a_host_dense_literal_keeps_its_entry_on_the_cpu():
+    """Compute generation leaves a dense literal in the host function (one constant there,
+    whichever kernels read it): a device plan has no upload of constants, so it runs on the
+    CPU."""
+    text = returning({"w": tensor_literal(ARRAYS["f32"], type_of("f32")).use_text()})
+    module = schedule(parse_module(text), cuda=True)
+    (host,) = [f for f in module.functions if not f.compute]
+    assert [i.opcode for i in host.instructions()] == ["literal", "return"]
+    with pytest.raises(NotPlannable, match="'literal' runs on the CPU"):
+        device_plan(host, {})
