@@ -1,8 +1,8 @@
 """Dense tensor literals (docs/ir.md, "Literals and uses"): `literal dense "…": T`, a tensor's
 bytes in memory order. They print and parse back; the type rule refuses a wrong one where it is
 written; the interpreter reads them; the passes treat one as a single value, never element by
-element; and the code generator makes one constant of the bytes, in host code and in a kernel,
-which a compiled library returns as the interpreter does."""
+element; and the code generator makes one constant of the bytes, in host code and in a kernel
+(for the CPU and for CUDA), which a library returns as the interpreter does."""
 
 from __future__ import annotations
 
