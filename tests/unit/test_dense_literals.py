@@ -14,6 +14,7 @@ from cuda_emulator import EmulatedInterpreter, Emulator
 from irlib import ir_library
 
 import dlvm
+from dlvm.codegen import static_data
 from dlvm.codegen.build import schedule
 from dlvm.codegen.cuda import check_ptx, ptx
 from dlvm.codegen.device_plan import NotPlannable, device_plan
@@ -25,6 +26,7 @@ from dlvm.ir.literals import DenseLiteral, ScalarLiteral
 from dlvm.ir.types import DATA_TYPES, TensorType
 from dlvm.ir.values import Instruction, LiteralValue
 from dlvm.ir.verifier import verify
+from dlvm.tools import dlc
 from dlvm.transforms.pass_manager import PassManager
 
 RNG = np.random.default_rng(7)
@@ -369,3 +371,16 @@ def test_a_host_dense_literal_keeps_its_entry_on_the_cpu():
     assert [i.opcode for i in host.instructions()] == ["literal", "return"]
     with pytest.raises(NotPlannable, match="'literal' runs on the CPU"):
         device_plan(host, {})
+
+
+def test_a_dense_literal_counts_against_the_static_data_limit(tmp_path, capsys, monkeypatch):
+    """Its bytes are static data, held to the 1 GiB limit (here lowered to 32 bytes, as a
+    literal past 1 GiB would take gigabytes to write out) with a located error."""
+    monkeypatch.setattr(static_data, "MAX_STATIC_BYTES", 32)
+    use = tensor_literal(np.zeros(9), TensorType((9,), DATA_TYPES["f32"]))
+    src = tmp_path / "m.dl"
+    src.write_text(returning({"w": use.use_text()}))
+    assert dlc.main([str(src), "--emit", "llvm", "-o", str(tmp_path / "m.ll")]) == 1
+    err = capsys.readouterr().err
+    assert "m.dl:6:5: in @w, literal: a dense literal <9 x f32>: 36 bytes, more than" in err
+    assert "Traceback" not in err
