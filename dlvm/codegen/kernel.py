@@ -803,6 +803,7 @@ class KernelGen:
             return constant(t.dtype, 0)
         if isinstance(lit.literal, DenseLiteral):  # its bytes are the table already
             table = self.constant_global(byte_array(lit.literal.data))
+            table.align = t.dtype.size  # as an array of the elements would be
         else:
             table = self.constant_table(constant_array(lit), t.dtype)
         off = linear_index(self.b, idx, t.shape)

@@ -76,6 +76,8 @@ def test_tensor_literal_holds_the_bytes_in_memory_order():
     assert scalar.literal == ScalarLiteral(2.5)
     with pytest.raises(ValueError, match=r"shape \(3,\) for a literal of type <2 x f32>"):
         tensor_literal(np.zeros(3), TensorType((2,), DATA_TYPES["f32"]))
+    with pytest.raises(ValueError, match="300 is past the range of i8"):
+        tensor_literal(np.array([1, 300]), TensorType((2,), DATA_TYPES["i8"]))
 
 
 def test_equal_dense_literals_are_one_value():
