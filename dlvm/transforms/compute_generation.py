@@ -9,7 +9,8 @@ most once per element written: a pointwise instruction, or the reduced operand o
 `convolve`, `scan` and `reduceWindow` are roots whose operands are in memory, but for a
 `convolve`'s operand that is a strided view (dlvm.ir.strided: transposes and changes of shape,
 a kernel's gradient exchanging batch and channels), which the code generator reads in place;
-everything else (calls, tuples, control flow, random numbers, stacks) stays in the host
+everything else (calls, tuples, control flow, random numbers, stacks, dense literals: one
+constant of the host however many kernels read it, and none in a GPU module) stays in the host
 function.
 
 A matrix `dot` takes a prologue and an epilogue. Its right operand may be any pointwise
@@ -35,6 +36,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from dlvm.ir.builder import create
+from dlvm.ir.literals import DenseLiteral
 from dlvm.ir.ops import UNARY_FLOAT, lookup
 from dlvm.ir.strided import STRIDED_VIEWS, view_strides
 from dlvm.ir.types import FunctionType, TensorType, canonical
@@ -81,7 +83,8 @@ def is_pointwise(inst: Instruction) -> bool:
         return False
     if inst.opcode == "literal":
         lit = inst.operands[0]
-        return isinstance(lit, LiteralValue) and not any(True for _ in inst.uses())
+        dense = isinstance(lit, LiteralValue) and isinstance(lit.literal, DenseLiteral)
+        return isinstance(lit, LiteralValue) and not dense and not any(True for _ in inst.uses())
     if inst.opcode == "bitCast":  # element for element when the element sizes agree
         src, t = canonical(inst.operands[0].type), inst.type
         return (
