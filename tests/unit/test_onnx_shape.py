@@ -130,3 +130,28 @@ def test_an_empty_result_is_refused_as_a_diagnostic():
     m = model([helper.make_node("Shape", ["x"], ["y"], start=2, end=1)], {"x": X}, ["y"], opset=15)
     with pytest.raises(DiagnosticError, match="an output: an empty tensor"):
         import_model(m)
+
+
+RESIZE = [
+    ("nearest", "asymmetric", "floor", {"scales": np.array([1, 1, 2, 2], np.float32)}),
+    (
+        "nearest",
+        "half_pixel",
+        "round_prefer_ceil",
+        {"scales": np.array([1, 1, 0.5, 1.5], np.float32)},
+    ),
+    ("linear", "half_pixel", None, {"scales": np.array([1, 1, 2, 3], np.float32)}),
+    ("linear", "align_corners", None, {"sizes": i64(2, 3, 5, 3)}),
+    ("linear", "pytorch_half_pixel", None, {"sizes": i64(2, 3, 1, 7)}),
+]
+
+
+@pytest.mark.parametrize("mode, transform, rounding, given", RESIZE)
+def test_resize(mode, transform, rounding, given):
+    x = normal(2, 3, 4, 5)
+    attrs = {"mode": mode, "coordinate_transformation_mode": transform}
+    if rounding:
+        attrs["nearest_mode"] = rounding
+    inputs = ["x", "", "scales" if "scales" in given else "", "sizes" if "sizes" in given else ""]
+    node = helper.make_node("Resize", inputs, ["y"], **attrs)
+    check(model([node], {"x": x}, ["y"], given, opset=19), {"x": x})
