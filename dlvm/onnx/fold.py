@@ -85,6 +85,8 @@ def _known_inputs(node: Node, facts: Facts) -> list[Any] | None:
 
 
 def _evaluate(node: Node, inputs: list[Any], opsets: dict[str, int]) -> list[Any]:
+    """The node's outputs, by the reference evaluator running a model of that node alone at
+    the model's opset (a bare node would be run at the newest one)."""
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
@@ -92,8 +94,18 @@ def _evaluate(node: Node, inputs: list[Any], opsets: dict[str, int]) -> list[Any
     outputs = [f"out{i}" if n else "" for i, n in enumerate(node.outputs)]
     proto = helper.make_node(node.op_type, names, outputs)
     proto.attribute.extend(node.proto.attribute)
-    feeds = {n: v for n, v in zip(names, inputs) if n}
-    opset = {"": opsets.get("", 0)} if opsets.get("", 0) else None
-    results = ReferenceEvaluator(proto, opsets=opset).run(None, feeds)
+    feeds = {n: np.asarray(v) for n, v in zip(names, inputs) if n}
+    graph = helper.make_graph(
+        [proto],
+        "fold",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for n, v in feeds.items()
+        ],
+        [helper.make_empty_tensor_value_info(n) for n in outputs if n],
+    )
+    versions = [helper.make_opsetid(d, v) for d, v in opsets.items() if not d]
+    model = helper.make_model(graph, opset_imports=versions or None)
+    results = ReferenceEvaluator(model).run(None, feeds)
     it = iter(results)
     return [next(it) if n else None for n in outputs]

@@ -155,3 +155,17 @@ def test_resize(mode, transform, rounding, given):
     inputs = ["x", "", "scales" if "scales" in given else "", "sizes" if "sizes" in given else ""]
     node = helper.make_node("Resize", inputs, ["y"], **attrs)
     check(model([node], {"x": x}, ["y"], given, opset=19), {"x": x})
+
+
+def test_folding_runs_each_operator_at_the_models_opset():
+    # Unsqueeze with its axes an attribute exists only before opset 13: a Constant's value
+    # unsqueezed at opset 9 must fold as opset 9 defines it.
+    x = normal(3, 1, 1)
+    value = helper.make_tensor("v", 1, [3], [1.0, 2.0, 3.0])
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=value),
+        helper.make_node("Unsqueeze", ["c"], ["c3"], axes=[1, 2]),
+        helper.make_node("Add", ["x", "c3"], ["y"]),
+    ]
+    imp = check(model(nodes, {"x": x}, ["y"], opset=9), {"x": x})
+    assert imp.params == []
