@@ -55,15 +55,15 @@ def xor(cx: Lowering, node: Node) -> None:
     cx.define(node.out(0), cx.emit("notEqual", a, b))
 
 
-@HANDLERS.register("Mod", since=10, check=lambda n, f: [] if n.attr("fmod", 0) else _int_mod(n, f))
+@HANDLERS.register("Mod", since=10)
 def mod(cx: Lowering, node: Node) -> None:
-    # fmod=1: C's remainder, the sign of the dividend, as the IR's modulo.
+    """fmod=1: C's remainder, the sign of the dividend, as the IR's `modulo`; fmod=0 (integers
+    only): the sign of the divisor, as Python's %, ((a mod b) + b) mod b."""
     a, b = operands(cx, node.inputs[:2])
-    cx.define(node.out(0), cx.emit("modulo", a, b))
-
-
-def _int_mod(node: Node, facts: Facts) -> list[str]:
-    return ["fmod=0 (the sign of the divisor, Python's %) is not supported; fmod=1 is"]
+    y = cx.emit("modulo", a, b)
+    if not node.attr("fmod", 0):
+        y = cx.emit("modulo", cx.emit("add", y, b), b)
+    cx.define(node.out(0), y)
 
 
 @HANDLERS.register("Pow")
