@@ -127,3 +127,12 @@ def test_mod_takes_the_sign_of_the_divisor_or_of_the_dividend(fmod):
     if fmod:
         x, y = normal(2, 3), positive(2, 3, seed=1)
         check(single("Mod", {"a": x, "b": y}, opset=13, fmod=1), {"a": x, "b": y})
+
+
+def test_mod_of_floats_with_the_divisors_sign_is_refused():
+    from dlvm.diagnostics import DiagnosticError
+    from dlvm.onnx import import_model
+
+    x, y = normal(2, 3), positive(2, 3, seed=1)
+    with pytest.raises(DiagnosticError, match="not supported: fmod=0 on floats"):
+        import_model(single("Mod", {"a": x, "b": y}, opset=13))

@@ -55,7 +55,14 @@ def xor(cx: Lowering, node: Node) -> None:
     cx.define(node.out(0), cx.emit("notEqual", a, b))
 
 
-@HANDLERS.register("Mod", since=10)
+def _check_mod(node: Node, facts: Facts) -> list[str]:
+    elem = ir_type_of(facts.elem_types.get(node.input(0), 0))
+    if not node.attr("fmod", 0) and elem is not None and elem.is_float:
+        return ["fmod=0 on floats (the divisor's sign; only fmod=1 is supported for them)"]
+    return []
+
+
+@HANDLERS.register("Mod", since=10, check=_check_mod)
 def mod(cx: Lowering, node: Node) -> None:
     """fmod=1: C's remainder, the sign of the dividend, as the IR's `modulo`; fmod=0 (integers
     only): the sign of the divisor, as Python's %, ((a mod b) + b) mod b."""
