@@ -8,13 +8,18 @@ from typing import Any
 
 import numpy as np
 
-from dlvm.ir.builder import Builder, constant
+from dlvm.ir.builder import Builder, constant, tensor_literal
 from dlvm.ir.literals import AggregateLiteral, ScalarLiteral
 from dlvm.ir.types import DataType, TensorType, canonical
 from dlvm.ir.values import Argument, Block, Instruction, LiteralValue, Value
 from dlvm.onnx.dtypes import FROM_NUMPY
 from dlvm.onnx.graph import Facts
 from dlvm.onnx.names import Names
+
+# A known tensor of at most this many elements is a literal element by element, which the
+# passes can fold and the kernels inline, as constant folding writes its small results; a larger
+# one is a dense literal of its bytes.
+NESTED_LIMIT = 16
 
 
 class LoweringError(Exception):
@@ -130,6 +135,8 @@ class Lowering:
             uniform = bool((flat == first).all())
         if uniform:
             return self.splat(first.item(), TensorType(array.shape, dtype))
+        if array.size > NESTED_LIMIT:  # weights: their bytes, one constant
+            return self.emit("literal", tensor_literal(array, TensorType(array.shape, dtype)))
         return self.emit("literal", _aggregate(array, dtype))
 
 
