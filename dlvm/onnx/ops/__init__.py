@@ -1,7 +1,7 @@
 """The operator handlers, one module per family, each registering into HANDLERS
 (ops/registry.py) when imported here."""
 
-from dlvm.onnx.ops import conv, dropout, elementwise, linear, norm, pool, reduce, shape
+from dlvm.onnx.ops import conv, dropout, elementwise, linear, norm, pool, recurrent, reduce, shape
 from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "norm",
     "opset_text",
     "pool",
+    "recurrent",
     "reduce",
     "shape",
 ]
