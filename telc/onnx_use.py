@@ -21,11 +21,6 @@ from telc import ast
 # The largest ONNX file read: protobuf's own limit on one message.
 MAX_ONNX_BYTES = 2 * 1024 * 1024 * 1024 - 1
 
-# A model's parameters become literals of its `init` entry, element by element: beyond this many
-# elements in all, the build would take minutes and gigabytes. (Constant data linked in as bytes
-# would lift it.)
-MAX_PARAM_ELEMENTS = 1 << 22
-
 # The grammar's keywords (a name the user could not write) and the flag every model has.
 _RESERVED = frozenset(
     (
@@ -98,8 +93,7 @@ def tel_name(raw: str, taken: set[str]) -> str:
 
 def read_graph(path: str, data: bytes) -> tuple[OnnxGraph, Any]:
     """The graph of the ONNX file `path` (its bytes `data`) and its first import (a
-    dlvm.onnx.Imported, with the dynamic dimensions at 1); DiagnosticError from the importer,
-    or when its parameters are more than a model may import."""
+    dlvm.onnx.Imported, with the dynamic dimensions at 1); DiagnosticError from the importer."""
     from dlvm.onnx import declared_inputs, import_model
 
     file = os.path.basename(path)
@@ -107,16 +101,6 @@ def read_graph(path: str, data: bytes) -> tuple[OnnxGraph, Any]:
     declared = declared_inputs(data, file)
     shapes = {n: tuple(d if isinstance(d, int) else 1 for d in dims) for n, dims, _ in declared}
     first = import_model(data, shapes, stem, False, file)
-    elements = sum(p.value.size for p in first.params)
-    if elements > MAX_PARAM_ELEMENTS:
-        raise DiagnosticError(
-            [
-                Diagnostic(
-                    f"{os.path.basename(path)} has {elements:,} parameter elements; a model may "
-                    f"import at most {MAX_PARAM_ELEMENTS:,} (4 Mi) for now"
-                )
-            ]
-        )
     taken: set[str] = set()
     name = tel_name(stem, taken)
     dim_names: dict[str, str] = {}

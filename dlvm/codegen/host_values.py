@@ -19,11 +19,27 @@ from llvmlite import ir
 from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.frame import ALIGN, FramePlan, builds, storage_size
 from dlvm.codegen.layout import element_offsets, enum_case, layout
-from dlvm.codegen.llvm_types import I1, I8, I32, I64, PTR, constant, load_element, memory_type
+from dlvm.codegen.llvm_types import (
+    I1,
+    I8,
+    I32,
+    I64,
+    PTR,
+    byte_array,
+    constant,
+    load_element,
+    memory_type,
+)
 from dlvm.codegen.spec import host_symbol
 from dlvm.codegen.static_data import check_static
 from dlvm.diagnostics import Location
-from dlvm.ir.literals import AggregateLiteral, EnumLiteral, ScalarLiteral, StructLiteral
+from dlvm.ir.literals import (
+    AggregateLiteral,
+    DenseLiteral,
+    EnumLiteral,
+    ScalarLiteral,
+    StructLiteral,
+)
 from dlvm.ir.types import (
     ArrayType,
     FunctionType,
@@ -284,12 +300,16 @@ class HostBase:
         return g
 
     def literal(self, lit: LiteralValue, owner: Value | None = None) -> HostValue:
-        """A literal's value: a constant for a scalar (splat) or `zero`/`undefined`/`null`, its
-        elements' values for a tuple, built in storage (owner's, else a temporary) for the
-        other aggregates."""
+        """A literal's value: a constant for a scalar (splat), a dense tensor (its bytes) or
+        `zero`/`undefined`/`null`, its elements' values for a tuple, built in storage (owner's,
+        else a temporary) for the other aggregates."""
         value, t = lit.literal, canonical(lit.type)
         if isinstance(value, AggregateLiteral) and value.kind == "tuple":
             return [self.value(item) for item in value.items]
+        if isinstance(value, DenseLiteral):
+            n = len(value.data)
+            check_static(n, f"{self.where()}: a dense literal {lit.type}")
+            return self.constant(ir.ArrayType(I8, n), byte_array(value.data))
         if isinstance(value, ScalarLiteral):
             assert isinstance(t, TensorType)
             mt = memory_type(t.dtype)

@@ -36,6 +36,7 @@ from dlvm.codegen.llvm_types import (
     I1,
     I64,
     PTR,
+    byte_array,
     constant,
     load_element,
     memory_type,
@@ -44,7 +45,13 @@ from dlvm.codegen.llvm_types import (
 )
 from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, unravel
 from dlvm.codegen.matmul import MatMul
-from dlvm.ir.literals import AggregateLiteral, ScalarLiteral, SpecialLiteral
+from dlvm.ir.literals import (
+    AggregateLiteral,
+    DenseLiteral,
+    ScalarLiteral,
+    SpecialLiteral,
+    dense_dtype,
+)
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
 from dlvm.ir.windows import window_padding
@@ -78,6 +85,8 @@ def constant_array(lit: LiteralValue) -> np.ndarray:
     if isinstance(value, AggregateLiteral) and value.kind == "tensor":
         parts = [constant_array(item) for item in value.items]  # type: ignore[arg-type]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=object)
+    if isinstance(value, DenseLiteral):
+        return np.frombuffer(value.data, dense_dtype(t.dtype))
     raise CodegenError(f"literal {value} cannot be compiled")
 
 
@@ -792,8 +801,10 @@ class KernelGen:
             return constant(t.dtype, lit.literal.value)
         if isinstance(lit.literal, SpecialLiteral) and lit.literal.word in ("zero", "undefined"):
             return constant(t.dtype, 0)
-        values = constant_array(lit)
-        table = self.constant_table(values, t.dtype)
+        if isinstance(lit.literal, DenseLiteral):  # its bytes are the table already
+            table = self.constant_global(byte_array(lit.literal.data))
+        else:
+            table = self.constant_table(constant_array(lit), t.dtype)
         off = linear_index(self.b, idx, t.shape)
         ptr = self.b.gep(table, [off], source_etype=memory_type(t.dtype))
         return load_element(self.b, ptr, t.dtype)
@@ -805,10 +816,14 @@ class KernelGen:
             for x in values
         ]
         ty = ir.ArrayType(mt, len(items))
+        return self.constant_global(ir.Constant(ty, items))
+
+    def constant_global(self, value: ir.Constant) -> ir.GlobalVariable:
+        """A private constant of the kernel's module holding value."""
         name = f"{self.body.name}.lit{self.literal_count}"
         self.literal_count += 1
-        g = ir.GlobalVariable(self.module, ty, name)
-        g.initializer = ir.Constant(ty, items)
+        g = ir.GlobalVariable(self.module, value.type, name)
+        g.initializer = value
         g.global_constant = True
         g.linkage = "private"
         return g

@@ -13,12 +13,15 @@ from dlvm.interp.objects import EnumValue, element, replace, zero_of
 from dlvm.interp.registry import impl
 from dlvm.ir.literals import (
     AggregateLiteral,
+    DenseLiteral,
     EnumLiteral,
     ScalarLiteral,
     SpecialLiteral,
     StructLiteral,
+    dense_dtype,
     fits,
 )
+from dlvm.ir.typerules import TypeRuleError, check_literal_operand
 from dlvm.ir.types import TensorType, canonical
 from dlvm.ir.values import ElementKey, LiteralValue
 
@@ -37,6 +40,8 @@ def literal_value(frame, use: LiteralValue) -> Any:
         return np.full(t.shape, lit.value, dtype=frame.dtype(t))
     if isinstance(lit, SpecialLiteral):
         return None if lit.word == "null" else zero_of(ty, frame.interp.float64)
+    if isinstance(lit, DenseLiteral):
+        return _dense_value(frame, use)
     if isinstance(lit, StructLiteral):
         return {name: frame.value(v) for name, v in lit.fields}
     items = [frame.value(v) for v in lit.elements()]
@@ -46,6 +51,18 @@ def literal_value(frame, use: LiteralValue) -> Any:
     if lit.kind == "tensor":
         return np.asarray(np.stack(items), dtype=frame.dtype(t))
     return tuple(items) if lit.kind == "tuple" else items
+
+
+def _dense_value(frame, use: LiteralValue) -> np.ndarray:
+    """A dense literal's bytes read as its tensor (little-endian), in an array of its own."""
+    try:
+        check_literal_operand(use, aggregate_ok=True)
+    except TypeRuleError as e:
+        raise InterpreterError(f"{e}") from None
+    t = canonical(use.type)
+    assert isinstance(t, TensorType) and isinstance(use.literal, DenseLiteral)
+    stored = np.frombuffer(use.literal.data, dense_dtype(t.dtype))
+    return stored.reshape(t.shape).astype(frame.dtype(t))  # astype copies: bytes are immutable
 
 
 @impl("literal")

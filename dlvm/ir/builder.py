@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dlvm.ir.literals import AggregateLiteral, ScalarLiteral
+import numpy as np
+
+from dlvm.ir.literals import AggregateLiteral, DenseLiteral, ScalarLiteral, dense_dtype
 from dlvm.ir.ops import OpDef, lookup
 from dlvm.ir.typerules import TypeRuleError, gradient_type
 from dlvm.ir.types import FunctionType, TensorType, TupleType, Type
@@ -90,22 +92,17 @@ def constant(value: int | float | bool, type: Type) -> LiteralValue:
 
 
 def tensor_literal(array: Any, type: TensorType) -> LiteralValue:
-    """The literal of a whole tensor (`<<1: f32, 2: f32>: <2 x f32>, …>`) from an array-like of
-    type's shape (a NumPy array, nested lists), each element converted to type's element
-    kind: integers stay integers, floats Python floats."""
+    """The literal of a whole tensor from an array-like of type's shape (a NumPy array, nested
+    lists), converted to type's element type: `dense "…"` of its bytes, or a scalar literal
+    for a scalar type. Raises ValueError when the shape is not type's."""
+    values = np.asarray(array)
+    if values.shape != type.shape:
+        raise ValueError(f"an array of shape {values.shape} for a literal of type {type}")
     dt = type.dtype
-    scalar = TensorType((), dt)
-    convert = bool if dt.is_bool else int if dt.is_int else float
-
-    def build(values: Any, shape: tuple[int, ...]) -> LiteralValue:
-        if not shape:
-            return LiteralValue(ScalarLiteral(convert(values)), scalar)
-        inner = shape[1:]
-        items = tuple(build(v, inner) for v in values)
-        return LiteralValue(AggregateLiteral("tensor", items), TensorType(shape, dt))
-
-    values = array.tolist() if hasattr(array, "tolist") else array
-    return build(values, type.shape)
+    if not type.shape:
+        convert = bool if dt.is_bool else int if dt.is_int else float
+        return LiteralValue(ScalarLiteral(convert(values.item())), type)
+    return LiteralValue(DenseLiteral(values.astype(dense_dtype(dt)).tobytes()), type)
 
 
 def tuple_literal(elements: Sequence[Value]) -> LiteralValue:

@@ -1,5 +1,5 @@
-"""Literal payloads (docs/ir.md, "Literals and uses"): scalars, `zero`/`undefined`/`null`, and
-aggregates.
+"""Literal payloads (docs/ir.md, "Literals and uses"): scalars, `zero`/`undefined`/`null`,
+aggregates, and dense tensors.
 
 A literal has no type of its own; a `LiteralValue` (in values.py) pairs it with the type of its
 use. Aggregate elements are themselves typed uses (values), so literals nest.
@@ -139,3 +139,27 @@ class EnumLiteral(Literal):
 
     def __str__(self) -> str:
         return f"?{self.case}(" + ", ".join(v.use_text() for v in self.items) + ")"
+
+
+@dataclass(frozen=True, slots=True)
+class DenseLiteral(Literal):
+    """`dense "0000803f00000040"`: a whole tensor as its elements' bytes in memory order
+    (row-major, little-endian, a bool one byte 0 or 1: docs/c-abi.md), written as lowercase hex.
+    One object however many elements, so weights cost their bytes and nothing per element;
+    equal when the bytes are."""
+
+    data: bytes
+
+    def __str__(self) -> str:
+        return f'dense "{self.data.hex()}"'
+
+
+def dense_dtype(dt: DataType) -> str:
+    """NumPy's name for dt's elements as a dense literal holds them (`<f4` for f32, `?` for
+    bool): `np.frombuffer(lit.data, dense_dtype(dt))` reads one."""
+    return "?" if dt.is_bool else "<" + ("f" if dt.is_float else "i") + str(dt.size)
+
+
+def literal_brief(lit: Literal) -> str:
+    """A literal as messages show it: a dense literal by its size (its text may be megabytes)."""
+    return f"dense ({len(lit.data)} bytes)" if isinstance(lit, DenseLiteral) else str(lit)

@@ -9,6 +9,7 @@ from dlvm.diagnostics import Diagnostic, Location
 from dlvm.ir import lexer as L
 from dlvm.ir.literals import (
     AggregateLiteral,
+    DenseLiteral,
     EnumLiteral,
     ScalarLiteral,
     StructLiteral,
@@ -584,6 +585,9 @@ class BodyParser(TokenReader):
             if text in _SPECIAL_LITERALS:
                 self.pos += 1
                 return _SPECIAL_LITERALS[text]
+            if text == "dense":
+                self.pos += 1
+                return self.dense_literal()
         if kind == L.PUNCT and text in ("<", "(", "["):
             close = {"<": ">", "(": ")", "[": "]"}[text]
             self.pos += 1
@@ -607,6 +611,20 @@ class BodyParser(TokenReader):
         if kind == L.TENSOR:
             self.error("expected a value, found a type")
         self.error(f"expected a value (%name, @name or a literal), found {self.describe()}")
+
+    def dense_literal(self) -> DenseLiteral:
+        """The bytes of `dense "…"`, two hex digits each; the type rule checks their count."""
+        pos = self.pos
+        text = self.expect_kind(L.STRING, 'the bytes as a hex string ("0000803f")')
+        digits = text[1:-1]
+        try:
+            data = bytes.fromhex(digits)
+        except ValueError:
+            data = None
+        # fromhex also skips blanks between bytes: one spelling only, as printed.
+        if data is None or 2 * len(data) != len(digits):
+            self.error("a dense literal's bytes are hex digits, two per byte, nothing between", pos)
+        return DenseLiteral(data)
 
     def number_literal(self, kind: str, text: str) -> ScalarLiteral:
         if kind == L.INT:

@@ -13,11 +13,13 @@ from typing import Any
 
 from dlvm.ir.literals import (
     AggregateLiteral,
+    DenseLiteral,
     EnumLiteral,
     ScalarLiteral,
     SpecialLiteral,
     StructLiteral,
     fits,
+    literal_brief,
 )
 from dlvm.ir.types import (
     BOOL,
@@ -666,6 +668,20 @@ def _check_scalar_literal(lit: ScalarLiteral, t: TensorType) -> None:
     raise TypeRuleError(f"literal {lit} does not fit data type {dt}{why}")
 
 
+def _check_dense_literal(lit: DenseLiteral, ty: Type) -> None:
+    """A dense literal holds exactly its tensor type's bytes; a bool's are each 0 or 1."""
+    t = canonical(ty)
+    if not isinstance(t, TensorType) or not t.shape:  # a scalar has its own literal
+        raise TypeRuleError(f"a dense literal needs a tensor type with dimensions, found {ty}")
+    size = t.unit_count * t.dtype.size
+    if len(lit.data) != size:
+        raise TypeRuleError(
+            f"dense literal has {_count(len(lit.data), 'byte')}, {ty} needs {size}"
+        )
+    if t.dtype.is_bool and lit.data.translate(None, b"\x00\x01"):
+        raise TypeRuleError("a dense literal of bools has a byte other than 00 or 01")
+
+
 def check_literal_operand(value: Any, aggregate_ok: bool) -> None:
     """Checks that a literal use fits its type; outside `literal`, only scalars may appear."""
     lit, ty = value.literal, value.type
@@ -678,11 +694,15 @@ def check_literal_operand(value: Any, aggregate_ok: bool) -> None:
         _check_scalar_literal(lit, ty)
         return
     t = canonical(ty)
-    if not aggregate_ok and (lit.elements() or (isinstance(t, TensorType) and t.shape)):
+    dense = isinstance(lit, DenseLiteral)
+    if not aggregate_ok and (dense or lit.elements() or (isinstance(t, TensorType) and t.shape)):
         raise TypeRuleError(
-            f"only 'literal' may take the non-scalar literal {lit}: {ty}; "
+            f"only 'literal' may take the non-scalar literal {literal_brief(lit)}: {ty}; "
             "define it with a literal instruction"
         )
+    if dense:
+        _check_dense_literal(lit, ty)
+        return
     if isinstance(lit, ScalarLiteral):
         if not isinstance(t, TensorType):
             raise TypeRuleError(f"scalar literal {lit} cannot have type {ty}")

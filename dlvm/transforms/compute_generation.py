@@ -7,7 +7,8 @@ cast, a bitCast between element types of one size, shape-only, tensor literal) j
 consumer's kernel when that consumer is its only user, sits in the same block, and reads it at
 most once per element written: a pointwise instruction, or the reduced operand of a `reduce`.
 `convolve`, `scan` and `reduceWindow` are roots whose operands are in memory; everything else
-(calls, tuples, control flow, random numbers, stacks) stays in the host function.
+(calls, tuples, control flow, random numbers, stacks, dense literals: one constant of the host
+however many kernels read it, and none in a GPU module) stays in the host function.
 
 A matrix `dot` takes a prologue and an epilogue. Its right operand may be any pointwise
 instruction (the kernel packs it strip by strip); its left operand only a transpose or a pad or
@@ -32,6 +33,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from dlvm.ir.builder import create
+from dlvm.ir.literals import DenseLiteral
 from dlvm.ir.ops import UNARY_FLOAT, lookup
 from dlvm.ir.types import FunctionType, TensorType, canonical
 from dlvm.ir.values import (
@@ -77,7 +79,8 @@ def is_pointwise(inst: Instruction) -> bool:
         return False
     if inst.opcode == "literal":
         lit = inst.operands[0]
-        return isinstance(lit, LiteralValue) and not any(True for _ in inst.uses())
+        dense = isinstance(lit, LiteralValue) and isinstance(lit.literal, DenseLiteral)
+        return isinstance(lit, LiteralValue) and not dense and not any(True for _ in inst.uses())
     if inst.opcode == "bitCast":  # element for element when the element sizes agree
         src, t = canonical(inst.operands[0].type), inst.type
         return (

@@ -15,10 +15,12 @@ from dlvm.ir.builder import create
 from dlvm.ir.literals import (
     ZERO,
     AggregateLiteral,
+    DenseLiteral,
     Literal,
     ScalarLiteral,
     SpecialLiteral,
     StructLiteral,
+    dense_dtype,
 )
 from dlvm.ir.ops import OPS
 from dlvm.ir.typerules import TypeRuleError, check_literal_operand, element_type
@@ -30,8 +32,9 @@ from dlvm.ir.values import (
     Value,
 )
 
-# A non-splat tensor result is written out element by element; past this many elements the
-# literal would cost more code than the instruction it replaces, so such results stay computed.
+# A non-splat tensor result of at most this many elements is written out element by element.
+# A larger one is folded only from a dense operand (weights: a transpose, a cast), into a dense
+# literal of its bytes; computed from splats and small literals, it stays computed.
 FOLD_LIMIT = 16
 # Folding runs at compile time: no operand or result may have more elements than this. It also
 # bounds a folded `dot` to 2^24 multiply-adds.
@@ -79,6 +82,8 @@ def constant_use(v: Value, shaped: bool) -> LiteralValue | None:
 
 
 def same_constant(a: LiteralValue, b: LiteralValue) -> bool:
+    if isinstance(a.literal, DenseLiteral) or isinstance(b.literal, DenseLiteral):
+        return a.type == b.type and a.literal == b.literal  # their bytes, not megabytes of text
     # Compared as written: `0.0` and `-0.0` are equal numbers but different constants.
     return a.type == b.type and str(a.literal) == str(b.literal)
 
@@ -133,6 +138,8 @@ def _element(use: LiteralValue, key: ElementKey) -> Value | None:
         return lit.items[index] if index is not None and 0 <= index < len(lit.items) else None
     if isinstance(lit, StructLiteral):
         return next((v for name, v in lit.fields if name == key.field), None)
+    if isinstance(lit, DenseLiteral):
+        return _dense_row(lit, ty, index) if index is not None else None
     if isinstance(lit, ScalarLiteral) or lit == ZERO:  # a splat: every element is the same
         out = LiteralValue(lit, ty)
         try:
@@ -141,6 +148,19 @@ def _element(use: LiteralValue, key: ElementKey) -> Value | None:
             return None
         return out
     return None
+
+
+def _dense_row(lit: DenseLiteral, row: Type, index: int) -> LiteralValue | None:
+    """Row `index` of a dense literal: its bytes, or a scalar literal for a scalar row."""
+    t = as_tensor(row)
+    assert t is not None
+    size = t.unit_count * t.dtype.size
+    if not 0 <= index < len(lit.data) // size:
+        return None
+    data = lit.data[index * size : (index + 1) * size]
+    if t.shape:
+        return LiteralValue(DenseLiteral(data), row)
+    return LiteralValue(_scalar_literal(np.frombuffer(data, dense_dtype(t.dtype))[0]), row)
 
 
 def _key_index(key: ElementKey) -> int | None:
@@ -236,7 +256,8 @@ class Evaluator:
         None when it is too large to write out or no literal reproduces it exactly."""
         t = as_tensor(inst.type)
         assert t is not None
-        lit = _encode(result, t)
+        dense = any(isinstance(_literal_of(v), DenseLiteral) for v in inst.operands)
+        lit = _encode(result, t, dense)
         if lit is None:
             return None
         use = LiteralValue(lit, inst.type)
@@ -267,16 +288,23 @@ def _units(ty: Type) -> int:
     return t.unit_count if t is not None else 0
 
 
-def _encode(result: np.ndarray, t: TensorType) -> Literal | None:
+def _literal_of(v: Value) -> Literal | None:
+    """The literal v is, or that its `literal` instruction holds."""
+    if isinstance(v, Instruction) and v.opcode == "literal":
+        v = v.operands[0]
+    return v.literal if isinstance(v, LiteralValue) else None
+
+
+def _encode(result: np.ndarray, t: TensorType, dense: bool) -> Literal | None:
     """A scalar literal when every element has the same bits (a splat), else a tensor literal
-    of at most FOLD_LIMIT elements, else None."""
+    of at most FOLD_LIMIT elements, else, when `dense` allows it, a dense literal; else None."""
     flat = np.ascontiguousarray(result).reshape(-1)
     bits = flat.view(np.uint8).reshape(flat.size, -1)
     if (bits == bits[0]).all():
         return _scalar_literal(flat[0])
-    if flat.size > FOLD_LIMIT:
-        return None
-    return _tensor_literal(result, t)
+    if flat.size <= FOLD_LIMIT:
+        return _tensor_literal(result, t)
+    return DenseLiteral(flat.astype(dense_dtype(t.dtype)).tobytes()) if dense else None
 
 
 def _tensor_literal(result: np.ndarray, t: TensorType) -> Literal:

@@ -5,8 +5,8 @@ arguments whose incoming values all agree, with a worklist until nothing changes
 Folding evaluates an instruction with the reference interpreter's own implementations
 (`dlvm.interp` IMPLS), so it computes exactly what running the program would. A folded scalar
 becomes a literal use (`3.0: f32`); a folded tensor becomes a `literal` instruction in its
-place: a splat `literal c: T`, or an explicit `<…>` of at most FOLD_LIMIT elements (both in
-constant_folding.py).
+place: a splat `literal c: T`, an explicit `<…>` of at most FOLD_LIMIT elements, or, computed
+from a dense literal, a dense one (constant_folding.py).
 """
 
 from __future__ import annotations
