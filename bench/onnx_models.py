@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import functools
 import os
 import re
 import shutil
@@ -44,10 +45,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-import dlvm  # noqa: E402
-from dlvm.library_check import digest_path  # noqa: E402
 from cpu import cpu_name, local_block, measure, versions  # noqa: E402
 from onnx_zoo import CLASSES, MODELS, Model, export, made  # noqa: E402
+
+import dlvm  # noqa: E402
+from dlvm.library_check import digest_path  # noqa: E402
 
 INFER_TOLERANCE = 1e-5  # float32 outputs: max|ours - theirs| / max|theirs|
 TRAIN_TOLERANCE = 1e-9  # float64 losses, parameters and buffers after the steps
@@ -65,7 +67,8 @@ class Result:
     """One model's row: errors, training agreement, medians (seconds) by contender."""
 
     model: Model
-    build_s: float = 0.0
+    build_s: float = 0.0  # the slower of the two inference builds
+    train_build_s: float = 0.0
     errors: dict[str, float] = field(default_factory=dict)  # "ort b32" -> relative error
     train: dict[str, float] = field(default_factory=dict)  # "loss", "params", "buffers"
     times: dict[tuple[int, int, str], float] = field(default_factory=dict)  # (batch, threads, who)
@@ -166,10 +169,17 @@ def check_training(model: Model, module: Any, directory: Path, result: Result) -
     theirs = copy.deepcopy(module).double()
     path = directory / f"{model.name}_f64.onnx"
     export(theirs, model.sample, path, torch.float64)
+    for m in theirs.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            # BatchNormalization's momentum is a float32 attribute: PyTorch's 0.1 is exported
+            # as 0.9f = 0.89999998, which the graph then computes with; the twin does too.
+            m.momentum = 1.0 - float(np.float32(1.0 - m.momentum))
     library = directory / f"{model.name}_train.so"
+    t0 = time.perf_counter()
     telc("build", path, "-D", f"batch={TRAIN_BATCH}", "--train-loss", "softmax_cross_entropy",
          "--labels", f"labels:{TRAIN_BATCH}x{CLASSES}:f64", "--optimizer", f"sgd(rate: {RATE})",
-         "-o", library, "-q")  # fmt: skip
+         "-o", library, "-q", "--no-cache")  # fmt: skip
+    result.train_build_s = time.perf_counter() - t0
     theirs.train()
     sgd = torch.optim.SGD(theirs.parameters(), lr=RATE)
     loss_err = 0.0
@@ -212,7 +222,8 @@ def time_inference(model: Model, path: Path, built: dict[int, Path], runs: int,
         loaded = {n: load_with_threads(library, n) for n in THREADS}
         try:
             for n in THREADS:
-                blocks[(n, "ours")] = local_block(lambda m=loaded[n]: m.infer(x, out=out))
+                run = functools.partial(loaded[n].infer, x, out=out)
+                blocks[(n, "ours")] = local_block(run)
                 theirs = ort_runner(sessions[n], x)
                 theirs()
                 blocks[(n, "ort")] = local_block(theirs)
@@ -237,7 +248,7 @@ def run_model(model: Model, directory: Path, runs: int) -> Result:
         for batch in BATCHES:
             built[batch] = directory / f"{model.name}_b{batch}.so"
             t0 = time.perf_counter()
-            telc("build", path, "-D", f"batch={batch}", "-o", built[batch], "-q")
+            telc("build", path, "-D", f"batch={batch}", "-o", built[batch], "-q", "--no-cache")
             result.build_s = max(result.build_s, time.perf_counter() - t0)
         check_inference(model, module, path, built, result)
         check_training(model, module, directory, result)
@@ -261,15 +272,18 @@ def worst(values: dict[str, float], prefix: str) -> float:
 def report(results: list[Result], runs: int) -> str:
     lines = [
         f"Run: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, {cpu_name()},"
-        f" {os.cpu_count()} CPUs; `make bench-onnx` (bench/onnx_models.py). "
+        f" {os.cpu_count()} CPUs; `make bench-onnx` (bench/onnx_models.py). Versions: "
         + ", ".join(f"{k} {v}" for k, v in versions().items() if k != "jax")
-        + f", onnxruntime threads as ours; up to {runs} timed runs per contender.",
+        + ".",
         "",
-        "Inference: median ms, ours / ONNX Runtime = ratio (below 1 we are faster); errors"
-        " are max|ours - theirs| / max|theirs| in float32 over batches 1 and 32.",
+        "Inference: median ms of ours / ONNX Runtime's (ORT_ENABLE_ALL, inputs and output"
+        " bound in place) = ratio, below 1 we are faster; both with the same number of threads;"
+        f" up to {runs} timed runs each, interleaved in blocks. Errors: max|ours - theirs| /"
+        " max|theirs|, float32, the worse of batches 1 and 32. Build: seconds of `telc build"
+        " --no-cache` of the inference library (of the float64 train library).",
         "",
         "| model | params | b1, 1 thread | b1, 2 threads | b32, 1 thread | b32, 2 threads |"
-        " error vs ORT | error vs PyTorch | build s |",
+        " error vs ORT | error vs PyTorch | build s (train) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
@@ -277,13 +291,15 @@ def report(results: list[Result], runs: int) -> str:
         cells = [ratio(r, b, n) for b in BATCHES for n in THREADS]
         lines.append(
             f"| {r.model.title} | {count / 1e6:.2f}M | " + " | ".join(cells) + f" |"
-            f" {worst(r.errors, 'ort'):.1e} | {worst(r.errors, 'torch'):.1e} | {r.build_s:.1f} |"
+            f" {worst(r.errors, 'ort'):.1e} | {worst(r.errors, 'torch'):.1e} |"
+            f" {r.build_s:.1f} ({r.train_build_s:.1f}) |"
         )
     lines += [
         "",
         f"Training: {STEPS} SGD steps (rate {RATE}, batch {TRAIN_BATCH}, softmax cross-entropy)"
-        " of the float64 export's train entry against PyTorch's module in float64, train mode;"
-        " largest relative error.",
+        " of the float64 export's train entry against PyTorch's module in float64, train mode"
+        " (batch norm's momentum as the ONNX attribute holds it, float32 0.9); largest"
+        " relative error over the steps' losses, over every parameter and buffer after them.",
         "",
         "| model | losses | parameters after | batch-norm buffers after |",
         "|---|---:|---:|---:|",
@@ -297,6 +313,21 @@ def report(results: list[Result], runs: int) -> str:
     if failed:
         lines += ["", "Failures:", ""] + [f"- {r.model.title}: {r.failure}" for r in failed]
     return "\n".join(lines)
+
+
+def summary(r: Result) -> str:
+    """One line of a model's figures, printed as it finishes."""
+    if r.failure:
+        return f"failed: {r.failure.splitlines()[0]}"
+    errors = ", ".join(f"{k} {v:.1e}" for k, v in r.errors.items())
+    train = ", ".join(f"{k} {v:.1e}" for k, v in r.train.items())
+    ratios = ", ".join(
+        f"b{b}/{n}t {r.times[(b, n, 'ours')] / r.times[(b, n, 'ort')]:.2f}"
+        for b in BATCHES
+        for n in THREADS
+        if (b, n, "ours") in r.times
+    )
+    return f"errors: {errors}; training: {train}; ours/ORT: {ratios}; build {r.build_s:.1f} s"
 
 
 def problems(results: list[Result]) -> list[str]:
@@ -344,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             if model.name in wanted:
                 print(f"{model.title}…", flush=True)
                 results.append(run_model(model, Path(tmp), args.runs))
+                print("  " + summary(results[-1]), flush=True)
     text = report(results, args.runs)
     print(text)
     if args.results and len(results) == len(MODELS):
