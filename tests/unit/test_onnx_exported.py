@@ -1,6 +1,8 @@
-"""Shapes inferred again after folding (dlvm/onnx/settle.py): a Reshape whose target a chain of
-shape arithmetic computes, which ONNX's own shape inference does not follow, and a second
-Reshape whose target is read from the first one's shape, as PyTorch's exported attention has."""
+"""Graphs written as PyTorch's exporter (TorchScript, opset 17) writes them, which the importer
+must take: a Reshape whose target a chain of shape arithmetic computes, which ONNX's own shape
+inference does not follow, and a second Reshape whose target is read from the first one's shape,
+as exported attention has (shapes inferred again after folding, dlvm/onnx/settle.py); an RNN
+whose activations are written out."""
 
 from __future__ import annotations
 
@@ -45,3 +47,11 @@ def chained_reshapes() -> helper.ModelProto:
 def test_a_reshape_after_shape_arithmetic_is_imported():
     imp = check(chained_reshapes(), {"x": normal(4, 6)})
     assert [t.shape for _, t in imp.outputs] == [(12, 2)]
+
+
+def test_an_rnn_with_its_activations_written_out():
+    # PyTorch's nn.RNN exports activations=["Tanh"], a STRINGS attribute (bytes in onnx).
+    x, w, r = normal(3, 2, 4), normal(1, 5, 4, seed=1), normal(1, 5, 5, seed=2)
+    node = helper.make_node("RNN", ["x", "W", "R"], ["y", "h"], hidden_size=5,
+                            activations=["Tanh"])  # fmt: skip
+    check(model([node], {"x": x}, ["y", "h"], {"W": w, "R": r}), {"x": x}, rtol=1e-5, atol=1e-6)
