@@ -1,7 +1,7 @@
 """Graphs written as PyTorch's exporter (TorchScript, opset 17) writes them, which the importer
 must take: a Reshape whose target a chain of shape arithmetic computes, which ONNX's own shape
 inference does not follow, and a second Reshape whose target is read from the first one's shape,
-as exported attention has (shapes inferred again after folding, dlvm/onnx/settle.py); an RNN
+as exported attention has (shapes inferred again after folding, dlvm/onnx/fold.py); an RNN
 whose activations are written out."""
 
 from __future__ import annotations

@@ -1,7 +1,18 @@
 """The operator handlers, one module per family, each registering into HANDLERS
 (ops/registry.py) when imported here."""
 
-from dlvm.onnx.ops import conv, dropout, elementwise, linear, norm, pool, recurrent, reduce, shape
+from dlvm.onnx.ops import (
+    conv,
+    dropout,
+    elementwise,
+    linear,
+    norm,
+    pool,
+    recurrent,
+    reduce,
+    resize,
+    shape,
+)
 from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
 
 __all__ = [
@@ -16,5 +27,6 @@ __all__ = [
     "pool",
     "recurrent",
     "reduce",
+    "resize",
     "shape",
 ]
