@@ -675,9 +675,7 @@ def _check_dense_literal(lit: DenseLiteral, ty: Type) -> None:
         raise TypeRuleError(f"a dense literal needs a tensor type with dimensions, found {ty}")
     size = t.unit_count * t.dtype.size
     if len(lit.data) != size:
-        raise TypeRuleError(
-            f"dense literal has {_count(len(lit.data), 'byte')}, {ty} needs {size}"
-        )
+        raise TypeRuleError(f"dense literal has {_count(len(lit.data), 'byte')}, {ty} needs {size}")
     if t.dtype.is_bool and lit.data.translate(None, b"\x00\x01"):
         raise TypeRuleError("a dense literal of bools has a byte other than 00 or 01")
 

@@ -37,13 +37,15 @@ def import_model(
     shapes: Mapping[str, Sequence[int]] | None = None,
     name: str = "model",
     training: bool = False,
+    label: str | None = None,
 ) -> Imported:
     """The model at `source` (a path, bytes or an onnx.ModelProto) as the function `@name` of a
     new module at stage raw: (inputs…, params…) -> (outputs…). `shapes` fixes the inputs'
     dynamic dimensions; `training` makes BatchNormalization use the batch's statistics and
-    Dropout drop. Every problem is a DiagnosticError."""
+    Dropout drop; `label` names the model in messages (default: the path, or `<onnx model>`).
+    Every problem is a DiagnosticError."""
     onnx = require_onnx()
-    label = label_of(source)
+    label = label or label_of(source)
     model = load(onnx, source, label)
     opsets = {
         ("" if d.domain in DEFAULT_DOMAINS else d.domain): int(d.version)
@@ -81,13 +83,15 @@ def import_model(
             handler.lower(cx, node)
         except (LoweringError, TypeRuleError) as e:
             raise DiagnosticError([_lowering_error(node, e, complaint)]) from None
+    order = [t.name for t in graph.initializer if t.name in cx.params]
+    updated = [n for n in order if n in cx.updates]
     try:
         results = [cx.value(o.name) for o in graph.output]
     except LoweringError as e:
         raise DiagnosticError([error(f"{label}: an output: {e}")]) from None
+    results += [cx.updates[n] for n in updated]
     cx.emit("return", cx.emit("literal", tuple_literal(results)))
 
-    order = [t.name for t in graph.initializer if t.name in cx.params]
     params = [cx.params[n] for n in order]
     block.arguments = arguments + params
     fn = Function(
@@ -107,12 +111,18 @@ def import_model(
         module,
         fn,
         [(i.name, tensor(a)) for i, a in zip(inputs, arguments)],
-        [(o.name, tensor(v)) for o, v in zip(graph.output, results)],
+        [(o.name, tensor(v)) for o, v in zip(graph.output, results[: len(graph.output)])],
         [
             ImportedTensor(n, tensor(cx.params[n]), facts.initializers[n], kinds[n])  # type: ignore[arg-type]
             for n in order
         ],
+        any(node.op_type in TRAINING_OPS for node in left),
+        updated,
     )
+
+
+# The operators whose result depends on training (`import_model(…, training=True)`).
+TRAINING_OPS = frozenset({"BatchNormalization", "Dropout"})
 
 
 def _param_kinds(nodes: list[Node], facts: Facts) -> dict[str, str]:
