@@ -275,7 +275,8 @@ def worst(values: dict[str, float], prefix: str) -> float:
 def report(results: list[Result], runs: int) -> str:
     lines = [
         f"Run: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, {cpu_name()},"
-        f" {os.cpu_count()} CPUs; `make bench-onnx` (bench/onnx_models.py). Versions: "
+        f" {os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f} at the end: other"
+        " processes share them); `make bench-onnx` (bench/onnx_models.py). Versions: "
         + ", ".join(f"{k} {v}" for k, v in versions().items() if k != "jax")
         + ".",
         "",
