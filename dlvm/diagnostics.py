@@ -92,7 +92,7 @@ class Diagnostic:
         else:
             line, col = self.loc.line_col
             text = self.loc.source.line_text(line)
-            expanded = text.expandtabs(1)
+            expanded, col = _window(text.expandtabs(1), col)
             span = max(1, min(self.loc.length, max(1, len(expanded) - col + 1)))
             caret = " " * (col - 1) + "^" + "~" * (span - 1)
             head = f"{self.loc}: {sev}: {self.message}"
@@ -123,3 +123,19 @@ class BuildFailure(Exception):
     """A correct program that cannot be built into a library: a construct the code generator
     does not compile yet, an entry point the C ABI cannot express, or a C toolchain failure.
     Tools report its message as `cannot build: …` with exit status 1, never a traceback."""
+
+
+# The most characters of a source line shown on either side of the caret: a line of IR may hold
+# a dense literal's megabytes of hex.
+_CONTEXT = 100
+
+
+def _window(text: str, col: int) -> tuple[str, int]:
+    """The part of a long line around 1-based column col, `…` where it is cut, and col in it."""
+    start = max(0, col - 1 - _CONTEXT)
+    end = col - 1 + _CONTEXT
+    if start == 0 and end >= len(text):
+        return text, col
+    head = "…" if start > 0 else ""
+    tail = "…" if end < len(text) else ""
+    return head + text[start:end] + tail, col - start + len(head)

@@ -249,15 +249,16 @@ def model_source(path: str, data: bytes, options: OnnxOptions) -> str:
         lines += [f"{o}: out = {every}[{k}]" for k, o in enumerate(outputs)]
     if training is not None:
         labels = tel_name(training.labels, taken)
-        dtype = f"{training.labels_dtype} " if training.labels_dtype else ""
+        dtype = training.labels_dtype or ""
         shape = " x ".join(map(str, training.labels_shape))
         loss = tel_name("loss", taken)
         # The loss has the element type of the output it is computed from (f64 for a graph
-        # exported in float64), not the default f32.
+        # exported in float64), written where it is not TEL's default, f32.
         loss_type = first.outputs[0][1].dtype.text
+        loss_type = "" if loss_type == "f32" else f" {loss_type}"
         lines += [
-            f"{labels}: in {dtype}[{shape}]",
-            f"{loss}: out {loss_type}[] = {training.loss}({outputs[0]}, {labels})",
+            f"{labels}: in {dtype}[{shape}]" if dtype else f"{labels}: in[{shape}]",
+            f"{loss}: out{loss_type}[] = {training.loss}({outputs[0]}, {labels})",
             f"train minimizing {loss} using {training.optimizer}",
         ]
     return "\n".join(lines) + "\n"

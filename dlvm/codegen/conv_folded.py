@@ -129,7 +129,7 @@ class ConvFolded(ConvGemm):
 
                 def one_tile(i0: ir.Value, rows: int) -> None:
                     self.micro(batch, i0, rows, j0, tile.width, p0, p1, first, last,
-                               self.a_at(batch, i0), b_at)  # fmt: skip
+                               self.a_at(batch, i0, p0), b_at)  # fmt: skip
 
                 self.tiles(_c(0), _c(self.m), one_tile)
 

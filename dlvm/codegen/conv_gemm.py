@@ -38,8 +38,9 @@ from dlvm.codegen.llvm_types import I64, memory_type, value_type
 from dlvm.codegen.loops import counted_loop, linear_index, unravel
 from dlvm.codegen.matmul import DEPTH, MatMul, Tiling, tiling
 from dlvm.codegen.panels import scratch_function
+from dlvm.ir.strided import contiguous_strides, view_strides
 from dlvm.ir.types import TensorType
-from dlvm.ir.values import Argument, Instruction
+from dlvm.ir.values import Argument, Instruction, Value
 
 if TYPE_CHECKING:
     from dlvm.codegen.kernel import KernelGen
@@ -58,21 +59,57 @@ def _c(v: int) -> ir.Constant:
 
 def suits(conv: Instruction, lanes: int) -> bool:
     """Whether the convolution runs as a product: floats held in registers as in memory, in
-    vectors, operands in memory, and more than one output channel per group or one with a
-    long sum (the input's gradient of a one-channel input)."""
+    vectors, operands in memory (perhaps strided views of them, the kernel's with its last
+    axis contiguous), and more than one output channel per group or one with a long sum (the
+    input's gradient of a one-channel input)."""
     x, k = conv.operands
     t = conv.type
     assert isinstance(t, TensorType) and isinstance(k.type, TensorType)
     groups = conv.attrs.get("groups") or 1
+    xv, kv = in_memory(x), in_memory(k)
     return (
         t.dtype.is_float
         and value_type(t.dtype) == memory_type(t.dtype)
         and t.dtype.bits >= 32
         and lanes > 1
-        and isinstance(x, Argument)
-        and isinstance(k, Argument)
+        and xv is not None
+        and kv is not None
+        and _runs_fit(k.type.shape[1:], kv[1][1:])
         and (k.type.shape[0] // groups >= 2 or math.prod(k.type.shape[1:]) >= ONE_ROW_DEPTH)
     )
+
+
+def _runs_fit(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether the kernel's columns are one run, or runs longer than one element."""
+    run = kernel_runs(shape, strides)[0]
+    return run > 1 or run == math.prod(shape)
+
+
+def in_memory(v: Value) -> tuple[Argument, tuple[int, ...]] | None:
+    """The kernel's argument that operand v is or views in place (a strided view: batch and
+    channels exchanged for a kernel's gradient, compute generation's _keep_strided_view), and
+    v's strides over it; None if v is computed."""
+    found = view_strides(v)
+    if found is None or not isinstance(found[0], Argument):
+        return None
+    return found[0], found[1]
+
+
+def kernel_runs(
+    shape: tuple[int, ...], strides: tuple[int, ...]
+) -> tuple[int, list[tuple[int, int]]]:
+    """The kernel's columns (input channel, taps: `shape` and `strides`) as runs of
+    contiguous elements: the run's length (the innermost axes that are contiguous), and the
+    axes outside it as (size, stride), whose index picks the run."""
+    run, outer = 1, list[tuple[int, int]]()
+    for i in range(len(shape) - 1, -1, -1):
+        if shape[i] == 1:
+            continue
+        if strides[i] != run or outer:
+            outer.append((shape[i], strides[i]))
+        else:
+            run *= shape[i]
+    return run, outer[::-1]
 
 
 def image_blocks(
@@ -104,6 +141,10 @@ class ConvGemm(MatMul):
         assert isinstance(xt, TensorType) and isinstance(kt, TensorType)
         assert isinstance(t, TensorType)
         self.x, self.kernel, self.xt, self.kt, self.t = x, kernel, xt, kt, t
+        xv, kv = in_memory(x), in_memory(kernel)
+        assert xv is not None and kv is not None, "conv_gemm.suits"
+        (self.x_base, self.x_strides), (self.k_base, self.k_strides) = xv, kv
+        self.run, self.run_outer = kernel_runs(kt.shape[1:], self.k_strides[1:])
         self.dt = t.dtype
         self.elem_ty = value_type(self.dt)
         spatial = len(xt.shape) - 2
@@ -127,6 +168,15 @@ class ConvGemm(MatMul):
         if self.along_taps:
             depth = DEPTH // self.taps[-1] * self.taps[-1]
             slices = math.ceil(self.k / depth)
+        # A kernel read in place in runs (a kernel's gradient: the output's gradient, batch and
+        # channels exchanged) is sliced within runs, so that a slice reads one run.
+        self.run_slices = 1
+        if self.run < self.k:
+            self.run_slices = math.ceil(self.run / depth)
+            depth = math.ceil(self.run / self.run_slices)
+            if self.along_taps:
+                depth = -(-depth // self.taps[-1]) * self.taps[-1]
+            slices = self.k // self.run * self.run_slices
         self.tile = Tiling(shape.rows, shape.vectors, lanes, depth, slices)
         width = self.positions[-1]
         self.panel_rows = max(1, PANEL_COLUMNS // width)  # whole output rows per panel
@@ -200,7 +250,7 @@ class ConvGemm(MatMul):
 
             def tile(i0: ir.Value, tile_rows: int) -> None:
                 self.micro(batch, i0, tile_rows, j0, count, p0, p1, first, last,
-                           self.a_at(batch, i0), b_at)  # fmt: skip
+                           self.a_at(batch, i0, p0), b_at)  # fmt: skip
 
             self.tiles(_c(0), _c(self.m), tile)
 
@@ -211,13 +261,37 @@ class ConvGemm(MatMul):
         if columns % width:
             strip(b.add(jc, _c(columns // width * width)), columns % width)
 
-    def a_at(self, batch: list[ir.Value], i0: ir.Value) -> Callable[[int, ir.Value], ir.Value]:
-        """K[g · cout_g + i0 + r, p] (the kernel as a row-major matrix)."""
-        b, ptr = self.b, self.kg.ptrs[self.kernel]
+    def slice_bounds(self, s: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
+        """As MatMul's; with the kernel in runs, `run_slices` slices of each run."""
+        if self.run == self.k:
+            return super().slice_bounds(s)
+        b, tile = self.b, self.tile
+        start = b.mul(b.udiv(s, _c(self.run_slices)), _c(self.run))
+        p0 = b.add(start, b.mul(b.urem(s, _c(self.run_slices)), _c(tile.depth)))
+        p1, end = b.add(p0, _c(tile.depth)), b.add(start, _c(self.run))
+        p1 = b.select(b.icmp_signed("<", p1, end), p1, end)
+        first = b.icmp_signed("==", s, _c(0))
+        last = b.icmp_signed("==", s, _c(tile.slices - 1))
+        return p0, p1, first, last
+
+    def a_at(
+        self, batch: list[ir.Value], i0: ir.Value, p0: ir.Value
+    ) -> Callable[[int, ir.Value], ir.Value]:
+        """K[g · cout_g + i0 + r, p] (the kernel as a matrix) for the steps p of the slice
+        that starts at p0, which lie in one run of the kernel's columns."""
+        b, ptr = self.b, self.kg.ptrs[self.k_base]
         row0 = b.add(b.mul(batch[1], _c(self.cout_g)), i0)
+        rows = self.k_strides[0]
+        base = b.mul(row0, _c(rows))
+        if self.run < self.k:  # the run's place, less its first column
+            run = b.udiv(p0, _c(self.run))
+            outer = unravel(b, run, tuple(n for n, _ in self.run_outer))
+            for i, (_, stride) in zip(outer, self.run_outer):
+                base = b.add(base, b.mul(i, _c(stride)))
+            base = b.sub(base, b.mul(run, _c(self.run)))
 
         def at(r: int, p: ir.Value) -> ir.Value:
-            off = b.add(b.mul(b.add(row0, _c(r)), _c(self.k)), p)
+            off = b.add(b.add(base, _c(r * rows)), p)
             return b.load(b.gep(ptr, [off], source_etype=self.elem_ty), typ=self.elem_ty)
 
         return at
@@ -315,16 +389,18 @@ class ConvGemm(MatMul):
         left-dilated elements."""
         b, d = self.b, len(self.positions) - 1
         size, ld = self.xt.shape[-1], self.ld[d]
-        x = self.kg.ptrs[self.x]
+        x = self.kg.ptrs[self.x_base]
         zero = ir.Constant(self.elem_ty, 0)
-        row = linear_index(b, [*at, _c(0)], self.xt.shape)
+        row = self.x_offset(at)
+        along = self.x_strides[-1]
 
         def put(u: ir.Value, v: ir.Value) -> None:
             off = b.add(dst, b.mul(u, _c(dst_step))) if dst_step != 1 else b.add(dst, u)
             b.store(v, b.gep(buf, [off], source_etype=self.elem_ty))
 
         def load(i: ir.Value) -> ir.Value:
-            return b.load(b.gep(x, [b.add(row, i)], source_etype=self.elem_ty), typ=self.elem_ty)
+            at = b.add(row, i if along == 1 else b.mul(i, _c(along)))
+            return b.load(b.gep(x, [at], source_etype=self.elem_ty), typ=self.elem_ty)
 
         if ld > 1:  # every element chosen on its own
 
@@ -345,6 +421,16 @@ class ConvGemm(MatMul):
         counted_loop(b, lo, hi, lambda u: put(u, load(b.add(b.mul(u, _c(step)), shift))),
                      name="cp")  # fmt: skip
         counted_loop(b, hi, count, lambda u: put(u, zero), name="zhi")
+
+    def x_offset(self, at: list[ir.Value]) -> ir.Value:
+        """The input's element at index `at` (its last axis 0), in elements from x_base."""
+        if self.x_strides == contiguous_strides(self.xt.shape):
+            return linear_index(self.b, [*at, _c(0)], self.xt.shape)
+        off: ir.Value = _c(0)
+        for i, stride in zip(at, self.x_strides):
+            if stride:
+                off = self.b.add(off, self.b.mul(i, _c(stride)))
+        return off
 
     def ceil_div(self, v: ir.Value, s: int) -> ir.Value:
         """⌈v / s⌉ for v ≥ 0, and 0 for v < 0."""

@@ -15,11 +15,12 @@ from collections.abc import Callable, Generator
 import numpy as np
 from llvmlite import ir
 
-from dlvm.codegen import conv_depthwise, conv_folded, conv_gemm, conv_long_sums
+from dlvm.codegen import conv_depthwise, conv_folded, conv_gemm, conv_kernel_grad, conv_long_sums
 from dlvm.codegen.combinators import not_inlinable
 from dlvm.codegen.conv_depthwise import DepthwiseConv
 from dlvm.codegen.conv_folded import ConvFolded
 from dlvm.codegen.conv_gemm import ConvGemm
+from dlvm.codegen.conv_kernel_grad import KernelGradient
 from dlvm.codegen.conv_long_sums import LongSums
 from dlvm.codegen.elementwise import binary, cast, compare, unary
 from dlvm.codegen.errors import CodegenError
@@ -489,7 +490,8 @@ class KernelGen:
     def convolve(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
         """A depthwise convolution with few outputs and long sums (a depthwise kernel's
         gradient) as dlvm.codegen.conv_long_sums's loop; other depthwise convolutions as a
-        direct vectorised loop (dlvm.codegen.conv_depthwise); a
+        direct vectorised loop (dlvm.codegen.conv_depthwise); a kernel longer than the output
+        (a kernel's gradient) as dlvm.codegen.conv_kernel_grad's product; a
         convolution as matrix products (dlvm.codegen.conv_gemm) where it suits them, with
         the element loop for a thread that cannot have the products' scratch buffer; the
         element loop alone otherwise (and in a GPU thread's share)."""
@@ -506,9 +508,13 @@ class KernelGen:
             return
         b = self.b
         fallback = self.body.append_basic_block("conv.elements")
+        if conv_kernel_grad.suits(self.core, lanes):  # a kernel longer than the output
+            KernelGradient(self, self.core, out, lanes).emit_images(
+                begin, end, fallback, self.conv_split
+            )
         # Shares of blocks of rows (a batch smaller than the threads) are not folded: folding
         # puts several whole images side by side.
-        if self.conv_split == 1 and conv_folded.folds(self.core, lanes):
+        elif self.conv_split == 1 and conv_folded.folds(self.core, lanes):
             ConvFolded(self, self.core, out, lanes).emit_images(begin, end, fallback)
         else:
             ConvGemm(self, self.core, out, lanes, self.conv_split).emit_images(begin, end, fallback)
@@ -803,6 +809,7 @@ class KernelGen:
             return constant(t.dtype, 0)
         if isinstance(lit.literal, DenseLiteral):  # its bytes are the table already
             table = self.constant_global(byte_array(lit.literal.data))
+            table.align = t.dtype.size  # as an array of the elements would be
         else:
             table = self.constant_table(constant_array(lit), t.dtype)
         off = linear_index(self.b, idx, t.shape)

@@ -160,7 +160,9 @@ def _kernel_adjoint(e: Any, x: Value, d: Value, geo: Convolution) -> Value | Non
     """The convolution of x by d with batch and channels exchanged: x becomes [cin/g, g·b, n…]
     (channels within a group as the batch, groups × batch as channels) and d [cout, b, out…],
     so that a convolution with `groups g` sums over the batch and the output positions and gives
-    [cin/g, cout, k…], which is then transposed to the kernel's [cout, cin/g, k…]."""
+    [cin/g, cout, k…], which is then transposed to the kernel's [cout, cin/g, k…]. The
+    exchanges are views that the code generator reads in place where one stride per axis
+    addresses them (with one group: compute generation's strided views), not copies."""
     g, b, cin_g = geo.groups, geo.batch, geo.cin_g
     spatial = tuple(a.n for a in geo.axes)
     x = _keep_first(e, x, 1, g * cin_g)

@@ -94,11 +94,17 @@ def constant(value: int | float | bool, type: Type) -> LiteralValue:
 def tensor_literal(array: Any, type: TensorType) -> LiteralValue:
     """The literal of a whole tensor from an array-like of type's shape (a NumPy array, nested
     lists), converted to type's element type: `dense "…"` of its bytes, or a scalar literal
-    for a scalar type. Raises ValueError when the shape is not type's."""
+    for a scalar type. Raises ValueError when the shape is not type's, or an integer is past
+    the range of an integer type (never wrapped)."""
     values = np.asarray(array)
     if values.shape != type.shape:
         raise ValueError(f"an array of shape {values.shape} for a literal of type {type}")
     dt = type.dtype
+    if dt.is_int and values.dtype.kind in "iu" and values.size:
+        half = 1 << (dt.bits - 1)
+        low, high = int(values.min()), int(values.max())
+        if low < -half or high >= half:
+            raise ValueError(f"{low if low < -half else high} is past the range of {dt}")
     if not type.shape:
         convert = bool if dt.is_bool else int if dt.is_int else float
         return LiteralValue(ScalarLiteral(convert(values.item())), type)

@@ -73,7 +73,7 @@ _SPEC = [
     # A string without its closing quote is one error token, as far as the string's own
     # pattern reaches (its trailing blanks left out, as every token's): as `"` alone, every
     # later `"` there would start a string again, each scanning as far (quadratic).
-    (ERROR, r'"(?:(?:[^"\\\n]|\\[^\n])*(?:[^"\\ \t\r\n]|\\[^ \t\r\n]))?', _BLANKS),
+    (ERROR, r'"[^"\\\n]*(?:\\[^\n][^"\\\n]*)*(?<![ \t\r])', _BLANKS),
     (TYPE, rf"\${_IDENT}", _BLANKS),
     (KEY, rf"#{_IDENT}", _BLANKS),
     (CASE, rf"\?{_IDENT}", _BLANKS),

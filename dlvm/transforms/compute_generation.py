@@ -6,9 +6,12 @@ the fly at the index being written. A pointwise instruction (elementwise, compar
 cast, a bitCast between element types of one size, shape-only, tensor literal) joins its
 consumer's kernel when that consumer is its only user, sits in the same block, and reads it at
 most once per element written: a pointwise instruction, or the reduced operand of a `reduce`.
-`convolve`, `scan` and `reduceWindow` are roots whose operands are in memory; everything else
-(calls, tuples, control flow, random numbers, stacks, dense literals: one constant of the host
-however many kernels read it, and none in a GPU module) stays in the host function.
+`convolve`, `scan` and `reduceWindow` are roots whose operands are in memory, but for a
+`convolve`'s operand that is a strided view (dlvm.ir.strided: transposes and changes of shape,
+a kernel's gradient exchanging batch and channels), which the code generator reads in place;
+everything else (calls, tuples, control flow, random numbers, stacks, dense literals: one
+constant of the host however many kernels read it, and none in a GPU module) stays in the host
+function.
 
 A matrix `dot` takes a prologue and an epilogue. Its right operand may be any pointwise
 instruction (the kernel packs it strip by strip); its left operand only a transpose or a pad or
@@ -35,6 +38,7 @@ from collections.abc import Callable
 from dlvm.ir.builder import create
 from dlvm.ir.literals import DenseLiteral
 from dlvm.ir.ops import UNARY_FLOAT, lookup
+from dlvm.ir.strided import STRIDED_VIEWS, view_strides
 from dlvm.ir.types import FunctionType, TensorType, canonical
 from dlvm.ir.values import (
     Argument,
@@ -100,11 +104,14 @@ def is_kernel(inst: Instruction) -> bool:
 
 def fusable_into(user: Instruction, operand_index: int) -> bool:
     """Whether a pointwise operand can be computed inside `user`'s kernel: `user` reads it
-    once per element it writes, or it is a matrix product's operand (a prologue)."""
+    once per element it writes, or it is a matrix product's or a convolution's operand (a
+    prologue; a convolution's only a strided view, which _inlined makes sure of)."""
     if is_pointwise(user):
         return True
     if user.opcode == "dot":
         return _is_matrix_product(user)
+    if user.opcode == "convolve":  # a strided view only (_keep_strided_view)
+        return True
     return user.opcode == "reduce" and operand_index == 0 and is_kernel(user)
 
 
@@ -259,6 +266,10 @@ def _inlined(block: Block, counts: Counter[Value]) -> set[Instruction]:
     for inst in block.instructions:
         if inst.opcode == "dot" and inst.operands[0] in out:
             _keep_cheap_prologue(inst.operands[0], out)  # type: ignore[arg-type]
+        if inst.opcode == "convolve":
+            for v in inst.operands:
+                if v in out:
+                    _keep_strided_view(v, out)  # type: ignore[arg-type]
     out |= _epilogue_products(block, counts, out)
     out |= _recomputed(block, counts, out)
     return out
@@ -272,6 +283,26 @@ def _keep_cheap_prologue(operand: Instruction, inlined: set[Instruction]) -> Non
         cheap &= inst.opcode in ADDRESS_ONLY
         tree += [v for v in inst.operands if isinstance(v, Instruction) and v in inlined]
     if not cheap:
+        inlined.discard(operand)
+
+
+def _keep_strided_view(operand: Instruction, inlined: set[Instruction]) -> None:
+    """A convolution's operand stays fused only when it is a chain of views with a transpose
+    that the code generator reads in place (dlvm.ir.strided): batch and channels exchanged for
+    a kernel's gradient, instead of a copy of the whole tensor written first. What the chain
+    views, if it was to be computed inside it, becomes a kernel of its own."""
+    chain: list[Instruction] = []
+    v: Value = operand
+    while isinstance(v, Instruction) and v in inlined and v.opcode in STRIDED_VIEWS:
+        chain.append(v)
+        v = v.operands[0]
+    members = set(chain)
+    if any(i.opcode == "transpose" for i in chain) and (
+        view_strides(operand, within=members.__contains__) is not None
+    ):
+        if isinstance(v, Instruction):
+            inlined.discard(v)
+    else:
         inlined.discard(operand)
 
 
@@ -351,9 +382,10 @@ def _recomputed(
 
 
 def _prologues(block: Block, inlined: set[Instruction]) -> set[Instruction]:
-    """The dots of the block and the instructions inlined into their operands."""
+    """The products (dots, convolutions) of the block and the instructions inlined into their
+    operands."""
     out: set[Instruction] = set()
-    tree = [inst for inst in block.instructions if inst.opcode == "dot"]
+    tree = [inst for inst in block.instructions if inst.opcode in PRODUCTS]
     while tree:
         inst = tree.pop()
         out.add(inst)

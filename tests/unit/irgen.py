@@ -12,7 +12,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from dlvm.ir.builder import Builder, constant, new_function
+import numpy as np
+
+from dlvm.ir.builder import Builder, constant, new_function, tensor_literal
 from dlvm.ir.literals import AggregateLiteral
 from dlvm.ir.ops import BINARY, COMPARE, UNARY_FLOAT, UNARY_NUMERIC
 from dlvm.ir.types import (
@@ -430,6 +432,11 @@ class IRGen:
         if rng.random() < 0.7:
             ty = self.random_type()
             self.emit("literal", [LiteralValue(self.scalar_literal(ty.dtype).literal, ty)])
+            return True
+        if rng.random() < 0.5:  # a dense one: a tensor's bytes
+            ty = self.random_type(rank=rng.randint(1, max(1, self.max_rank)))
+            values = [self.scalar_literal(ty.dtype).literal.value for _ in range(ty.unit_count)]
+            self.emit("literal", [tensor_literal(np.reshape(values, ty.shape), ty)])
             return True
         # A small tensor literal whose elements are scalar values or scalar literals.
         dtype = rng.choice(NUMERIC)

@@ -1,6 +1,6 @@
 """Convolutions with fewer images than threads share blocks of each image's output rows
 (compute-scheduling's `split`): the schedules, and the compiled results against the
-interpreter with 1, 2 and more threads than shares, on the product path (with an epilogue)
+interpreter with 1, 2 and more threads than shares, on the product paths (with an epilogue)
 and the depthwise loop."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ CASES = [
     ("b1-strided", (1, 16, 29, 31), (24, 16, 3, 3), "strides 2, 2 padding (1, 1), (1, 1)", 15),
     ("b1-depthwise", (1, 64, 40, 40), (64, 1, 3, 3), "padding (1, 1), (1, 1) groups 64", 8),
     ("b1-3-D", (1, 8, 6, 10, 12), (16, 8, 3, 3, 3), "padding (1, 1), (1, 1), (1, 1)", 10),
-    # A kernel's gradient's shape: runs of X̂ along the taps, 5 output rows of one each.
+    # A kernel's gradient's shape (conv_kernel_grad's product, its epilogue applied as C is
+    # copied out): 5 output rows of one each, shares that start inside an image.
     ("b1-along-taps", (1, 8, 30, 30), (16, 8, 26, 26), "", 5),
 ]
 

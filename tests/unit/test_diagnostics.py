@@ -38,6 +38,21 @@ def test_every_error_of_a_file_is_reported_with_line_and_caret():
     assert len(e.value.diagnostics) == 3
 
 
+def test_a_long_line_is_shown_around_its_caret():
+    """A dense literal's line holds megabytes of hex: an error on it shows 100 characters on
+    either side of the caret, `…` where the line is cut."""
+    hex_ = "ab" * 500_000
+    text = 'module "m"\nstage raw\n\nfunc @f: () -> () {\n\'entry():\n'
+    text += f'    %a = literal dense "{hex_}": <3 x i8> oops\n    return\n}}\n'
+    with pytest.raises(DiagnosticError) as e:
+        parse_module(text, "long.dl")
+    head, line, caret = e.value.render().splitlines()[:3]
+    column = text.splitlines()[5].index("oops") + 1
+    assert head == f"long.dl:6:{column}: error: expected end of line, found 'oops'"
+    assert line == "…" + f'{hex_}": <3 x i8> oops'[-104:]  # 100 before the caret
+    assert caret == " " * 101 + "^~~~"
+
+
 def test_uses_of_a_failed_definition_do_not_cascade():
     text = BAD.replace("%c = multiply %x: f32, %nope: f32", "%c = multiply %a: f32, %a: f32")
     with pytest.raises(DiagnosticError) as e:

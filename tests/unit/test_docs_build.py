@@ -25,7 +25,9 @@ def test_the_documents_have_programs_to_build() -> None:
 
 @pytest.mark.parametrize("block", PROGRAMS, ids=lambda b: b.id)
 def test_a_documented_program_builds(block: Block, tmp_path: Path) -> None:
-    # The files the document's blocks write (for a later block to `use`) are all there.
+    # The files the document's blocks write (for a later block to `use`) are all there, and
+    # samples/ as test_docs.py links it (an ONNX model there is `use`d).
+    (tmp_path / "samples").symlink_to(ROOT / "samples")
     for other in code_blocks(block.path):
         if other.lang == "tel" and "file" in other.words:
             (tmp_path / other.words["file"]).write_text(other.text, encoding="utf-8")
