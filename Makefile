@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all demo test lint unit lit fuzz sanitize bench compare clean
+.PHONY: all demo test lint unit lit fuzz sanitize bench bench-onnx compare clean
 
 all: test
 
@@ -57,6 +57,13 @@ bench: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python bench/linear_algebra_passes.py
 	$(BENCH_VENV)/bin/python bench/cpu.py
 	$(BENCH_VENV)/bin/python bench/nnkit.py
+
+# Models exported from PyTorch (MLP, LeNet-5, ResNet-18, LSTM, GRU, transformer encoder), imported
+# by telc: outputs against ONNX Runtime and PyTorch, three training steps against PyTorch's, and
+# inference timed against ONNX Runtime; writes its section of bench/RESULTS.md. Fails when a
+# comparison exceeds its tolerance.
+bench-onnx: $(STAMP) $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python bench/onnx_models.py
 
 # The models of bench/models against the same models in PyTorch: forward outputs, losses,
 # gradients and parameters after three Adam steps, within 1e-5 (relative); fails otherwise.

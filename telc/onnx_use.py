@@ -205,7 +205,7 @@ def model_source(path: str, data: bytes, options: OnnxOptions) -> str:
     or the shapes given), its outputs as the model's outputs and, with `training`, the labels,
     the loss and the train entry. DiagnosticError when the graph cannot be imported or an
     input named in `shapes` is not one of its inputs."""
-    graph, _ = read_graph(path, data)
+    graph, first = read_graph(path, data)
     file = os.path.basename(path)
     shapes = dict(options.shapes)
     training = options.training
@@ -252,9 +252,13 @@ def model_source(path: str, data: bytes, options: OnnxOptions) -> str:
         dtype = training.labels_dtype or ""
         shape = " x ".join(map(str, training.labels_shape))
         loss = tel_name("loss", taken)
+        # The loss has the element type of the output it is computed from (f64 for a graph
+        # exported in float64), written where it is not TEL's default, f32.
+        loss_type = first.outputs[0][1].dtype.text
+        loss_type = "" if loss_type == "f32" else f" {loss_type}"
         lines += [
             f"{labels}: in {dtype}[{shape}]" if dtype else f"{labels}: in[{shape}]",
-            f"{loss}: out[] = {training.loss}({outputs[0]}, {labels})",
+            f"{loss}: out{loss_type}[] = {training.loss}({outputs[0]}, {labels})",
             f"train minimizing {loss} using {training.optimizer}",
         ]
     return "\n".join(lines) + "\n"

@@ -36,7 +36,7 @@ class Node:
 
         domain = "" if proto.domain in DEFAULT_DOMAINS else proto.domain
         attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
-        attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+        attrs = {k: _text(v) for k, v in attrs.items()}
         return Node(
             index,
             proto.name,
@@ -66,6 +66,16 @@ class Node:
 
     def out(self, i: int) -> str:
         return self.outputs[i] if i < len(self.outputs) else ""
+
+
+def _text(value: Any) -> Any:
+    """A STRING attribute as str and a STRINGS one as a list of str (onnx gives bytes: PyTorch
+    exports an RNN's `activations` as [b'Tanh'])."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list) and value and all(isinstance(v, bytes) for v in value):
+        return [v.decode() for v in value]
+    return value
 
 
 @dataclass

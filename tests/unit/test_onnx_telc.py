@@ -23,16 +23,19 @@ from dlvm.ir import module_text, parse_module  # noqa: E402
 TELC = Path(sys.executable).parent / "telc"
 
 
-def mlp(path: Path, batch: int | str = "N", bad_op: bool = False) -> dict[str, np.ndarray]:
+def mlp(
+    path: Path, batch: int | str = "N", bad_op: bool = False, dtype: type = np.float32
+) -> dict[str, np.ndarray]:
     """x [batch x 4] -> Gemm -> Relu -> Gemm -> logits [batch x 3], saved at path; returns its
     initializers by name (ONNX names with dots, as PyTorch's exporter writes them)."""
     rng = np.random.default_rng(0)
     values = {
-        "fc1.weight": rng.standard_normal((8, 4)).astype(np.float32),
-        "fc1.bias": rng.standard_normal(8).astype(np.float32),
-        "fc2.weight": rng.standard_normal((3, 8)).astype(np.float32),
-        "fc2.bias": rng.standard_normal(3).astype(np.float32),
+        "fc1.weight": rng.standard_normal((8, 4)).astype(dtype),
+        "fc1.bias": rng.standard_normal(8).astype(dtype),
+        "fc2.weight": rng.standard_normal((3, 8)).astype(dtype),
+        "fc2.bias": rng.standard_normal(3).astype(dtype),
     }
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     nodes = [
         helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["h"], transB=1, name="fc1"),
         helper.make_node("Relu", ["h"], ["r"], name="relu"),
@@ -45,8 +48,8 @@ def mlp(path: Path, batch: int | str = "N", bad_op: bool = False) -> dict[str, n
     graph = helper.make_graph(
         nodes,
         "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 3])],
+        [helper.make_tensor_value_info("x", elem, [batch, 4])],
+        [helper.make_tensor_value_info("logits", elem, [batch, 3])],
         [numpy_helper.from_array(v, k) for k, v in values.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -144,6 +147,24 @@ def test_telc_build_of_an_onnx_file_emits_its_tel_model_and_trains(tmp_path):
         for _ in range(20):
             last = m.train_step(x, labels)
         assert last < first
+
+
+def test_a_float64_graph_trains_with_a_float64_loss(tmp_path):
+    values = mlp(tmp_path / "mlp.onnx", dtype=np.float64)
+    args = ["--train-loss", "softmax_cross_entropy", "--labels", "labels:5x3:f64", "-D", "N=5"]
+    args += ["--optimizer", "sgd(rate: 0.1)"]
+    tel = subprocess.run([TELC, "build", tmp_path / "mlp.onnx", *args, "--emit", "tel"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "loss: out f64[] = softmax_cross_entropy(logits, labels)\n" in tel
+    library = tmp_path / "wide.so"
+    subprocess.run([TELC, "build", tmp_path / "mlp.onnx", *args, "-o", library, "-q",
+                    "--no-cache"], check=True)  # fmt: skip
+    x, labels = (a.astype(np.float64) for a in batch(4))
+    logits = forward(x, {k.replace(".", "_"): v for k, v in values.items()})
+    shifted = logits - logits.max(1, keepdims=True)
+    want = -np.mean(np.sum(labels * (shifted - np.log(np.exp(shifted).sum(1, keepdims=True))), 1))
+    with dlvm.load(library) as m:
+        np.testing.assert_allclose(m.train_step(x, labels), want, rtol=1e-12)
 
 
 def telc_error(*args) -> str:
