@@ -50,8 +50,8 @@ class Lowering:
         if found is not None:
             return found
         if name in self.param_kinds:
-            array = self.facts.initializers[name]
-            arg = Argument(self.names(name), TensorType(array.shape, _data_type(array)))
+            initial = self.facts.initializers[name]
+            arg = Argument(self.names(name), TensorType(initial.shape, _data_type(initial)))
             self.block.add_argument(arg)
             self.params[name] = arg
             self.values[name] = arg
@@ -115,6 +115,8 @@ class Lowering:
     def literal(self, array: np.ndarray) -> Value:
         """A known tensor in the IR: a scalar literal, a splat, or a `literal` of its elements."""
         dtype = _data_type(array)
+        if array.size == 0:
+            raise LoweringError(f"an empty tensor {array.shape} (DLVM IR has none)")
         if array.ndim == 0:
             return self.scalar(array.item(), dtype)
         flat = array.ravel()

@@ -32,7 +32,9 @@ NOT_FOLDED = frozenset(
 SHAPE_QUERIES = frozenset({"Shape", "Size"})
 
 
-def fold(nodes: list[Node], facts: Facts, opsets: dict[str, int]) -> tuple[list[Node], list[Diagnostic]]:
+def fold(
+    nodes: list[Node], facts: Facts, opsets: dict[str, int]
+) -> tuple[list[Node], list[Diagnostic]]:
     """Folds what can be folded, in graph order, adding the results to facts.constants; returns
     the nodes left to lower and a diagnostic for each node that should fold but failed to."""
     left: list[Node] = []

@@ -83,15 +83,21 @@ def import_model(
             handler.lower(cx, node)
         except (LoweringError, TypeRuleError) as e:
             raise DiagnosticError([_lowering_error(node, e, complaint)]) from None
-    results = [cx.value(o.name) for o in graph.output]
+    try:
+        results = [cx.value(o.name) for o in graph.output]
+    except LoweringError as e:
+        raise DiagnosticError([error(f"{label}: an output: {e}")]) from None
     cx.emit("return", cx.emit("literal", tuple_literal(results)))
 
     order = [t.name for t in graph.initializer if t.name in cx.params]
     params = [cx.params[n] for n in order]
     block.arguments = arguments + params
-    fn = Function(identifier(name), FunctionType(
-        tuple(a.type for a in block.arguments), TupleType(tuple(v.type for v in results))
-    ))
+    fn = Function(
+        identifier(name),
+        FunctionType(
+            tuple(a.type for a in block.arguments), TupleType(tuple(v.type for v in results))
+        ),
+    )
     fn.add_block(block)
     module = Module(identifier(name))
     module.add_function(fn)
@@ -120,10 +126,7 @@ def _param_kinds(nodes: list[Node], facts: Facts) -> dict[str, str]:
     """Every float initializer: a `buffer` where BatchNormalization reads it as its mean or
     variance, a `param` otherwise."""
     buffers = {
-        node.input(i)
-        for node in nodes
-        if node.op_type == "BatchNormalization"
-        for i in (3, 4)
+        node.input(i) for node in nodes if node.op_type == "BatchNormalization" for i in (3, 4)
     }
     return {
         n: "buffer" if n in buffers else "param"

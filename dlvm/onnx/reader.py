@@ -213,7 +213,9 @@ def infer_shapes(onnx: ModuleType, model: Any, label: str) -> tuple[Any, str | N
     try:
         return onnx.shape_inference.infer_shapes(model, data_prop=True), complaint
     except Exception as e:
-        raise DiagnosticError([error(f"{label}: shape inference failed: {_first_line(e)}")]) from None
+        raise DiagnosticError(
+            [error(f"{label}: shape inference failed: {_first_line(e)}")]
+        ) from None
 
 
 def static_shape(value_info: Any) -> tuple[int, ...] | None:

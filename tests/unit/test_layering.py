@@ -28,6 +28,8 @@ What each layer may import (a module may always import its own layer):
   dlvm.loader, dlvm.runtime and dlvm.library_check to load and call what it compiled.
 - dlvm.tools (dlopt, dlc): dlvm.ir, dlvm.diagnostics, dlvm.sources, dlvm.transforms,
   dlvm.interp (`dlopt --run`), dlvm.codegen (dlc), and the package's `__version__`.
+- dlvm.onnx (the ONNX importer): dlvm.ir, dlvm.diagnostics and dlvm.sources; what it makes is
+  IR, which the driver builds like any other.
 - dlvm (the package facade): dlvm.loader and dlvm.nnkit, whose names it re-exports for users.
 - telc's front end (telc.ast, telc.types, telc.syntax, telc.syntax_tree, telc.limits,
   telc.program, telc.onnx_use, telc.lower): dlvm.ir, dlvm.diagnostics, dlvm.sources (the files
@@ -180,6 +182,7 @@ LAYERS = [
             "dlvm.__version__",
         ),
     ),
+    Layer("onnx", ("dlvm.onnx",), ("dlvm.ir", "dlvm.diagnostics", "dlvm.sources")),
     Layer("facade", ("dlvm",), ("dlvm.loader", "dlvm.nnkit")),
     Layer(
         "telc front end",

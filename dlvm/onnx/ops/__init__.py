@@ -1,7 +1,18 @@
 """The operator handlers, one module per family, each registering into HANDLERS
 (ops/registry.py) when imported here."""
 
-from dlvm.onnx.ops import conv, dropout, elementwise, linear, norm, pool, reduce, shape
+from dlvm.onnx.ops import (
+    conv,
+    dropout,
+    elementwise,
+    linear,
+    norm,
+    pool,
+    recurrent,
+    reduce,
+    resize,
+    shape,
+)
 from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
 
 __all__ = [
@@ -14,6 +25,8 @@ __all__ = [
     "norm",
     "opset_text",
     "pool",
+    "recurrent",
     "reduce",
+    "resize",
     "shape",
 ]

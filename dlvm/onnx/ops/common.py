@@ -40,9 +40,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
-        raise LoweringError(
-            "shapes " + ", ".join(map(str, shapes)) + " do not broadcast"
-        ) from None
+        raise LoweringError("shapes " + ", ".join(map(str, shapes)) + " do not broadcast") from None
 
 
 def operands(cx: Lowering, names: Sequence[str], dtype: DataType | None = None) -> list[Value]:
@@ -51,7 +49,7 @@ def operands(cx: Lowering, names: Sequence[str], dtype: DataType | None = None) 
     shapes = [cx.shape(n) for n in names]
     out = broadcast_shape(*shapes)
     values: list[Value] = []
-    for i, (name, shape) in enumerate(zip(names, shapes)):
+    for i, name in enumerate(names):
         known = cx.facts.constants.get(name)  # never a parameter: those stay arguments
         others = [s for j, s in enumerate(shapes) if j != i]
         if known is not None and known.size == 1 and broadcast_shape(*others, ()) == out:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from dlvm.ir.compose import permute
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.graph import Facts, Node
 from dlvm.onnx.ops.common import reshape, tensor
@@ -77,3 +78,92 @@ def conv(cx: Lowering, node: Node) -> None:
         ys = tensor(y).shape
         y = reshape(cx, y, ys[:2] + ys[3:])
     cx.define(node.out(0), y)
+
+
+def _check_transpose(node: Node, facts: Facts) -> list[str]:
+    return check_auto_pad(node, facts)
+
+
+@HANDLERS.register("ConvTranspose", since=1, check=_check_transpose)
+def conv_transpose(cx: Lowering, node: Node) -> None:
+    """The adjoint of a convolution, as a convolution: the input dilated by the strides
+    (`leftDilation`), the kernel's channels swapped per group and its taps reversed, padded by
+    (k − 1)·d less the given padding (and output_padding after)."""
+    x, w = cx.value(node.input(0)), cx.value(node.input(1))
+    xs, ws = tensor(x).shape, tensor(w).shape
+    if len(xs) < 3 or len(ws) != len(xs):
+        raise LoweringError(f"ConvTranspose of an input {xs} and a kernel {ws}")
+    n, g = len(xs) - 2, node.attr("group", 1)
+    kernel = tuple(node.attr("kernel_shape", ws[2:]))
+    strides = tuple(node.attr("strides", [1] * n))
+    dilations = tuple(node.attr("dilations", [1] * n))
+    extra = tuple(node.attr("output_padding", [0] * n))
+    pads = _transpose_padding(node, xs[2:], kernel, strides, dilations, extra)
+    padding = []
+    for k, d, (lo, hi), e in zip(kernel, dilations, pads, extra):
+        span = (k - 1) * d
+        if lo > span or hi > span + e:
+            raise LoweringError("pads larger than the kernel's span are not supported")
+        padding.append((span - lo, span - hi + e))
+    # [C, M/g, k…] → [g, C/g, M/g, k…] → [g, M/g, C/g, k…] → [M, C/g, k…], taps reversed.
+    c, m = ws[0], ws[1] * g
+    per_group = reshape(cx, w, (g, c // g, ws[1]) + ws[2:])
+    swapped = permute(
+        lambda name, *vs, **attrs: cx.emit(name, *vs, **attrs),
+        per_group,
+        (0, 2, 1, *range(3, 3 + n)),
+    )
+    k = reshape(cx, swapped, (m, c // g) + ws[2:])
+    k = cx.emit("reverse", k, dims=tuple(range(2, 2 + n)))
+    if n == 1:  # [N, C, L] as [N, C, 1, L]
+        x = reshape(cx, x, xs[:2] + (1,) + xs[2:])
+        k = reshape(cx, k, (m, c // g, 1) + ws[2:])
+        strides, dilations, padding = (1, *strides), (1, *dilations), [(0, 0), *padding]
+    y = cx.emit(
+        "convolve",
+        x,
+        k,
+        strides=(1,) * len(strides),
+        padding=tuple(padding),
+        leftDilation=strides,
+        rightDilation=dilations,
+        groups=g,
+    )
+    if node.input(2):
+        b = cx.value(node.input(2))
+        y = cx.emit("add", y, reshape(cx, b, (1, m) + (1,) * len(strides)))
+    if n == 1:
+        ys = tensor(y).shape
+        y = reshape(cx, y, ys[:2] + ys[3:])
+    cx.define(node.out(0), y)
+
+
+def _transpose_padding(
+    node: Node,
+    sizes: tuple[int, ...],
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    extra: tuple[int, ...],
+) -> list[tuple[int, int]]:
+    """(before, after) cropped from the full transposed output: `pads`, or what output_shape or
+    SAME auto_pad (an output `stride` times the input) leave over."""
+    auto = node.attr("auto_pad", "NOTSET")
+    shape = node.attr("output_shape")
+    if shape is None and auto not in ("SAME_UPPER", "SAME_LOWER"):
+        if auto == "VALID":
+            return [(0, 0)] * len(sizes)
+        pads = list(node.attr("pads", [0] * (2 * len(sizes))))
+        return list(zip(pads[: len(sizes)], pads[len(sizes) :]))
+    wanted = (
+        list(shape)[-len(sizes) :] if shape is not None else [n * s for n, s in zip(sizes, strides)]
+    )
+    out = []
+    for n, k, s, d, e, want in zip(sizes, kernel, strides, dilations, extra, wanted):
+        total = s * (n - 1) + e + (k - 1) * d + 1 - want
+        if total < 0:  # an output longer than the full one: zeros after it
+            out.append((0, total))
+            continue
+        small, large = total // 2, total - total // 2
+        out.append((large, small) if auto == "SAME_LOWER" else (small, large))
+    return out

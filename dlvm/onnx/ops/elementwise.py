@@ -8,7 +8,7 @@ import math
 from dlvm.ir.literals import ScalarLiteral
 from dlvm.ir.types import DataType
 from dlvm.ir.values import LiteralValue, Value
-from dlvm.onnx.context import Lowering, LoweringError
+from dlvm.onnx.context import Lowering
 from dlvm.onnx.dtypes import ir_type_of, onnx_type_name
 from dlvm.onnx.graph import Facts, Node
 from dlvm.onnx.ops.common import cast, operands, tensor
@@ -127,7 +127,9 @@ def sigmoid_of(cx: Lowering, x: Value) -> Value:
     """1 / (1 + e^-x) as 0.5 · tanh(x / 2) + 0.5 (stdlib/nn.tel): nothing overflows."""
     dt = tensor(x).dtype
     half = cx.scalar(0.5, dt)
-    return cx.emit("add", cx.emit("multiply", half, cx.emit("tanh", cx.emit("multiply", half, x))), half)
+    return cx.emit(
+        "add", cx.emit("multiply", half, cx.emit("tanh", cx.emit("multiply", half, x))), half
+    )
 
 
 @HANDLERS.register("Sigmoid")
@@ -165,12 +167,17 @@ def elu_family(cx: Lowering, node: Node) -> None:
     x = cx.value(node.input(0))
     dt = tensor(x).dtype
     if node.op_type == "Selu":
-        alpha, gamma = node.attr("alpha", 1.67326319217681884765625), node.attr("gamma", 1.05070102214813232421875)
+        alpha, gamma = (
+            node.attr("alpha", 1.67326319217681884765625),
+            node.attr("gamma", 1.05070102214813232421875),
+        )
     else:
         alpha, gamma = node.attr("alpha", 1.0), 1.0
     inner = x if node.op_type != "Celu" else cx.emit("divide", x, cx.scalar(alpha, dt))
     negative = cx.emit(
-        "multiply", cx.scalar(alpha, dt), cx.emit("subtract", cx.emit("exp", inner), cx.scalar(1, dt))
+        "multiply",
+        cx.scalar(alpha, dt),
+        cx.emit("subtract", cx.emit("exp", inner), cx.scalar(1, dt)),
     )
     y = cx.emit("select", x, negative, cx.emit("greaterThan", x, cx.scalar(0, dt)))
     if gamma != 1.0:
@@ -255,12 +262,19 @@ def where(cx: Lowering, node: Node) -> None:
     cx.define(node.out(0), cx.emit("select", a, b, cond))
 
 
+def _target(node: Node, facts: Facts) -> int:
+    """The ONNX element type a Cast converts to (`to`), or a CastLike (its second input's)."""
+    if node.op_type == "CastLike":
+        return facts.elem_types.get(node.input(1), 0)
+    return int(node.attr("to", 0))
+
+
 def _cast_check(node: Node, facts: Facts) -> list[str]:
-    to = ir_type_of(node.attr("to", 0))
+    to = ir_type_of(_target(node, facts))
     have = facts.elem_types.get(node.input(0))
     source = ir_type_of(have) if have is not None else None
     if to is None:
-        return [f"to={onnx_type_name(node.attr('to', 0))}: DLVM IR has no such element type"]
+        return [f"a cast to {onnx_type_name(_target(node, facts))}: DLVM IR has no such type"]
     if source is not None and source is not to and not _castable(source, to):
         return [
             f"a cast from {source} to {to}: DLVM IR converts only within a base (float to "
@@ -274,16 +288,42 @@ def _castable(source: DataType, to: DataType) -> bool:
 
 
 @HANDLERS.register("Cast", since=6, check=_cast_check)
+@HANDLERS.register("CastLike", since=15, check=_cast_check)
 def cast_op(cx: Lowering, node: Node) -> None:
-    to = ir_type_of(node.attr("to"))
+    to = ir_type_of(_target(node, cx.facts))
     assert to is not None
     x = cx.value(node.input(0))
     if tensor(x).dtype.is_bool and not to.is_bool:
         y = cx.emit("select", cx.scalar(1, to), cx.scalar(0, to), x)
-    elif tensor(x).dtype is to:
-        y = x
     else:
-        if not tensor(x).dtype.can_cast_to(to):
-            raise LoweringError(f"a cast from {tensor(x).dtype} to {to} is not in DLVM IR")
         y = cast(cx, x, to)
     cx.define(node.out(0), y)
+
+
+@HANDLERS.register(("IsNaN", "IsInf"), since=10)
+def is_special(cx: Lowering, node: Node) -> None:
+    x = cx.value(node.input(0))
+    dt = tensor(x).dtype
+    if node.op_type == "IsNaN":
+        y = cx.emit("notEqual", x, x)
+    else:
+        up = cx.emit("equal", x, cx.scalar(math.inf, dt))
+        down = cx.emit("equal", x, cx.scalar(-math.inf, dt))
+        wanted = [v for v, flag in ((up, "detect_positive"), (down, "detect_negative"))
+                  if node.attr(flag, 1)]  # fmt: skip
+        y = (
+            wanted[0]
+            if len(wanted) == 1
+            else cx.emit("or", *wanted)
+            if wanted
+            else cx.emit("and", up, down)
+        )
+    cx.define(node.out(0), y)
+
+
+@HANDLERS.register("ThresholdedRelu", since=10)
+def thresholded_relu(cx: Lowering, node: Node) -> None:
+    x = cx.value(node.input(0))
+    dt = tensor(x).dtype
+    above = cx.emit("greaterThan", x, cx.scalar(node.attr("alpha", 1.0), dt))
+    cx.define(node.out(0), cx.emit("select", x, cx.scalar(0, dt), above))

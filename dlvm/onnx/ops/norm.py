@@ -10,6 +10,7 @@ from dlvm.ir.values import Value
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.graph import Facts, Node
 from dlvm.onnx.ops.common import axis_of, mean, reduce, reshape, tensor, to_rank
+from dlvm.onnx.ops.reduce import first_index
 from dlvm.onnx.ops.registry import HANDLERS
 
 
@@ -55,13 +56,7 @@ def batch_norm(cx: Lowering, node: Node) -> None:
             cx.define(node.out(slot), reshape(cx, new, channels))
 
 
-def _check_layer_norm(node: Node, facts: Facts) -> list[str]:
-    if node.out(1) or node.out(2):
-        return ["the Mean and InvStdDev outputs (only the normalised output is supported)"]
-    return []
-
-
-@HANDLERS.register("LayerNormalization", since=17, check=_check_layer_norm)
+@HANDLERS.register("LayerNormalization", since=17)
 def layer_norm(cx: Lowering, node: Node) -> None:
     """Over the axes from `axis` on: (x − mean) · rsqrt(var + ε) · Scale + B (stdlib/nn.tel's
     layer_norm, which normalises the last axis only; here any trailing run of axes)."""
@@ -73,10 +68,44 @@ def layer_norm(cx: Lowering, node: Node) -> None:
     d = cx.emit("subtract", x, mu)
     variance = mean(cx, cx.emit("multiply", d, d), dims, keep=True)
     inv = cx.emit("rsqrt", cx.emit("add", variance, cx.scalar(node.attr("epsilon", 1e-5), dt)))
-    y = cx.emit("multiply", cx.emit("multiply", d, inv), to_rank(cx, cx.value(node.input(1)), len(xs)))
+    y = cx.emit(
+        "multiply", cx.emit("multiply", d, inv), to_rank(cx, cx.value(node.input(1)), len(xs))
+    )
     if node.input(2):
         y = cx.emit("add", y, to_rank(cx, cx.value(node.input(2)), len(xs)))
     cx.define(node.out(0), y)
+    cx.define(node.out(1), mu)  # the statistics, their axes kept as ones
+    cx.define(node.out(2), inv)
+
+
+@HANDLERS.register("RMSNormalization", since=23)
+def rms_norm(cx: Lowering, node: Node) -> None:
+    """x · rsqrt(mean(x²) + ε) · scale over the axes from `axis` on (stdlib/nn.tel's rms_norm)."""
+    x = cx.value(node.input(0))
+    xs, dt = tensor(x).shape, tensor(x).dtype
+    dims = tuple(range(axis_of(node.attr("axis", -1), len(xs)), len(xs)))
+    square = mean(cx, cx.emit("multiply", x, x), dims, keep=True)
+    inv = cx.emit("rsqrt", cx.emit("add", square, cx.scalar(node.attr("epsilon", 1e-5), dt)))
+    scale = to_rank(cx, cx.value(node.input(1)), len(xs))
+    cx.define(node.out(0), cx.emit("multiply", cx.emit("multiply", x, inv), scale))
+
+
+def _check_lp(node: Node, facts: Facts) -> list[str]:
+    return [] if node.attr("p", 2) in (1, 2) else [f"p={node.attr('p')} (only 1 and 2)"]
+
+
+@HANDLERS.register("LpNormalization", since=1, check=_check_lp)
+def lp_norm(cx: Lowering, node: Node) -> None:
+    """x divided by its L1 or L2 norm along axis."""
+    x = cx.value(node.input(0))
+    dims = (axis_of(node.attr("axis", -1), len(tensor(x).shape)),)
+    if node.attr("p", 2) == 1:
+        norm = reduce(cx, cx.emit("multiply", x, cx.emit("sign", x)), "add", dims, keep=True)
+    else:
+        norm = cx.emit("sqrt", reduce(cx, cx.emit("multiply", x, x), "add", dims, keep=True))
+    zero = cx.scalar(0, tensor(x).dtype)
+    empty = cx.emit("equal", norm, zero)  # a zero norm gives zeros, as ONNX's reference does
+    cx.define(node.out(0), cx.emit("select", zero, cx.emit("divide", x, norm), empty))
 
 
 def softmax_along(cx: Lowering, x: Value, dims: tuple[int, ...], log: bool) -> Value:
@@ -87,6 +116,17 @@ def softmax_along(cx: Lowering, x: Value, dims: tuple[int, ...], log: bool) -> V
     if log:
         return cx.emit("subtract", s, cx.emit("log", total))
     return cx.emit("divide", e, total)
+
+
+@HANDLERS.register("Hardmax", since=13)
+def hardmax(cx: Lowering, node: Node) -> None:
+    """1 at the first maximum along axis, 0 elsewhere."""
+    x = cx.value(node.input(0))
+    xs, dt = tensor(x).shape, tensor(x).dtype
+    axis = axis_of(node.attr("axis", -1), len(xs))
+    index, ramp = first_index(cx, x, axis, "max")
+    hit = cx.emit("equal", ramp, index)
+    cx.define(node.out(0), cx.emit("select", cx.scalar(1, dt), cx.scalar(0, dt), hit))
 
 
 @HANDLERS.register(("Softmax", "LogSoftmax"), since=13)

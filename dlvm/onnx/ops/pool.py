@@ -29,7 +29,9 @@ def _check(node: Node, facts: Facts) -> list[str]:
     return reasons
 
 
-def _window(node: Node, xs: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], list[tuple[int, int]]]:
+def _window(
+    node: Node, xs: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...], list[tuple[int, int]]]:
     n = len(xs) - 2
     kernel = tuple(node.attr("kernel_shape"))
     strides = tuple(node.attr("strides", [1] * n))
@@ -39,7 +41,12 @@ def _window(node: Node, xs: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int
     return kernel, strides, pads
 
 
-def _ceil_pads(sizes, kernel, strides, pads) -> list[tuple[int, int]]:
+def _ceil_pads(
+    sizes: tuple[int, ...],
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    pads: list[tuple[int, int]],
+) -> list[tuple[int, int]]:
     """Padding after each axis so that a window that starts inside the input or its padding
     before it gives an output (ceil_mode=1, as ONNX and PyTorch count them)."""
     out = []
@@ -90,18 +97,28 @@ def pool(cx: Lowering, node: Node) -> None:
     cx.define(node.out(0), y)
 
 
-def _average(cx, node, y, sizes, kernel, strides, pads) -> Value:
+def _average(
+    cx: Lowering,
+    node: Node,
+    y: Value,
+    sizes: tuple[int, ...],
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    pads: list[tuple[int, int]],
+) -> Value:
+    """The sums of the windows divided by the window's area (count_include_pad=1, or no
+    padding), or by the number of the input's elements each window covers."""
     dt = tensor(y).dtype
     if node.attr("count_include_pad", 0) or not any(lo or hi for lo, hi in pads):
         return cx.emit("divide", y, cx.scalar(math.prod(kernel), dt))
     # The divisor of each output is the number of the input's elements its window covers.
-    counts = np.ones((), dtype=np.int64)
+    counts: np.ndarray = np.ones((), dtype=np.int64)
     for size, k, s, (lo, hi) in zip(sizes, kernel, strides, pads):
         n = (size + lo + hi - k) // s + 1
         starts = np.arange(n) * s - lo
         along = np.minimum(starts + k, size) - np.maximum(starts, 0)
         counts = np.multiply.outer(counts, along)
-    divisor = counts.astype(NUMPY_TYPES[dt])
+    divisor: np.ndarray = counts.astype(NUMPY_TYPES[dt])
     lit = cx.literal(divisor.reshape((1, 1) + divisor.shape))
     return cx.emit("divide", y, lit)
 

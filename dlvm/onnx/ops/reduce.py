@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from dlvm.ir.types import DataType, TensorType
+from dlvm.ir.values import Value
 from dlvm.onnx.context import Lowering
 from dlvm.onnx.graph import Facts, Node
 from dlvm.onnx.ops.common import axes_of, axis_of, ints, reduce, require_constant, reshape, tensor
@@ -66,24 +67,34 @@ def lower_reduce(cx: Lowering, node: Node) -> None:
 HANDLERS.register(list(COMBS), since=1, check=_check)(lower_reduce)
 
 
-def _check_arg(node: Node, facts: Facts) -> list[str]:
-    return ["select_last_index=1"] if node.attr("select_last_index", 0) else []
-
-
-@HANDLERS.register(("ArgMax", "ArgMin"), since=1, check=_check_arg)
+@HANDLERS.register(("ArgMax", "ArgMin"), since=1)
 def arg_extremum(cx: Lowering, node: Node) -> None:
-    """The first index of the extremum along axis, as TEL's argmax: the extremum found, an index
-    ramp selected where it is hit, the smallest such index kept (an i64 tensor)."""
+    """The first (or, select_last_index=1, the last) index of the extremum along axis, an i64
+    tensor, as TEL's argmax finds it."""
     x = cx.value(node.input(0))
-    xs = tensor(x).shape
-    axis = axis_of(node.attr("axis", 0), len(xs))
+    axis = axis_of(node.attr("axis", 0), len(tensor(x).shape))
     comb = "max" if node.op_type == "ArgMax" else "min"
+    index, _ = first_index(cx, x, axis, comb, last=bool(node.attr("select_last_index", 0)))
+    if not node.attr("keepdims", 1):
+        index = reshape(cx, index, tensor(index).shape[:axis] + tensor(index).shape[axis + 1 :])
+    cx.define(node.out(0), index)
+
+
+def first_index(
+    cx: Lowering, x: Value, axis: int, comb: str, last: bool = False
+) -> tuple[Value, Value]:
+    """The index along axis of the first (or last) extremum, its axis kept as 1, and the ramp
+    of indices [0, n) shaped to broadcast along axis: the extremum found, the ramp selected where
+    it is hit, the smallest (largest) such index kept."""
+    xs = tensor(x).shape
     top = reduce(cx, x, comb, (axis,), keep=True)
     hit = cx.emit("equal", x, top)
     n = xs[axis]
     ones = cx.splat(1, TensorType((n,), DataType.I64))
-    ramp = cx.emit("subtract", cx.emit("scan", ones, comb="add", dims=(0,)), cx.scalar(1, DataType.I64))
+    ramp = cx.emit("scan", ones, comb="add", dims=(0,))
+    ramp = cx.emit("subtract", ramp, cx.scalar(1, DataType.I64))
     ramp = reshape(cx, ramp, tuple(n if d == axis else 1 for d in range(len(xs))))
-    candidates = cx.emit("select", ramp, cx.scalar(n, DataType.I64), hit)
-    y = reduce(cx, candidates, "min", (axis,), keep=bool(node.attr("keepdims", 1)))
-    cx.define(node.out(0), y)
+    miss = cx.scalar(-1 if last else n, DataType.I64)
+    candidates = cx.emit("select", ramp, miss, hit)
+    index = reduce(cx, candidates, "max" if last else "min", (axis,), keep=True)
+    return index, ramp

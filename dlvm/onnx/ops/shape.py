@@ -168,7 +168,9 @@ def slice_op(cx: Lowering, node: Node) -> None:
         a = axis_of(axis, len(xs))
         taken = range(xs[a])[slice(start, end, step)]
         if len(taken) == 0:
-            raise LoweringError(f"Slice of axis {a} of {xs} is empty (DLVM IR has no empty tensors)")
+            raise LoweringError(
+                f"Slice of axis {a} of {xs} is empty (DLVM IR has no empty tensors)"
+            )
         if step == 1:
             y = _cut(cx, y, a, taken.start, taken.stop - 1)
         else:
@@ -226,7 +228,9 @@ def pad(cx: Lowering, node: Node) -> None:
                 parts.append(x)
             elif n:
                 shape = tensor(x).shape
-                parts.append(cx.splat(value, TensorType(shape[:axis] + (n,) + shape[axis + 1 :], t.dtype)))
+                parts.append(
+                    cx.splat(value, TensorType(shape[:axis] + (n,) + shape[axis + 1 :], t.dtype))
+                )
         if len(parts) > 1:
             x = cx.emit("concatenate", *parts, axis=axis)
     cx.define(node.out(0), x)
@@ -244,6 +248,59 @@ def gather(cx: Lowering, node: Node) -> None:
         if ((known < -xs[axis]) | (known >= xs[axis])).any():
             raise LoweringError(f"Gather: an index out of range [-{xs[axis]}, {xs[axis]})")
         ids = cx.literal(np.where(known < 0, known + xs[axis], known).astype(known.dtype))
-    else:
+    else:  # a negative index counts from the end
         ids = cx.value(node.input(1))
+        dt = tensor(ids).dtype
+        negative = cx.emit("lessThan", ids, cx.scalar(0, dt))
+        ids = cx.emit("select", cx.emit("add", ids, cx.scalar(xs[axis], dt)), ids, negative)
     cx.define(node.out(0), cx.emit("gather", x, ids, axis=axis))
+
+
+@HANDLERS.register(("Shape", "Size"), since=1)
+def shape_query(cx: Lowering, node: Node) -> None:
+    """What folding could not answer (a shape inference did not find): the IR knows it."""
+    xs = cx.shape(node.input(0))
+    if node.op_type == "Size":
+        cx.define(node.out(0), cx.literal(np.array(math.prod(xs), np.int64)))
+        return
+    start, end = node.attr("start", 0), node.attr("end", len(xs))
+    known = np.array(xs[slice(start, end)], np.int64)
+    if known.size == 0:
+        raise LoweringError("Shape of a scalar (DLVM IR has no empty tensors)")
+    cx.define(node.out(0), cx.literal(known))
+
+
+def _check_cumsum(node: Node, facts: Facts) -> list[str]:
+    return require_constant(node, facts, 1)
+
+
+@HANDLERS.register("CumSum", since=11, check=_check_cumsum)
+def cumsum(cx: Lowering, node: Node) -> None:
+    """A running sum (`scan`) along axis; `reverse` runs it from the end, `exclusive` leaves out
+    each element itself."""
+    x = cx.value(node.input(0))
+    axis = axis_of(ints(cx.const(node.input(1)))[0], len(tensor(x).shape))
+    if node.attr("reverse", 0):
+        x = cx.emit("reverse", x, dims=(axis,))
+    y = cx.emit("scan", x, comb="add", dims=(axis,))
+    if node.attr("exclusive", 0):
+        y = cx.emit("subtract", y, x)
+    if node.attr("reverse", 0):
+        y = cx.emit("reverse", y, dims=(axis,))
+    cx.define(node.out(0), y)
+
+
+@HANDLERS.register("Trilu", since=14, check=lambda n, f: require_constant(n, f, 1))
+def trilu(cx: Lowering, node: Node) -> None:
+    """The lower (upper=0) or upper triangle of each matrix, from diagonal k on, zeros
+    elsewhere: a mask made of two index ramps."""
+    x = cx.value(node.input(0))
+    t = tensor(x)
+    k = ints(cx.const(node.input(1)))[0] if node.input(1) else 0
+    rows, cols = t.shape[-2:]
+    i = np.arange(rows).reshape(rows, 1)
+    j = np.arange(cols).reshape(1, cols)
+    keep = (j - i >= k) if node.attr("upper", 1) else (j - i <= k)
+    mask = cx.literal(keep.reshape((1,) * (len(t.shape) - 2) + keep.shape))
+    zero = cx.scalar(0 if not t.dtype.is_bool else False, t.dtype)
+    cx.define(node.out(0), cx.emit("select", x, zero, mask))

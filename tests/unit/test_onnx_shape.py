@@ -1,0 +1,157 @@
+"""Layout and shape operators (Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, Split,
+Slice, Expand, Pad, Tile, Gather) and folding at import, against ONNX's reference evaluator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")  # an optional extra (telc[onnx]); `make` installs it
+
+from onnx import helper  # noqa: E402
+from onnxlib import check, model, normal, single  # noqa: E402
+
+X = normal(2, 3, 4)
+
+
+def i64(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_flatten(axis):
+    check(single("Flatten", {"x": X}, axis=axis), {"x": X})
+
+
+@pytest.mark.parametrize("shape", [(6, 4), (0, -1), (-1,), (2, 0, 2, 2)])
+def test_reshape_with_zero_and_minus_one(shape):
+    check(single("Reshape", {"x": X}, {"shape": i64(*shape)}), {"x": X})
+
+
+@pytest.mark.parametrize("perm", [None, (0, 2, 1), (1, 0, 2), (2, 0, 1)])
+def test_transpose(perm):
+    attrs = {} if perm is None else {"perm": list(perm)}
+    check(single("Transpose", {"x": X}, **attrs), {"x": X})
+
+
+def test_squeeze_and_unsqueeze_before_and_after_opset_13():
+    x = normal(2, 1, 3, 1)
+    check(single("Squeeze", {"x": x}, {"axes": i64(1, -1)}, opset=13), {"x": x})
+    check(single("Squeeze", {"x": x}, opset=11, axes=[1]), {"x": x})
+    check(single("Squeeze", {"x": x}, opset=13), {"x": x})
+    check(single("Unsqueeze", {"x": X}, {"axes": i64(0, -1)}, opset=13), {"x": X})
+    check(single("Unsqueeze", {"x": X}, opset=11, axes=[1]), {"x": X})
+
+
+def test_concat_and_split():
+    a, b = normal(2, 3, 4, seed=1), normal(2, 5, 4, seed=2)
+    check(single("Concat", {"a": a, "b": b}, axis=1), {"a": a, "b": b})
+    check(single("Split", {"x": b}, {"split": i64(2, 3)}, opset=13, outputs=2, axis=1), {"x": b})
+    check(single("Split", {"x": X}, opset=18, outputs=2, axis=-1, num_outputs=2), {"x": X})
+
+
+@pytest.mark.parametrize(
+    "starts, ends, axes, steps",
+    [
+        ((1,), (3,), (1,), (1,)),
+        ((0, 1), (2, 4), (0, 2), (1, 1)),
+        ((-1,), (-100,), (2,), (-1,)),  # reversed
+        ((0,), (4,), (2,), (2,)),
+        ((1,), (1000,), (-1,), (1,)),  # clamped
+    ],
+)
+def test_slice(starts, ends, axes, steps):
+    inits = {"s": i64(*starts), "e": i64(*ends), "a": i64(*axes), "t": i64(*steps)}
+    check(single("Slice", {"x": X}, inits), {"x": X})
+
+
+def test_slice_before_opset_10():
+    check(single("Slice", {"x": X}, opset=9, starts=[1], ends=[3], axes=[2]), {"x": X})
+
+
+def test_expand_tile_pad():
+    x = normal(3, 1)
+    check(single("Expand", {"x": x}, {"shape": i64(2, 3, 4)}), {"x": x})
+    check(single("Tile", {"x": x}, {"repeats": i64(2, 3)}), {"x": x})
+    pads = {"pads": i64(1, 0, 2, 3), "value": np.array(1.5, np.float32)}
+    check(single("Pad", {"x": x}, pads, opset=13), {"x": x})
+
+
+def test_gather_of_known_and_computed_indices():
+    table = normal(5, 3)
+    check(single("Gather", {"x": table}, {"i": i64(4, -1, 0)}, axis=0), {"x": table})
+    check(single("Gather", {"x": table}, {"i": np.array(2, np.int64)}, axis=1), {"x": table})
+    ids = np.array([[1, 4], [0, 0]], np.int32)
+    check(single("Gather", {"x": table, "i": ids}, axis=0), {"x": table, "i": ids})
+
+
+def test_shape_computations_fold_away():
+    # Reshape(x, Concat(Shape(x)[0:1], [-1])): what exporters emit for x.view(x.size(0), -1).
+    x = normal(2, 3, 4)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+        helper.make_node(
+            "ConstantOfShape", ["target2"], ["ones"], value=helper.make_tensor("v", 1, [1], [1.0])
+        ),
+        helper.make_node("Add", ["y", "ones"], ["z"]),
+    ]
+    inits = {"zero": np.array(0, np.int64), "axes": i64(0), "minus": i64(-1), "target2": i64(2, 12)}
+    imp = check(model(nodes, {"x": x}, ["z"], inits, opset=13), {"x": x})
+    ops = [inst.opcode for inst in imp.function.blocks[0].instructions]
+    assert ops == ["shapeCast", "literal", "add", "literal", "return"]
+
+
+def test_gather_of_negative_computed_indices():
+    table = normal(5, 3)
+    ids = np.array([-1, 0, -5], np.int64)
+    check(single("Gather", {"x": table, "i": ids}, axis=0), {"x": table, "i": ids})
+
+
+@pytest.mark.parametrize(
+    "attrs", [{}, {"reverse": 1}, {"exclusive": 1}, {"reverse": 1, "exclusive": 1}]
+)
+def test_cumsum(attrs):
+    check(single("CumSum", {"x": X}, {"axis": np.array(1, np.int64)}, **attrs), {"x": X})
+
+
+@pytest.mark.parametrize("upper, k", [(1, 0), (0, 0), (1, 1), (0, -1)])
+def test_trilu(upper, k):
+    check(single("Trilu", {"x": X}, {"k": np.array(k, np.int64)}, upper=upper), {"x": X})
+
+
+def test_an_empty_result_is_refused_as_a_diagnostic():
+    from dlvm.diagnostics import DiagnosticError
+    from dlvm.onnx import import_model
+
+    m = model([helper.make_node("Shape", ["x"], ["y"], start=2, end=1)], {"x": X}, ["y"], opset=15)
+    with pytest.raises(DiagnosticError, match="an output: an empty tensor"):
+        import_model(m)
+
+
+RESIZE = [
+    ("nearest", "asymmetric", "floor", {"scales": np.array([1, 1, 2, 2], np.float32)}),
+    (
+        "nearest",
+        "half_pixel",
+        "round_prefer_ceil",
+        {"scales": np.array([1, 1, 0.5, 1.5], np.float32)},
+    ),
+    ("linear", "half_pixel", None, {"scales": np.array([1, 1, 2, 3], np.float32)}),
+    ("linear", "align_corners", None, {"sizes": i64(2, 3, 5, 3)}),
+    ("linear", "pytorch_half_pixel", None, {"sizes": i64(2, 3, 1, 7)}),
+]
+
+
+@pytest.mark.parametrize("mode, transform, rounding, given", RESIZE)
+def test_resize(mode, transform, rounding, given):
+    x = normal(2, 3, 4, 5)
+    attrs = {"mode": mode, "coordinate_transformation_mode": transform}
+    if rounding:
+        attrs["nearest_mode"] = rounding
+    inputs = ["x", "", "scales" if "scales" in given else "", "sizes" if "sizes" in given else ""]
+    node = helper.make_node("Resize", inputs, ["y"], **attrs)
+    check(model([node], {"x": x}, ["y"], given, opset=19), {"x": x})
