@@ -91,8 +91,8 @@ def _case(group: str, test: Any) -> Case:
     shapes = {}
     if data:
         for v, array in zip(_inputs(model), data[0][0]):
-            if isinstance(array, np.ndarray):
-                shapes[v.name] = tuple(int(n) for n in array.shape)
+            if isinstance(array, (np.ndarray, np.generic)):  # a 0-d input may be a NumPy scalar
+                shapes[v.name] = tuple(int(n) for n in np.shape(array))
     return Case(group, test.name, model, shapes, data)
 
 
@@ -143,8 +143,8 @@ def out_of_scope(case: Case) -> str | None:
             return f"unsupported dtype: {v.name!r} is {name}"
     for inputs, outputs in case.data:
         for array in (*inputs, *outputs):
-            if not isinstance(array, np.ndarray):
+            if not isinstance(array, (np.ndarray, np.generic)):
                 return "unsupported type: a value that is not a tensor"
-            if array.size == 0:
-                return f"empty shape: a tensor of shape {list(array.shape)}"
+            if np.size(array) == 0:
+                return f"empty shape: a tensor of shape {list(np.shape(array))}"
     return None
