@@ -8,6 +8,7 @@ build's error as its failure while the others run."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import hashlib
@@ -203,10 +204,8 @@ def _build_into(functions: list[Function], path: Path, build: Build) -> None:
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=path.parent.parent))
     try:
         build(copy.deepcopy(functions), work / path.name)
-        try:
+        with contextlib.suppress(OSError):  # another process put the same library there first
             work.rename(path.parent)
-        except OSError:  # another process put the same library there first
-            pass
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -82,7 +82,8 @@ def _case(group: str, test: Any) -> Case:
         model, data = test.model, test.data_sets or []
     elif test.model_dir is not None:
         model = onnx.load(os.path.join(test.model_dir, "model.onnx"))
-        data = [_data_set(d) for d in sorted(glob.glob(os.path.join(test.model_dir, "test_data_set*")))]
+        sets = sorted(glob.glob(os.path.join(test.model_dir, "test_data_set*")))
+        data = [_data_set(d) for d in sets]
     else:  # a light model: BackendTest runs it on made-up inputs (below), stored outputs
         path = os.path.join(os.path.dirname(onnx.__file__), "..", test.url)
         model = onnx.load(os.path.normpath(path))

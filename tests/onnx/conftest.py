@@ -55,8 +55,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     stale = sorted(set(known.reasons) - set(cases))
     if stale:
         raise pytest.UsageError(
-            "known failures name cases the suite does not have: " + ", ".join(stale[:10])
-            + (" …" if len(stale) > 10 else "") + "; run `make known-failures`"
+            "known failures name cases the suite does not have: "
+            + ", ".join(stale[:10])
+            + (" …" if len(stale) > 10 else "")
+            + "; run `make known-failures`"
         )
     ids: dict[str, str] = {}
     kept, dropped = [], []
