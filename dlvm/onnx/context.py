@@ -120,8 +120,13 @@ class Lowering:
         if array.ndim == 0:
             return self.scalar(array.item(), dtype)
         flat = array.ravel()
-        if np.array_equal(flat, np.full_like(flat, flat[0]), equal_nan=dtype.is_float):
-            return self.splat(flat[0].item(), TensorType(array.shape, dtype))
+        first = flat[0]
+        if dtype.is_float and np.isnan(first):
+            uniform = bool(np.isnan(flat).all())
+        else:
+            uniform = bool((flat == first).all())
+        if uniform:
+            return self.splat(first.item(), TensorType(array.shape, dtype))
         return self.emit("literal", _aggregate(array, dtype))
 
 

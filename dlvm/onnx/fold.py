@@ -32,6 +32,60 @@ NOT_FOLDED = frozenset(
 SHAPE_QUERIES = frozenset({"Shape", "Size"})
 
 
+def fold_graph(
+    model: Any, nodes: list[Node], facts: Facts, opsets: dict[str, int]
+) -> tuple[list[Node], list[Diagnostic]]:
+    """Folds what can be folded. Where a Shape (or Size) waits for a shape ONNX's inference did
+    not find (its data propagation stops at operators such as Div on a shape), the shapes are
+    inferred again with what was folded as initializers, and folding goes on, while that finds
+    more."""
+    left, diags = fold(nodes, facts, opsets)
+    while not diags and any(_waits_for_a_shape(n, facts) for n in left):
+        known = len(facts.shapes)
+        _infer_again(model, left, facts)
+        if len(facts.shapes) == known:
+            break
+        left, diags = fold(left, facts, opsets)
+    return left, diags
+
+
+def _waits_for_a_shape(node: Node, facts: Facts) -> bool:
+    source = node.input(0)
+    return (
+        node.op_type in SHAPE_QUERIES
+        and not facts.is_constant(source)
+        and source not in facts.shapes
+    )
+
+
+def _infer_again(model: Any, left: list[Node], facts: Facts) -> None:
+    """Shape inference over the nodes left, the constants folded so far as initializers; what
+    it finds is added to facts."""
+    from onnx import ModelProto, numpy_helper, shape_inference
+
+    from dlvm.onnx.reader import static_shape
+
+    again = ModelProto()
+    again.CopyFrom(model)
+    graph = again.graph
+    del graph.node[:]
+    graph.node.extend(n.proto for n in left)
+    del graph.value_info[:]
+    present = {t.name for t in graph.initializer}
+    graph.initializer.extend(
+        numpy_helper.from_array(v, n) for n, v in facts.constants.items() if n not in present
+    )
+    try:
+        inferred = shape_inference.infer_shapes(again, data_prop=True).graph
+    except Exception:  # the first inference succeeded; this one only adds what it can
+        return
+    for v in (*inferred.value_info, *inferred.output):
+        shape = static_shape(v)
+        if shape is not None and v.name not in facts.shapes:
+            facts.shapes[v.name] = shape
+            facts.elem_types.setdefault(v.name, v.type.tensor_type.elem_type)
+
+
 def fold(
     nodes: list[Node], facts: Facts, opsets: dict[str, int]
 ) -> tuple[list[Node], list[Diagnostic]]:
@@ -85,6 +139,8 @@ def _known_inputs(node: Node, facts: Facts) -> list[Any] | None:
 
 
 def _evaluate(node: Node, inputs: list[Any], opsets: dict[str, int]) -> list[Any]:
+    """The node's outputs, by the reference evaluator running a model of that node alone at
+    the model's opset (a bare node would be run at the newest one)."""
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
@@ -92,8 +148,18 @@ def _evaluate(node: Node, inputs: list[Any], opsets: dict[str, int]) -> list[Any
     outputs = [f"out{i}" if n else "" for i, n in enumerate(node.outputs)]
     proto = helper.make_node(node.op_type, names, outputs)
     proto.attribute.extend(node.proto.attribute)
-    feeds = {n: v for n, v in zip(names, inputs) if n}
-    opset = {"": opsets.get("", 0)} if opsets.get("", 0) else None
-    results = ReferenceEvaluator(proto, opsets=opset).run(None, feeds)
+    feeds = {n: np.asarray(v) for n, v in zip(names, inputs) if n}
+    graph = helper.make_graph(
+        [proto],
+        "fold",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for n, v in feeds.items()
+        ],
+        [helper.make_empty_tensor_value_info(n) for n in outputs if n],
+    )
+    versions = [helper.make_opsetid(d, v) for d, v in opsets.items() if not d]
+    model = helper.make_model(graph, opset_imports=versions or None)
+    results = ReferenceEvaluator(model).run(None, feeds)
     it = iter(results)
     return [next(it) if n else None for n in outputs]

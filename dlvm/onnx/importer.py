@@ -14,7 +14,7 @@ from dlvm.ir.values import Argument, Block, Function, Module
 from dlvm.ir.verifier import verify
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.dtypes import ir_type_of
-from dlvm.onnx.fold import fold
+from dlvm.onnx.fold import fold_graph
 from dlvm.onnx.graph import DEFAULT_DOMAINS, Facts, Node
 from dlvm.onnx.imported import Imported, ImportedTensor
 from dlvm.onnx.names import Names, identifier
@@ -61,7 +61,7 @@ def import_model(
     graph = model.graph
     facts = Facts.of(graph)
     nodes = [Node.of(p, i, opsets, label) for i, p in enumerate(graph.node)]
-    left, diags = fold(nodes, facts, opsets)
+    left, diags = fold_graph(model, nodes, facts, opsets)
     diags += unsupported(left, facts)
     if diags:
         raise DiagnosticError(diags)

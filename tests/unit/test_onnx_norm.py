@@ -131,3 +131,21 @@ def test_rms_and_lp_normalisation_and_hardmax():
     check(single("LpNormalization", {"x": x}, axis=-1, p=1), {"x": x})
     ties = np.round(X)
     check(single("Hardmax", {"x": ties}, opset=13, axis=1), {"x": ties})
+
+
+def test_dropout_mask_output_in_inference():
+    m = single("Dropout", {"x": X}, opset=13, outputs=2)
+    check(m, {"x": X})
+
+
+@pytest.mark.parametrize("size", [3, 4])
+def test_local_response_normalisation(size):
+    # Compared with the specification: onnx 1.23's reference sums over the wrong axis's range.
+    m = single("LRN", {"x": X}, size=size, alpha=1e-2, beta=0.7, bias=2.0)
+    y = run(import_model(m), {"x": X})[0]
+    channels = X.shape[1]
+    square = np.zeros_like(X)
+    for c in range(channels):
+        lo, hi = max(0, c - (size - 1) // 2), min(channels - 1, c + -(-(size - 1) // 2))
+        square[:, c] = (X[:, lo : hi + 1] ** 2).sum(axis=1)
+    np.testing.assert_allclose(y, X / (2.0 + 1e-2 / size * square) ** 0.7, rtol=1e-5)

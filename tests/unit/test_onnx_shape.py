@@ -155,3 +155,50 @@ def test_resize(mode, transform, rounding, given):
     inputs = ["x", "", "scales" if "scales" in given else "", "sizes" if "sizes" in given else ""]
     node = helper.make_node("Resize", inputs, ["y"], **attrs)
     check(model([node], {"x": x}, ["y"], given, opset=19), {"x": x})
+
+
+def test_folding_runs_each_operator_at_the_models_opset():
+    # Unsqueeze with its axes an attribute exists only before opset 13: a Constant's value
+    # unsqueezed at opset 9 must fold as opset 9 defines it.
+    x = normal(3, 1, 1)
+    value = helper.make_tensor("v", 1, [3], [1.0, 2.0, 3.0])
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=value),
+        helper.make_node("Unsqueeze", ["c"], ["c3"], axes=[1, 2]),
+        helper.make_node("Add", ["x", "c3"], ["y"]),
+    ]
+    imp = check(model(nodes, {"x": x}, ["y"], opset=9), {"x": x})
+    assert imp.params == []
+
+
+def test_folding_infers_shapes_again_where_onnx_stops(monkeypatch):
+    # x.view(n, 4, d // 4) and then a view of that by its own shape: ONNX's data propagation
+    # stops at the Div, so the second Shape waits for the shapes inferred again.
+    from dlvm.onnx import fold
+
+    calls = []
+    real = fold._infer_again
+    monkeypatch.setattr(fold, "_infer_again", lambda *a: calls.append(1) or real(*a))
+    x = normal(2, 12)
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["x"], ["s"]),
+        n("Gather", ["s", "zero"], ["rows"], axis=0),
+        n("Gather", ["s", "one"], ["cols"], axis=0),
+        n("Div", ["cols", "four"], ["per"]),
+        n("Unsqueeze", ["rows", "axes"], ["rows1"]),
+        n("Unsqueeze", ["per", "axes"], ["per1"]),
+        n("Concat", ["rows1", "four1", "per1"], ["target"], axis=0),
+        n("Reshape", ["x", "target"], ["r"]),
+        n("Shape", ["r"], ["s2"]),
+        n("Gather", ["s2", "two"], ["last"], axis=0),
+        n("Unsqueeze", ["last", "axes"], ["last1"]),
+        n("Concat", ["minus", "last1"], ["target2"], axis=0),
+        n("Reshape", ["r", "target2"], ["y"]),
+    ]
+    scalars = {"zero": 0, "one": 1, "two": 2, "four": 4}
+    inits = {k: np.array(v, np.int64) for k, v in scalars.items()}
+    inits |= {"axes": i64(0), "four1": i64(4), "minus": i64(-1)}
+    imp = check(model(nodes, {"x": x}, ["y"], inits, opset=13), {"x": x})
+    assert imp.outputs[0][1].shape == (8, 3)
+    assert calls

@@ -29,10 +29,24 @@ BINARY = {
 }
 
 
-@HANDLERS.register(list(BINARY))
+# The opset each operator appeared in, where that is after 7 (the table's first).
+INTRODUCED = {
+    "Erf": 9, "Sign": 9, "Sinh": 9, "Cosh": 9, "IsNaN": 9, "Round": 11, "Mod": 10, "Celu": 12,
+    "LessOrEqual": 12, "GreaterOrEqual": 12,
+}  # fmt: skip
+
+
+def since(op: str) -> int:
+    return INTRODUCED.get(op, 7)
+
+
 def binary(cx: Lowering, node: Node) -> None:
     a, b = operands(cx, node.inputs[:2])
     cx.define(node.out(0), cx.emit(BINARY[node.op_type], a, b))
+
+
+for _op in BINARY:
+    HANDLERS.register(_op, since=since(_op))(binary)
 
 
 @HANDLERS.register("Xor")
@@ -41,7 +55,7 @@ def xor(cx: Lowering, node: Node) -> None:
     cx.define(node.out(0), cx.emit("notEqual", a, b))
 
 
-@HANDLERS.register("Mod", check=lambda n, f: [] if n.attr("fmod", 0) else _int_mod(n, f))
+@HANDLERS.register("Mod", since=10, check=lambda n, f: [] if n.attr("fmod", 0) else _int_mod(n, f))
 def mod(cx: Lowering, node: Node) -> None:
     # fmod=1: C's remainder, the sign of the dividend, as the IR's modulo.
     a, b = operands(cx, node.inputs[:2])
@@ -100,9 +114,12 @@ UNARY = {
 }
 
 
-@HANDLERS.register(list(UNARY))
 def unary(cx: Lowering, node: Node) -> None:
     cx.define(node.out(0), cx.emit(UNARY[node.op_type], cx.value(node.input(0))))
+
+
+for _op in UNARY:
+    HANDLERS.register(_op, since=since(_op))(unary)
 
 
 @HANDLERS.register("Identity")
@@ -160,7 +177,8 @@ def prelu(cx: Lowering, node: Node) -> None:
     cx.define(node.out(0), cx.emit("select", x, cx.emit("multiply", x, slope), positive))
 
 
-@HANDLERS.register(("Elu", "Selu", "Celu"))
+@HANDLERS.register(("Elu", "Selu"))
+@HANDLERS.register("Celu", since=12)
 def elu_family(cx: Lowering, node: Node) -> None:
     """Elu: x > 0 ? x : α(eˣ − 1); Selu scales both sides by γ; Celu is max(0, x) +
     min(0, α(e^(x/α) − 1))."""
@@ -300,7 +318,8 @@ def cast_op(cx: Lowering, node: Node) -> None:
     cx.define(node.out(0), y)
 
 
-@HANDLERS.register(("IsNaN", "IsInf"), since=10)
+@HANDLERS.register("IsNaN", since=9)
+@HANDLERS.register("IsInf", since=10)
 def is_special(cx: Lowering, node: Node) -> None:
     x = cx.value(node.input(0))
     dt = tensor(x).dtype

@@ -118,6 +118,39 @@ def softmax_along(cx: Lowering, x: Value, dims: tuple[int, ...], log: bool) -> V
     return cx.emit("divide", e, total)
 
 
+@HANDLERS.register("LRN", since=1)
+def local_response_norm(cx: Lowering, node: Node) -> None:
+    """x / (bias + alpha / size · Σ x²)^beta, the sum over `size` neighbouring channels (fewer
+    at the edges): a `reduceWindow` along the channels, zeros padded around them."""
+    x = cx.value(node.input(0))
+    t = tensor(x)
+    size = node.attr("size")
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    square = cx.emit("multiply", x, x)
+    parts = []
+    for count in (before, None, after):
+        if count is None:
+            parts.append(square)
+        elif count:
+            shape = t.shape[:1] + (count,) + t.shape[2:]
+            parts.append(cx.splat(0, t.with_shape(shape)))
+    padded = parts[0] if len(parts) == 1 else cx.emit("concatenate", *parts, axis=1)
+    window = (1, size) + (1,) * (len(t.shape) - 2)
+    total = cx.emit(
+        "reduceWindow",
+        padded,
+        cx.scalar(0, t.dtype),
+        comb="add",
+        dims=window,
+        strides=(1,) * len(t.shape),
+        padding="none",
+    )
+    alpha, beta = node.attr("alpha", 1e-4), node.attr("beta", 0.75)
+    scaled = cx.emit("multiply", total, cx.scalar(alpha / size, t.dtype))
+    base = cx.emit("add", scaled, cx.scalar(node.attr("bias", 1.0), t.dtype))
+    cx.define(node.out(0), cx.emit("divide", x, cx.emit("power", base, cx.scalar(beta, t.dtype))))
+
+
 @HANDLERS.register("Hardmax", since=13)
 def hardmax(cx: Lowering, node: Node) -> None:
     """1 at the first maximum along axis, 0 elsewhere."""

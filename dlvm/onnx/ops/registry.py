@@ -70,12 +70,17 @@ class Table:
 HANDLERS = Table()
 
 
-def opset_text(ranges: list[tuple[int, int]]) -> str:
-    """`7 to 12, 13 to 23` as one list of ranges, adjacent ones merged: `7 to 23`."""
-    merged: list[list[int]] = []
-    for lo, hi in ranges:
-        if merged and lo <= merged[-1][1] + 1:
-            merged[-1][1] = max(merged[-1][1], hi)
+def merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Opset ranges with adjacent and overlapping ones joined: (7, 12), (13, 28) is (7, 28)."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
         else:
-            merged.append([lo, hi])
-    return ", ".join(f"{lo} to {hi}" for lo, hi in merged)
+            out.append((lo, hi))
+    return out
+
+
+def opset_text(ranges: list[tuple[int, int]]) -> str:
+    """`7 to 28`, or `1 to 9, 11 to 28`: the ranges merged, for messages."""
+    return ", ".join(f"{lo} to {hi}" for lo, hi in merged(ranges))
