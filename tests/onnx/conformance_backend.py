@@ -65,14 +65,16 @@ SESSION = Session()
 
 
 class DlvmRep(BackendRep):
-    """A compiled model: `run` calls its library entry with the inputs, then its initializers
-    (which a given input of the same name replaces)."""
+    """A compiled model: `run` calls its library entry with the inputs, then its initializers.
+    The inputs are given in the order of the graph's inputs less its initializers (which an
+    older model lists among its inputs too), as onnx.backend.test gives them."""
 
     def __init__(self, compiled: Compiled, model: Any) -> None:
         assert compiled.imported is not None and compiled.entry is not None
         self.imported = compiled.imported
         self.entry = compiled.entry
-        self.input_names = [v.name for v in model.graph.input]
+        initialized = {t.name for t in model.graph.initializer}
+        self.input_names = [v.name for v in model.graph.input if v.name not in initialized]
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         given = dict(zip(self.input_names, inputs))
@@ -80,7 +82,7 @@ class DlvmRep(BackendRep):
         for name, ty in self.imported.inputs:
             args.append(_argument(name, given[name], NUMPY_TYPES[ty.dtype], ty.shape))
         for p in self.imported.params:
-            args.append(given.get(p.name, p.value))
+            args.append(p.value)
         results = self.entry(*args)
         results = results if isinstance(results, tuple) else (results,)
         return tuple(np.asarray(r) for r in results)

@@ -34,7 +34,10 @@ from dlvm.onnx import Imported, import_model
 from telc.cache import host_cpu
 from telc.driver import optimize
 
-CHUNK_SIZE = 96  # functions a library
+CHUNK_SIZE = 96  # functions a library at most
+# IR instructions a library at most (a model larger than this is a library alone): a light model
+# takes LLVM a minute, and a chunk of its own is rebuilt only when it changes.
+CHUNK_INSTRUCTIONS = 1500
 MAX_LIBRARIES = 256  # kept in the cache; the least recently used beyond are removed
 LIBRARY = "conformance"  # each library's model name
 # Part of every key: bump it when what is built from a chunk changes outside the compiler.
@@ -100,12 +103,28 @@ def compile_all(
     stats.import_s += time.perf_counter() - t0
     t0 = time.perf_counter()
     ready = sorted(n for n, c in results.items() if c.imported is not None)
-    for start in range(0, len(ready), chunk_size):
-        names = ready[start : start + chunk_size]
+    for names in _chunks(ready, results, chunk_size):
         _build_chunk(names, results, cache, build, stats)
     stats.build_s += time.perf_counter() - t0
     _prune(cache)
     return results
+
+
+def _chunks(names: list[str], results: dict[str, Compiled], size: int) -> list[list[str]]:
+    """`names` in order, cut into chunks of at most `size` functions and CHUNK_INSTRUCTIONS
+    instructions (a larger function alone)."""
+    chunks: list[list[str]] = []
+    total = 0
+    for n in names:
+        imported = results[n].imported
+        assert imported is not None
+        count = sum(len(b.instructions) for b in imported.function.blocks)
+        if not chunks or len(chunks[-1]) >= size or total + count > CHUNK_INSTRUCTIONS:
+            chunks.append([])
+            total = 0
+        chunks[-1].append(n)
+        total += count
+    return chunks
 
 
 def _import(r: Request) -> Compiled:
