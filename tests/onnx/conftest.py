@@ -42,7 +42,7 @@ def onnx_release() -> str:
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they do
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    conformance = [i for i in items if i.cls is not None and i.cls.__name__ in GROUP_OF_CLASS]
+    conformance = {i.nodeid for i in items if _class_name(i) in GROUP_OF_CLASS}
     if not conformance:
         return
     cases = {c.id: c for c in load_cases()}
@@ -63,11 +63,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ids: dict[str, str] = {}
     kept, dropped = [], []
     for item in items:
-        if item not in conformance:
+        if item.nodeid not in conformance:
             kept.append(item)
             continue
-        assert item.cls is not None
-        cid = case_id(item.cls.__name__, item.name)
+        cid = case_id(_class_name(item) or "", item.name)
         if cid is None:  # another device than the CPU
             dropped.append(item)
             continue
@@ -81,6 +80,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[_CASES] = cases
     config.stash[_IDS] = ids
     SESSION.select([cases[cid] for cid in ids.values()])
+
+
+def _class_name(item: pytest.Item) -> str | None:
+    cls = getattr(item, "cls", None)  # a unittest or class-based test's class
+    return cls.__name__ if cls is not None else None
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
