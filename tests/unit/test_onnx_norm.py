@@ -149,3 +149,17 @@ def test_local_response_normalisation(size):
         lo, hi = max(0, c - (size - 1) // 2), min(channels - 1, c + -(-(size - 1) // 2))
         square[:, c] = (X[:, lo : hi + 1] ** 2).sum(axis=1)
     np.testing.assert_allclose(y, X / (2.0 + 1e-2 / size * square) ** 0.7, rtol=1e-5)
+
+
+def test_running_statistics_of_an_inference_export_as_docs_onnx_md_says():
+    m = single("BatchNormalization", {"x": X}, STATS, opset=15, momentum=0.9)
+    (bn,) = m.graph.node
+    bn.attribute.append(helper.make_attribute("training_mode", 1))
+    bn.output.extend(["next_mean", "next_var"])
+    m.graph.output.extend(
+        [helper.make_tensor_value_info(n, 1, [3]) for n in ("next_mean", "next_var")]
+    )
+    _, next_mean, next_var = run(import_model(m, training=True), {"x": X})
+    mu, var = X.mean(axis=(0, 2, 3)), X.var(axis=(0, 2, 3))
+    np.testing.assert_allclose(next_mean, 0.9 * STATS["mean"] + 0.1 * mu, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(next_var, 0.9 * STATS["var"] + 0.1 * var, rtol=1e-5, atol=1e-6)
