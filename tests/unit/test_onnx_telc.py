@@ -38,7 +38,7 @@ def mlp(path: Path, batch: int | str = "N", bad_op: bool = False) -> dict[str, n
         helper.make_node("Gemm", ["r", "fc2.weight", "fc2.bias"], ["logits"], transB=1, name="fc2"),
     ]
     if bad_op:
-        nodes[1] = helper.make_node("Hardmax", ["h"], ["r"], name="odd1")
+        nodes[1] = helper.make_node("Unique", ["h"], ["r"], name="odd1")
         nodes.append(helper.make_node("Det", ["logits"], ["unused"], name="odd2"))
     graph = helper.make_graph(
         nodes,
@@ -153,7 +153,7 @@ def test_every_unsupported_node_is_listed_at_the_use(tmp_path):
     (tmp_path / "m.tel").write_text("use ./mlp.onnx\nx: in[2 x 4]\ny: out = mlp(x)\n")
     err = telc_error("check", tmp_path / "m.tel")
     assert "m.tel:1:5: error: cannot import './mlp.onnx'" in err
-    assert "'odd1' (Hardmax" in err and "'odd2' (Det" in err
+    assert "'odd1' (Unique" in err and "'odd2' (Det" in err
 
 
 def test_misuses_of_an_onnx_model_are_located_errors(tmp_path):
