@@ -117,3 +117,22 @@ def test_special_values_and_thresholds():
     check(single("IsInf", {"x": x}, opset=13), {"x": x})
     check(single("IsInf", {"x": x}, opset=13, detect_positive=0), {"x": x})
     check(single("ThresholdedRelu", {"x": X}, alpha=0.4), {"x": X})
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_mod_takes_the_sign_of_the_divisor_or_of_the_dividend(fmod):
+    a = np.array([[7, -7, 7, -7, 6]], np.int32)
+    b = np.array([[3, 3, -3, -3, 3]], np.int32)
+    check(single("Mod", {"a": a, "b": b}, opset=13, fmod=fmod), {"a": a, "b": b})
+    if fmod:
+        x, y = normal(2, 3), positive(2, 3, seed=1)
+        check(single("Mod", {"a": x, "b": y}, opset=13, fmod=1), {"a": x, "b": y})
+
+
+def test_mod_of_floats_with_the_divisors_sign_is_refused():
+    from dlvm.diagnostics import DiagnosticError
+    from dlvm.onnx import import_model
+
+    x, y = normal(2, 3), positive(2, 3, seed=1)
+    with pytest.raises(DiagnosticError, match="not supported: fmod=0 on floats"):
+        import_model(single("Mod", {"a": x, "b": y}, opset=13))

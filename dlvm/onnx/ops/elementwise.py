@@ -55,15 +55,22 @@ def xor(cx: Lowering, node: Node) -> None:
     cx.define(node.out(0), cx.emit("notEqual", a, b))
 
 
-@HANDLERS.register("Mod", since=10, check=lambda n, f: [] if n.attr("fmod", 0) else _int_mod(n, f))
+def _check_mod(node: Node, facts: Facts) -> list[str]:
+    elem = ir_type_of(facts.elem_types.get(node.input(0), 0))
+    if not node.attr("fmod", 0) and elem is not None and elem.is_float:
+        return ["fmod=0 on floats (the divisor's sign; only fmod=1 is supported for them)"]
+    return []
+
+
+@HANDLERS.register("Mod", since=10, check=_check_mod)
 def mod(cx: Lowering, node: Node) -> None:
-    # fmod=1: C's remainder, the sign of the dividend, as the IR's modulo.
+    """fmod=1: C's remainder, the sign of the dividend, as the IR's `modulo`; fmod=0 (integers
+    only): the sign of the divisor, as Python's %, ((a mod b) + b) mod b."""
     a, b = operands(cx, node.inputs[:2])
-    cx.define(node.out(0), cx.emit("modulo", a, b))
-
-
-def _int_mod(node: Node, facts: Facts) -> list[str]:
-    return ["fmod=0 (the sign of the divisor, Python's %) is not supported; fmod=1 is"]
+    y = cx.emit("modulo", a, b)
+    if not node.attr("fmod", 0):
+        y = cx.emit("modulo", cx.emit("add", y, b), b)
+    cx.define(node.out(0), y)
 
 
 @HANDLERS.register("Pow")
