@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all demo test lint unit lit fuzz sanitize bench bench-onnx compare clean
+.PHONY: all demo test lint unit lit fuzz sanitize conformance known-failures bench bench-onnx compare clean
 
 all: test
 
@@ -31,6 +31,16 @@ unit: $(STAMP)
 
 lit: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -sv tests/filecheck
+
+# ONNX's backend conformance suite (tests/onnx) on compiled libraries, with the cases of
+# tests/onnx/known_failures.txt as strict expected failures; `make known-failures` writes that
+# file anew from a run of every case (a case that starts to pass fails `make conformance`
+# until it is). Libraries are cached by digest under DLVM's cache directory.
+conformance: $(STAMP)
+	$(BIN)/pytest -p no:cacheprovider tests/onnx
+
+known-failures: $(STAMP)
+	$(BIN)/python tests/onnx/update_known_failures.py
 
 # The fuzzers at length (minutes, a new random seed each run); `make test` runs them briefly.
 fuzz: $(STAMP)
