@@ -61,9 +61,9 @@ class OnnxGraph:
         return hashlib.sha256(self.data).hexdigest()
 
     def function(self, shapes: list[tuple[int, ...]], training: bool):  # -> dlvm.onnx.Imported
-        """The graph imported for inputs of these shapes (DiagnosticError if it cannot be):
-        a new IR function each time it is asked for a new binding, which the caller adds to
-        its module."""
+        """The graph imported for inputs of these shapes (DiagnosticError if it cannot be),
+        once per binding: its IR function is never changed, each call copying it
+        (telc/lower/imported.py)."""
         from dlvm.onnx import import_model
 
         training = training and self.trains_differently
