@@ -49,10 +49,23 @@ def suits(conv: Instruction, lanes: int) -> bool:
     """Whether the convolution runs as the direct loop: floats held in registers as in memory,
     in vectors, operands in memory, one input channel per group and at most MAX_MULTIPLIER
     output channels, at most MAX_TAPS taps, no left dilation."""
+    k = conv.operands[1]
+    assert isinstance(k.type, TensorType)
+    groups = conv.attrs.get("groups") or 1
+    return (
+        direct(conv, lanes)
+        and k.type.shape[0] // groups <= MAX_MULTIPLIER
+        and math.prod(k.type.shape[2:]) <= MAX_TAPS
+    )
+
+
+def direct(conv: Instruction, lanes: int) -> bool:
+    """What both direct loops (this one and conv_long_sums) need: floats held in registers as
+    in memory, in vectors, both operands in memory, one input channel per group, no left
+    dilation."""
     x, k = conv.operands
     t = conv.type
     assert isinstance(t, TensorType) and isinstance(k.type, TensorType)
-    groups = conv.attrs.get("groups") or 1
     ld = conv.attrs.get("leftDilation") or ()
     return (
         t.dtype.is_float
@@ -61,8 +74,6 @@ def suits(conv: Instruction, lanes: int) -> bool:
         and isinstance(x, Argument)
         and isinstance(k, Argument)
         and k.type.shape[1] == 1
-        and k.type.shape[0] // groups <= MAX_MULTIPLIER
-        and math.prod(k.type.shape[2:]) <= MAX_TAPS
         and all(d == 1 for d in ld)
     )
 

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from dlvm.codegen.conv_depthwise import MAX_DEINTERLEAVE, MAX_TAPS, DirectConv
-from dlvm.codegen.llvm_types import I1, I32, I64, PTR, memory_type, value_type
+from dlvm.codegen.conv_depthwise import MAX_DEINTERLEAVE, MAX_TAPS, DirectConv, direct
+from dlvm.codegen.llvm_types import I1, I32, I64, PTR
 from dlvm.codegen.loops import counted_loop, unravel
 from dlvm.ir.types import TensorType
-from dlvm.ir.values import Argument, Instruction
+from dlvm.ir.values import Instruction
 
 if TYPE_CHECKING:
     pass
@@ -50,20 +50,13 @@ def suits(conv: Instruction, lanes: int) -> bool:
     vectors, operands in memory, one input channel per group, no left dilation, at most
     MAX_OUTPUTS output positions and more than conv_depthwise's MAX_TAPS taps (what that
     loop unrolls)."""
-    x, k = conv.operands
+    k = conv.operands[1]
     t = conv.type
     assert isinstance(t, TensorType) and isinstance(k.type, TensorType)
-    ld = conv.attrs.get("leftDilation") or ()
     return (
-        t.dtype.is_float
-        and value_type(t.dtype) == memory_type(t.dtype)
-        and lanes > 1
-        and isinstance(x, Argument)
-        and isinstance(k, Argument)
-        and k.type.shape[1] == 1
+        direct(conv, lanes)
         and math.prod(t.shape[2:]) <= MAX_OUTPUTS
         and math.prod(k.type.shape[2:]) > MAX_TAPS
-        and all(d == 1 for d in ld)
     )
 
 
