@@ -49,6 +49,9 @@ class Lowering:
         # In training, the next value of each buffer a node updates (BatchNormalization's
         # running statistics), which the function returns after the outputs.
         self.updates: dict[str, Value] = {}
+        # Appended to the IR name of each value defined: a body graph (Scan, Loop) lowered once
+        # per step defines its tensors again at each, under the step's own names.
+        self.scope = ""
 
     # Reading inputs --------------------------------------------------------------------------
 
@@ -98,7 +101,7 @@ class Lowering:
         if not name:
             return
         if isinstance(value, Instruction) and value.name is None:
-            value.name = self.names(name)
+            value.name = self.names(name + self.scope)
         self.values[name] = value
 
     def emit(self, opname: str, *operands: Value, **attrs: Any) -> Value:
