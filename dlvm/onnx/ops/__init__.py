@@ -14,6 +14,7 @@ from dlvm.onnx.ops import (
     reduce,
     resize,
     shape,
+    spectral,
 )
 from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
 
@@ -33,4 +34,5 @@ __all__ = [
     "reduce",
     "resize",
     "shape",
+    "spectral",
 ]
