@@ -7,6 +7,7 @@ from dlvm.onnx.ops import (
     dropout,
     einsum,
     elementwise,
+    linalg,
     linear,
     norm,
     pool,
@@ -15,6 +16,7 @@ from dlvm.onnx.ops import (
     resize,
     shape,
     spectral,
+    topk,
 )
 from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
 
@@ -26,6 +28,7 @@ __all__ = [
     "dropout",
     "einsum",
     "elementwise",
+    "linalg",
     "linear",
     "norm",
     "opset_text",
@@ -35,4 +38,5 @@ __all__ = [
     "resize",
     "shape",
     "spectral",
+    "topk",
 ]

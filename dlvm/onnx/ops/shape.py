@@ -23,6 +23,7 @@ from dlvm.onnx.ops.common import (
     reshape,
     tensor,
 )
+from dlvm.onnx.ops.reduce import cumulative
 from dlvm.onnx.ops.registry import HANDLERS
 
 
@@ -276,18 +277,7 @@ def _check_cumsum(node: Node, facts: Facts) -> list[str]:
 
 @HANDLERS.register("CumSum", since=11, check=_check_cumsum)
 def cumsum(cx: Lowering, node: Node) -> None:
-    """A running sum (`scan`) along axis; `reverse` runs it from the end, `exclusive` leaves out
-    each element itself."""
-    x = cx.value(node.input(0))
-    axis = axis_of(ints(cx.const(node.input(1)))[0], len(tensor(x).shape))
-    if node.attr("reverse", 0):
-        x = cx.emit("reverse", x, dims=(axis,))
-    y = cx.emit("scan", x, comb="add", dims=(axis,))
-    if node.attr("exclusive", 0):
-        y = cx.emit("subtract", y, x)
-    if node.attr("reverse", 0):
-        y = cx.emit("reverse", y, dims=(axis,))
-    cx.define(node.out(0), y)
+    cx.define(node.out(0), cumulative(cx, node, "add"))
 
 
 @HANDLERS.register("Trilu", since=14, check=lambda n, f: require_constant(n, f, 1))
