@@ -110,7 +110,10 @@ def unsqueeze(cx: Lowering, node: Node) -> None:
 
 @HANDLERS.register("Concat", since=4)
 def concat(cx: Lowering, node: Node) -> None:
-    names = [n for n in node.inputs if n]
+    """Concat of the inputs, an empty one left out."""
+    names = [n for n in node.inputs if n and n not in cx.empty]
+    if not names:
+        raise LoweringError("Concat of empty tensors only (DLVM IR has no empty tensors)")
     values = [cx.value(n) for n in names]
     rank = len(tensor(values[0]).shape)
     if rank == 0:
@@ -131,10 +134,13 @@ def split(cx: Lowering, node: Node) -> None:
         count = node.attr("num_outputs", outputs)
         each = -(-xs[axis] // count)
         sizes = [min(each, xs[axis] - i * each) for i in range(count)]
-    if sum(sizes) != xs[axis] or len(sizes) != outputs or min(sizes) <= 0:
+    if sum(sizes) != xs[axis] or len(sizes) != outputs or min(sizes) < 0:
         raise LoweringError(f"Split of {xs[axis]} along axis {axis} into {sizes}")
     start = 0
     for name, size in zip(node.outputs, sizes):
+        if size == 0:  # a piece of nothing: empty, for a Concat to leave out
+            cx.empty[name] = xs[:axis] + (0,) + xs[axis + 1 :]
+            continue
         cx.define(name, _cut(cx, x, axis, start, start + size - 1))
         start += size
 
