@@ -4,7 +4,7 @@ kept dimensions, and checks of attributes and constant inputs."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -69,6 +69,16 @@ def cast(cx: Lowering, v: Value, dtype: DataType) -> Value:
     if not have.can_cast_to(dtype):
         raise LoweringError(f"cannot convert {have} to {dtype}: DLVM IR casts within a base")
     return cx.emit("dataTypeCast", v, dtype=dtype)
+
+
+def in_f32(cx: Lowering, values: Sequence[Value], f: Callable[..., Value]) -> Value:
+    """f(*values), computed in f32 and rounded once to f16 when the values are f16, as NumPy
+    (ONNX's reference) computes products, sums and float functions of f16 arrays: the compiled
+    f16 kernels round every partial sum; f(*values) itself for other types."""
+    if not values or tensor(values[0]).dtype is not DataType.F16:
+        return f(*values)
+    wide = f(*(cx.emit("dataTypeCast", v, dtype=DataType.F32) for v in values))
+    return cx.emit("dataTypeCast", wide, dtype=DataType.F16)
 
 
 def broadcast_to(cx: Lowering, v: Value, shape: tuple[int, ...]) -> Value:

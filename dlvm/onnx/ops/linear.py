@@ -11,7 +11,7 @@ import numpy as np
 from dlvm.ir.values import Value
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.graph import Node
-from dlvm.onnx.ops.common import broadcast_to, reshape, tensor, to_rank
+from dlvm.onnx.ops.common import broadcast_to, in_f32, reshape, tensor, to_rank
 from dlvm.onnx.ops.registry import HANDLERS
 
 
@@ -49,7 +49,9 @@ def matmul(cx: Lowering, x: Value, y: Value) -> Value:
 
 @HANDLERS.register("MatMul", since=1)
 def matmul_op(cx: Lowering, node: Node) -> None:
-    cx.define(node.out(0), matmul(cx, cx.value(node.input(0)), cx.value(node.input(1))))
+    """f16 products summed in f32 and rounded once (common.in_f32)."""
+    x, y = cx.value(node.input(0)), cx.value(node.input(1))
+    cx.define(node.out(0), in_f32(cx, [x, y], lambda a, b: matmul(cx, a, b)))
 
 
 @HANDLERS.register("Gemm", since=7)

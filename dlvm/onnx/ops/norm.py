@@ -9,7 +9,7 @@ import math
 from dlvm.ir.values import Value
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.graph import Facts, Node
-from dlvm.onnx.ops.common import axis_of, mean, reduce, reshape, tensor, to_rank
+from dlvm.onnx.ops.common import axis_of, in_f32, mean, reduce, reshape, tensor, to_rank
 from dlvm.onnx.ops.reduce import first_index
 from dlvm.onnx.ops.registry import HANDLERS
 
@@ -128,12 +128,14 @@ def lp_norm(cx: Lowering, node: Node) -> None:
 
 
 def softmax_along(cx: Lowering, x: Value, dims: tuple[int, ...], log: bool) -> Value:
-    """exp(x − max) / Σ exp(x − max), or its log, x − max − log Σ exp(x − max), along dims."""
+    """exp(x − max) / Σ exp(x − max), or its log, x − max − log Σ exp(x − max), along dims.
+    For f16, exp, log and the sum are computed in f32 and rounded, as NumPy (ONNX's
+    reference) computes them: the compiled f16 functions and sums are less exact."""
     s = cx.emit("subtract", x, reduce(cx, x, "max", dims, keep=True))
-    e = cx.emit("exp", s)
-    total = reduce(cx, e, "add", dims, keep=True)
+    e = in_f32(cx, [s], lambda v: cx.emit("exp", v))
+    total = in_f32(cx, [e], lambda v: reduce(cx, v, "add", dims, keep=True))
     if log:
-        return cx.emit("subtract", s, cx.emit("log", total))
+        return cx.emit("subtract", s, in_f32(cx, [total], lambda v: cx.emit("log", v)))
     return cx.emit("divide", e, total)
 
 
