@@ -10,7 +10,6 @@ from dlvm.onnx.dtypes import ir_type_of, onnx_type_name
 from dlvm.onnx.graph import Facts, Node
 from dlvm.onnx.ops import HANDLERS, opset_text
 
-
 # Operators whose outputs' shapes depend on their inputs' values, which a static shape cannot
 # hold: never lowered.
 DATA_DEPENDENT = frozenset({"Unique", "NonZero", "NonMaxSuppression", "Compress", "StringSplit"})

@@ -73,3 +73,20 @@ def test_a_computed_window_size_is_refused():
     with pytest.raises(DiagnosticError) as e:
         import_model(single("HannWindow", {"n": n}, opset=17))
     assert "(HannWindow, opset 17): not supported: input 0 ('n') must be known" in str(e.value)
+
+
+def test_mel_weight_matrix_of_known_inputs():
+    # Float initializers are not folded (they are parameters), so the handler computes it.
+    x = normal(9, 8)
+    given = {
+        "bins": np.array(8, np.int32),
+        "length": np.array(16, np.int32),
+        "rate": np.array(8192, np.int32),
+        "low": np.array(0.0, np.float32),
+        "high": np.array(4096.0, np.float32),
+    }
+    nodes = [
+        helper.make_node("MelWeightMatrix", list(given), ["m"]),
+        helper.make_node("Add", ["m", "x"], ["y"]),
+    ]
+    check(model(nodes, {"x": x}, ["y"], given, opset=17), {"x": x})

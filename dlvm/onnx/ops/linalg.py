@@ -37,6 +37,6 @@ def det(cx: Lowering, node: Node) -> None:
     ids = np.array([[i * n + p[i] for i in range(n)] for p in perms], np.int64)
     flat = reshape(cx, x, (math.prod(batch), n * n))
     terms = reduce(cx, cx.emit("gather", flat, cx.literal(ids), axis=1), "multiply", (2,), False)
-    signs = np.array([[_sign(p) for p in perms]], NUMPY_TYPES[t.dtype])
+    signs: np.ndarray = np.array([[_sign(p) for p in perms]], NUMPY_TYPES[t.dtype])
     total = reduce(cx, cx.emit("multiply", terms, cx.literal(signs)), "add", (1,), False)
     cx.define(node.out(0), reshape(cx, total, tuple(batch)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +76,7 @@ def spectrum(cx: Lowering, x: Value, axis: int, n: int, inverse: bool, onesided:
     for take in (np.real, np.imag) if not (inverse and onesided) else (np.real,):
         acc: Value | None = None
         for v, m in zip(inputs, maps):
-            w = take(m).astype(dtype)
+            w: np.ndarray = take(m).astype(dtype)
             if not w.any():
                 continue
             term = cx.emit("dot", v, cx.literal(w))
@@ -183,3 +184,44 @@ def window(cx: Lowering, node: Node) -> None:
     dtype = ir_type_of(node.attr("output_datatype", 1))
     assert dtype is not None
     cx.define(node.out(0), cx.literal(values.astype(NUMPY_TYPES[dtype])))
+
+
+def _check_mel(node: Node, facts: Facts) -> list[str]:
+    reasons = require_constant(node, facts, 0, 1, 2, 3, 4)
+    if ir_type_of(node.attr("output_datatype", 1)) is None:
+        reasons.append(f"output_datatype={node.attr('output_datatype')}")
+    return reasons
+
+
+@HANDLERS.register("MelWeightMatrix", since=17, check=_check_mel)
+def mel_weight_matrix(cx: Lowering, node: Node) -> None:
+    """The matrix of triangular filters, [dft_length // 2 + 1, num_mel_bins], of inputs known at
+    import (a literal; where they are all constants, folding computed it already)."""
+    bins, length, rate = (ints(cx.const(node.input(i)))[0] for i in range(3))
+    low, high = (float(np.asarray(cx.const(node.input(i))).item()) for i in (3, 4))
+    if bins <= 0 or length <= 0 or rate <= 0:
+        raise LoweringError(f"{bins} mel bins of a DFT of {length} at a rate of {rate}")
+    cx.define(node.out(0), cx.literal(mel_filters(bins, length, rate, low, high, node)))
+
+
+def mel_filters(bins: int, length: int, rate: int, low: float, high: float, node: Node) -> Any:
+    """The filters as the spec computes them: edges evenly spaced in mels, each filter rising
+    from its left edge to 1 at its centre and falling to its right edge, in DFT bins."""
+    mel = [2595 * np.log1p(f / 700) / np.log(10) for f in (low, high)]
+    step = (mel[1] - mel[0]) / (bins + 2)
+    edges = np.arange(bins + 2) * step + mel[0]
+    hertz = 700 * np.expm1(edges / 2595 * np.log(10))
+    points = (((length + 1) * hertz) // rate).astype(int)
+    out = np.zeros((length // 2 + 1, bins))
+    for i in range(bins):
+        left, centre, right = points[i], points[i + 1], points[i + 2]
+        if centre == left:
+            out[centre, i] = 1
+        else:
+            for j in range(left, centre + 1):
+                out[j, i] = (j - left) / (centre - left)
+        for j in range(centre, right):
+            out[j, i] = (right - j) / (right - centre)
+    dtype = ir_type_of(node.attr("output_datatype", 1))
+    assert dtype is not None
+    return out.astype(NUMPY_TYPES[dtype])
