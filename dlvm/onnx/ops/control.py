@@ -35,9 +35,9 @@ def check_bodies(node: Node, facts: Facts) -> list[str]:
         if not hasattr(value, "node") or not hasattr(value, "output"):
             continue  # not a graph
         for inner in body_nodes(node, value):
-            handler = HANDLERS.find(inner.op_type, inner.opset)
             if inner.op_type == "Constant" and not inner.domain:
                 continue  # folded
+            handler = HANDLERS.find(inner.op_type, inner.opset)
             if inner.domain or handler is None:
                 reasons.append(f"its body's {inner.describe()}: {inner.op_type} is not supported")
             else:
