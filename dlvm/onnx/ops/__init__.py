@@ -2,6 +2,7 @@
 (ops/registry.py) when imported here."""
 
 from dlvm.onnx.ops import (
+    bitcast,
     control,
     conv,
     dropout,
@@ -23,6 +24,7 @@ from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
 __all__ = [
     "HANDLERS",
     "Handler",
+    "bitcast",
     "control",
     "conv",
     "dropout",
