@@ -17,6 +17,7 @@ from dlvm.onnx.ops import (
     resize,
     shape,
     spectral,
+    text,
     topk,
 )
 from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
@@ -40,5 +41,6 @@ __all__ = [
     "resize",
     "shape",
     "spectral",
+    "text",
     "topk",
 ]
