@@ -10,10 +10,6 @@ from dlvm.onnx.dtypes import ir_type_of, onnx_type_name
 from dlvm.onnx.graph import Facts, Node
 from dlvm.onnx.ops import HANDLERS, opset_text
 
-# Operators whose outputs' shapes depend on their inputs' values, which a static shape cannot
-# hold: never lowered.
-DATA_DEPENDENT = frozenset({"Unique", "NonZero", "NonMaxSuppression", "Compress", "StringSplit"})
-
 
 def unsupported(nodes: list[Node], facts: Facts) -> list[Diagnostic]:
     """One diagnostic per reason, nodes in graph order."""
@@ -29,11 +25,9 @@ def reasons(node: Node, facts: Facts) -> list[str]:
     handler = HANDLERS.find(node.op_type, node.opset)
     if handler is None:
         ranges = HANDLERS.ranges(node.op_type)
-        if node.op_type in DATA_DEPENDENT:
-            return [
-                f"the operator {node.op_type} is not supported: the shape of its output depends "
-                "on the values of its input, and DLVM IR's shapes are static"
-            ]
+        refused = HANDLERS.refusal(node.op_type)
+        if refused is not None:
+            return [f"the operator {node.op_type} is not supported: {refused}"]
         if not ranges:
             return [f"the operator {node.op_type} is not supported"]
         return [f"{node.op_type} is supported at opsets {opset_text(ranges)} only"]

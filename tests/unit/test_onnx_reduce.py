@@ -44,30 +44,3 @@ def test_arg_extremum(op, keepdims):
 def test_arg_extremum_last_index(op):
     x = np.round(positive(3, 5) * 2)
     check(single(op, {"x": x}, axis=0, select_last_index=1), {"x": x})
-
-
-@pytest.mark.parametrize("keepdims", [0, 1])
-def test_reduce_log_sum(keepdims):
-    axes = {"axes": np.array([2, 0], np.int64)}
-    x = positive(2, 3, 4)
-    check(single("ReduceLogSum", {"x": x}, axes, opset=18, keepdims=keepdims), {"x": x})
-    check(single("ReduceLogSum", {"x": x}, opset=13, axes=[1], keepdims=keepdims), {"x": x})
-
-
-@pytest.mark.parametrize(
-    "attrs", [{}, {"reverse": 1}, {"exclusive": 1}, {"reverse": 1, "exclusive": 1}]
-)
-@pytest.mark.parametrize("axis", [0, -1])
-def test_cumprod(attrs, axis):
-    # Zeros among the factors: an exclusive product is the shifted input's, never a quotient.
-    x = np.array([[1.5, 0.0, 2.0, -1.0], [2.0, 3.0, 0.5, 0.0]], np.float32)
-    given = {"axis": np.array(axis, np.int32)}
-    check(single("CumProd", {"x": x}, given, opset=26, **attrs), {"x": x})
-    ints = x.astype(np.int64)
-    check(single("CumProd", {"x": ints}, given, opset=26, **attrs), {"x": ints})
-
-
-def test_exclusive_cumsum_of_one_element():
-    x = normal(3, 1)
-    given = {"axis": np.array(1, np.int64)}
-    check(single("CumSum", {"x": x}, given, exclusive=1), {"x": x})

@@ -15,7 +15,7 @@ from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.dtypes import IR_TYPES
 from dlvm.onnx.fold import fold
 from dlvm.onnx.graph import Facts, Node
-from dlvm.onnx.ops.common import axis_of, ints, reshape, tensor
+from dlvm.onnx.ops.common import axis_of, ints, require_constant, reshape, tensor
 from dlvm.onnx.ops.registry import HANDLERS
 from dlvm.onnx.ops.shape import emitter
 
@@ -186,13 +186,8 @@ def _check_loop(node: Node, facts: Facts) -> list[str]:
     reasons = check_bodies(node, facts)
     if not node.input(0) and not node.input(1):
         reasons.append("a loop with neither a trip count nor a condition (it runs forever)")
-    for i, what in ((0, "trip count"), (1, "condition")):
-        if node.input(i) and not facts.is_constant(node.input(i)):
-            reasons.append(
-                f"its {what} (input {i}, '{node.input(i)}') must be known at import time (a "
-                "constant or an initializer): the loop is unrolled"
-            )
-    return reasons
+    # The trip count and the condition: the loop is unrolled.
+    return reasons + require_constant(node, facts, 0, 1)
 
 
 # The most steps a Loop is unrolled to: its body is lowered once per step.

@@ -1,27 +1,16 @@
 """Reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceSumSquare,
-ReduceL1, ReduceL2, ReduceLogSumExp, ReduceLogSum, ArgMax/ArgMin, and the running ones, CumSum
-and CumProd. Their axes are an attribute before opset
+ReduceL1, ReduceL2, ReduceLogSumExp, and ArgMax/ArgMin. Their axes are an attribute before opset
 13 (ReduceSum) or 18 (the others) and an input, known at import time, from then on."""
 
 from __future__ import annotations
 
 import math
 
-from dlvm.ir.compose import slice_along
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Value
 from dlvm.onnx.context import Lowering
 from dlvm.onnx.graph import Facts, Node
-from dlvm.onnx.ops.common import (
-    axes_of,
-    axis_of,
-    identity,
-    ints,
-    reduce,
-    require_constant,
-    reshape,
-    tensor,
-)
+from dlvm.onnx.ops.common import axes_of, axis_of, ints, reduce, require_constant, reshape, tensor
 from dlvm.onnx.ops.registry import HANDLERS
 
 COMBS = {
@@ -109,46 +98,3 @@ def first_index(
     candidates = cx.emit("select", ramp, miss, hit)
     index = reduce(cx, candidates, "max" if last else "min", (axis,), keep=True)
     return index, ramp
-
-
-@HANDLERS.register("ReduceLogSum", since=1, check=_check)
-def log_sum(cx: Lowering, node: Node) -> None:
-    """log of ReduceSum."""
-    x = cx.value(node.input(0))
-    dims = _dims(cx, node, len(tensor(x).shape))
-    total = reduce(cx, x, "add", dims, keep=bool(node.attr("keepdims", 1)))
-    cx.define(node.out(0), cx.emit("log", total))
-
-
-def _check_cumulative(node: Node, facts: Facts) -> list[str]:
-    return require_constant(node, facts, 1)
-
-
-@HANDLERS.register("CumProd", since=26, check=_check_cumulative)
-def cumprod(cx: Lowering, node: Node) -> None:
-    cx.define(node.out(0), cumulative(cx, node, "multiply"))
-
-
-def cumulative(cx: Lowering, node: Node, comb: str) -> Value:
-    """A running combination (`scan`) along the axis known at import (CumSum, CumProd);
-    `reverse` runs it from the end, `exclusive` starts each at the one before it: the input
-    shifted by one along the axis, the combination's identity first."""
-    x = cx.value(node.input(0))
-    t = tensor(x)
-    axis = axis_of(ints(cx.const(node.input(1)))[0], len(t.shape))
-    reverse = bool(node.attr("reverse", 0))
-    if reverse:
-        x = cx.emit("reverse", x, dims=(axis,))
-    if node.attr("exclusive", 0):
-        n = t.shape[axis]
-        first = cx.splat(
-            identity(comb, t.dtype), t.with_shape(t.shape[:axis] + (1,) + t.shape[axis + 1 :])
-        )
-        if n == 1:
-            return first
-        rest = slice_along(lambda op, *vs, **a: cx.emit(op, *vs, **a), x, axis, 0, n - 2)
-        x = cx.emit("concatenate", first, rest, axis=axis)
-    y = cx.emit("scan", x, comb=comb, dims=(axis,))
-    if reverse:
-        y = cx.emit("reverse", y, dims=(axis,))
-    return y

@@ -23,7 +23,6 @@ from dlvm.onnx.ops.common import (
     reshape,
     tensor,
 )
-from dlvm.onnx.ops.reduce import cumulative
 from dlvm.onnx.ops.registry import HANDLERS
 
 
@@ -275,15 +274,6 @@ def shape_query(cx: Lowering, node: Node) -> None:
     if known.size == 0:
         raise LoweringError("Shape of a scalar (DLVM IR has no empty tensors)")
     cx.define(node.out(0), cx.literal(known))
-
-
-def _check_cumsum(node: Node, facts: Facts) -> list[str]:
-    return require_constant(node, facts, 1)
-
-
-@HANDLERS.register("CumSum", since=11, check=_check_cumsum)
-def cumsum(cx: Lowering, node: Node) -> None:
-    cx.define(node.out(0), cumulative(cx, node, "add"))
 
 
 @HANDLERS.register("Trilu", since=14, check=lambda n, f: require_constant(n, f, 1))
