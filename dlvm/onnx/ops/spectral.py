@@ -15,7 +15,7 @@ from dlvm.ir.values import Value
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.dtypes import NUMPY_TYPES, ir_type_of
 from dlvm.onnx.graph import Facts, Node
-from dlvm.onnx.ops.common import axis_of, ints, require_constant, reshape, tensor
+from dlvm.onnx.ops.common import axis_of, cast, ints, require_constant, reshape, tensor
 from dlvm.onnx.ops.registry import HANDLERS
 from dlvm.onnx.ops.shape import emitter
 
@@ -133,7 +133,7 @@ def stft(cx: Lowering, node: Node) -> None:
     """The frames of the signal ([batch, length, 1 or 2]) gathered as [batch, frames, frame
     length, …], weighted by the window, each transformed."""
     x = cx.value(node.input(0))
-    batch, length, parts = tensor(x).shape
+    length = tensor(x).shape[1]
     step = ints(cx.const(node.input(1)))[0]
     size = ints(cx.const(node.input(3)))[0] if node.input(3) else cx.shape(node.input(2))[0]
     if step <= 0 or size <= 0 or size > length:
@@ -143,17 +143,9 @@ def stft(cx: Lowering, node: Node) -> None:
     framed = cx.emit("gather", x, cx.literal(ids.astype(np.int64)), axis=1)
     if node.input(2):
         window = reshape(cx, cx.value(node.input(2)), (1, 1, size, 1))
-        framed, window = operands_of(cx, framed, window)
-        framed = cx.emit("multiply", framed, window)
+        framed = cx.emit("multiply", framed, cast(cx, window, tensor(framed).dtype))
     onesided = bool(node.attr("onesided", 1))
     cx.define(node.out(0), spectrum(cx, framed, 2, size, False, onesided))
-
-
-def operands_of(cx: Lowering, a: Value, b: Value) -> tuple[Value, Value]:
-    """b in a's data type (a window may be given in another float type)."""
-    if tensor(b).dtype is not tensor(a).dtype:
-        b = cx.emit("dataTypeCast", b, dtype=tensor(a).dtype)
-    return a, b
 
 
 WINDOWS = {
