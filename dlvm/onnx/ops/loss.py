@@ -44,23 +44,23 @@ def negative_log_likelihood(cx: Lowering, node: Node, x: Value) -> Value:
     each: np.ndarray = np.arange(classes, dtype=NUMPY_TYPES[tt]).reshape(per_class)
     hit = cx.emit("equal", target1, cx.literal(each))
     ignore = node.attr("ignore_index")
-    kept = None
+    kept: Value | None = None
     if ignore is not None:
         kept = cx.emit("notEqual", target1, cx.scalar(ignore, tt))
         if 0 <= ignore < classes:  # else no class is hit where the target is ignored
             hit = cx.emit("and", hit, kept)
     zero = cx.scalar(0, dt)
+    loss = cx.emit("negate", reduce(cx, cx.emit("select", x, zero, hit), "add", (1,), keep=False))
+    # Each element's weight, for the loss and the mean's divisor: weight[target], 0 where no
+    # class is hit; without weights 0 where the target is ignored, 1 elsewhere (the loss is 0
+    # there already); None for all ones.
+    weights: Value | None = None
     if node.input(2):
         weight = reshape(cx, cx.value(node.input(2)), per_class)
         weights = reduce(cx, cx.emit("select", weight, zero, hit), "add", (1,), keep=False)
+        loss = cx.emit("multiply", loss, weights)
     elif kept is not None:
         weights = reshape(cx, cx.emit("select", cx.scalar(1, dt), zero, kept), ts)
-    else:
-        weights = None
-    picked = reduce(cx, cx.emit("select", x, zero, hit), "add", (1,), keep=False)
-    loss = cx.emit("negate", picked)
-    if weights is not None and node.input(2):
-        loss = cx.emit("multiply", loss, weights)
     reduction = node.attr("reduction", "mean")
     if reduction == "none":
         return loss
