@@ -66,6 +66,8 @@ def test_targets_of_int32_on_rank_four_and_an_ignored_class():
     t = np.array([[[0, 2], [1, 1]], [[2, 0], [0, 1]]], np.int32)
     node = single("SoftmaxCrossEntropyLoss", {"x": x, "t": t}, opset=13, ignore_index=0)
     check(node, {"x": x, "t": t})
+    wide = single("NegativeLogLikelihoodLoss", {"x": x, "t": t}, ignore_index=1 << 40)
+    check(wide, {"x": x, "t": t})  # an ignore_index no int32 target can equal
     double = x.astype(np.float64)
     check(single("NegativeLogLikelihoodLoss", {"x": double, "t": t}), {"x": double, "t": t})
 

@@ -45,7 +45,8 @@ def negative_log_likelihood(cx: Lowering, node: Node, x: Value) -> Value:
     hit = cx.emit("equal", target1, cx.literal(each))
     ignore = node.attr("ignore_index")
     kept: Value | None = None
-    if ignore is not None:
+    half = 1 << (tt.bits - 1)
+    if ignore is not None and -half <= ignore < half:  # else no target can equal it
         kept = cx.emit("notEqual", target1, cx.scalar(ignore, tt))
         if 0 <= ignore < classes:  # else no class is hit where the target is ignored
             hit = cx.emit("and", hit, kept)
