@@ -93,7 +93,12 @@ class MatMul:
         self.k = at.shape[-1]
         self.tile = tiling(self.m, self.k, lanes, self.n, self.dt.size)
         self.elem_ty = value_type(self.dt)
-        self.packed = not isinstance(self.bm, Argument) and not self.tile.packed
+        from dlvm.codegen.matmul_rows import row_dots  # matmul_rows builds on this module
+
+        self.row_dots = row_dots(self)
+        self.packed = (
+            not isinstance(self.bm, Argument) and not self.tile.packed and self.row_dots is None
+        )
         if self.packed:
             size = max(1, self.tile.depth * self.tile.width)
             self.pack = kg.alloca(ir.ArrayType(self.elem_ty, size))
@@ -106,6 +111,9 @@ class MatMul:
         [c0, c1), c0 a multiple of the tile width (a thread's share of a product with few
         rows)."""
         b, tile = self.b, self.tile
+        if self.row_dots is not None:
+            self.row_dots.emit(batch, begin, end, columns)
+            return
         if tile.packed and columns is None:
             from dlvm.codegen.panels import Panels  # panels builds on this module
 
