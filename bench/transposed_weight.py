@@ -36,6 +36,12 @@ CASES = [
     ("enc-16x64x192-nn", 16, 64, 192, "f32", False, True),
     ("mlp1-b32-nt", 32, 784, 256, "f32", True, True),
     ("mlp1-b32-nn", 32, 784, 256, "f32", False, True),
+    ("m32-k64-nt", 32, 64, 256, "f32", True, False),
+    ("m32-k64-nn", 32, 64, 256, "f32", False, False),
+    ("m64-k784-nt", 64, 784, 256, "f32", True, False),
+    ("m64-k784-nn", 64, 784, 256, "f32", False, False),
+    ("m64-k256-nt", 64, 256, 256, "f32", True, False),
+    ("m64-k256-nn", 64, 256, 256, "f32", False, False),
     ("enc-512x64x256-nt", 512, 64, 256, "f32", True, True),
     ("enc-512x64x256-nn", 512, 64, 256, "f32", False, True),
     ("f64-b1-nt", 1, 300, 100, "f64", True, False),
@@ -44,8 +50,8 @@ CASES = [
 
 def case_text(index: int, m: int, k: int, n: int, dt: str, nt: bool, epilogue: bool) -> str:
     w = f"<{n} x {k} x {dt}>" if nt else f"<{k} x {n} x {dt}>"
-    lines = [f"func @f{index}: (<{m} x {k} x {dt}>, {w}, <1 x {n} x {dt}>) -> <{m} x {n} x {dt}> {{",
-             f"'entry(%x: <{m} x {k} x {dt}>, %w: {w}, %c: <1 x {n} x {dt}>):"]  # fmt: skip
+    x, c, o = f"<{m} x {k} x {dt}>", f"<1 x {n} x {dt}>", f"<{m} x {n} x {dt}>"
+    lines = [f"func @f{index}: ({x}, {w}, {c}) -> {o} {{", f"'entry(%x: {x}, %w: {w}, %c: {c}):"]
     b = "%w"
     if nt:
         lines.append(f"    %t = transpose %w: {w}")

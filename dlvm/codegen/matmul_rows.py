@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from dlvm.codegen.llvm_types import I32, I64, PTR
+from dlvm.codegen.llvm_types import I32, I64
 from dlvm.codegen.loops import counted_loop
 from dlvm.ir.strided import view_strides
 from dlvm.ir.types import DataType, TensorType
@@ -30,7 +30,13 @@ from dlvm.ir.values import Argument, Value
 if TYPE_CHECKING:
     from dlvm.codegen.matmul import MatMul
 
-ROWS = 8  # at most this many rows of x: more reuse each element of W often enough to pack it
+# Products with at most FEW_ROWS rows of x, or MANY_ROWS with sums at least SUMS_PER_ROW times as
+# long as x has rows: past that, W's elements are reused often enough to pay for packing them
+# (the folds at the end of each sum cost more than the packing; one thread, AVX-512, f32:
+# bench/RESULTS.md).
+FEW_ROWS = 8
+MANY_ROWS = 64
+SUMS_PER_ROW = 4
 COPIED_ELEMENTS = 16384  # the most elements of x copied to the stack (64 KiB of f32)
 CHAINS = 8  # independent multiply-add chains wanted: FMA latency (4) × FMA units (2)
 
@@ -56,15 +62,16 @@ def in_place(v: Value, ptrs: dict[Value, ir.Value]) -> tuple[ir.Value, tuple[int
 def row_dots(mm: MatMul) -> RowDots | None:
     """The row-dot kernel for mm's product when it suits: few rows, a float type, b a view of
     an argument with W's rows (b's columns) contiguous."""
-    if mm.m > ROWS or mm.dt not in (DataType.F32, DataType.F64) or mm.k == 0:
+    few = mm.m <= FEW_ROWS or (mm.m <= MANY_ROWS and mm.k >= SUMS_PER_ROW * mm.m)
+    if not few or mm.dt not in (DataType.F32, DataType.F64) or mm.k == 0:
         return None
     lanes = mm.tile.lanes
     if lanes < 2 or lanes & (lanes - 1):
         return None
     at, bt = mm.a.type, mm.bm.type
     assert isinstance(at, TensorType) and isinstance(bt, TensorType)
-    if len(at.shape) != len(mm.t.shape) or len(bt.shape) != len(mm.t.shape):
-        return None  # a broadcast batch: the tiled kernel
+    if len(at.shape) != 2 or len(bt.shape) != 2:
+        return None  # a batch of products (no transpose gives a batch of Wᵀ in place)
     ptrs = mm.kg.ptrs
     w = _transposed_in_place(mm.bm, ptrs)
     if w is None:
@@ -110,8 +117,8 @@ class RowDots:
         self.rows = max(1, min(mm.m, registers // self.width))
         self.unroll = max(1, CHAINS // (self.rows * self.width))
         self.vt = ir.VectorType(mm.elem_ty, self.lanes)
-        self.copy = None if x is not None else mm.b.bitcast(
-            mm.kg.alloca(ir.ArrayType(mm.elem_ty, mm.m * mm.k)), PTR)  # fmt: skip
+        self.copy = None if x is not None else mm.kg.alloca(
+            ir.ArrayType(mm.elem_ty, mm.m * mm.k))  # fmt: skip
 
     def emit(
         self, batch: list[ir.Value], begin: ir.Value, end: ir.Value,
@@ -142,7 +149,7 @@ class RowDots:
             def step(p: ir.Value) -> None:
                 mm.kg.memo.clear()
                 v = mm.kg.elem(mm.a, [*batch, i, p])
-                b.store(v, self.at(self.copy, b.add(b.mul(i, _c(mm.k)), p)))
+                b.store(v, self.copied(b.add(b.mul(i, _c(mm.k)), p)))
 
             counted_loop(b, 0, mm.k, step, name="xc")
 
@@ -258,8 +265,7 @@ class RowDots:
     def x_row(self, batch: list[ir.Value], i: ir.Value) -> ir.Value:
         """The address of x's row i: in place, or in the copy."""
         if self.x is None:
-            assert self.copy is not None
-            return self.at(self.copy, self.b.mul(i, _c(self.mm.k)))
+            return self.copied(self.b.mul(i, _c(self.mm.k)))
         ptr, strides = self.x
         return self.at(ptr, self.offset(strides, [*batch, i, _c(0)]))
 
@@ -270,6 +276,11 @@ class RowDots:
             if s:
                 total = b.add(total, b.mul(i, _c(s)))
         return total
+
+    def copied(self, off: ir.Value) -> ir.Value:
+        """The address of copy[off]."""
+        assert self.copy is not None
+        return self.b.gep(self.copy, [_c(0), off])
 
     def at(self, ptr: ir.Value, off: ir.Value) -> ir.Value:
         return self.b.gep(ptr, [off], source_etype=self.mm.elem_ty)
