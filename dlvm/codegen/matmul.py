@@ -29,6 +29,7 @@ from llvmlite import ir
 
 from dlvm.codegen.llvm_types import I32, I64, value_type
 from dlvm.codegen.loops import counted_loop
+from dlvm.codegen.transposing import columns_in_place, copy_transposed
 from dlvm.ir.types import TensorType
 from dlvm.ir.values import Argument, Instruction
 
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
 
 DEPTH = 256  # at most this many steps of p per slice, unpacked: a 16-column strip of b is 16 KiB
 PACKED_DEPTH = 384  # per slice when packing (dlvm.codegen.panels): C is read and written once
+
+
+def _c(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,10 @@ class MatMul:
         self.packed = (
             not isinstance(self.bm, Argument) and not self.tile.packed and self.row_dots is None
         )
+        # b = Wᵀ read in place: packed by square blocks read along W's rows.
+        self.b_columns = None
+        if not isinstance(self.bm, Argument) and not self.dt.is_bool:
+            self.b_columns = columns_in_place(self.bm, kg.ptrs)
         if self.packed:
             size = max(1, self.tile.depth * self.tile.width)
             self.pack = kg.alloca(ir.ArrayType(self.elem_ty, size))
@@ -199,6 +208,10 @@ class MatMul:
     ) -> None:
         """pack[(p - p0) · width + c] = b[…, p, j0 + c]: the strip of a computed b."""
         b, kg = self.b, self.kg
+        if self.b_columns is not None:
+            self.copy_columns(j0, _c(width), p0, p1, lambda p, c: b.gep(self.pack, [
+                _c(0), b.add(b.mul(b.sub(p, p0), _c(width)), c)]))  # fmt: skip
+            return
 
         def step(p: ir.Value) -> None:
             base = b.mul(b.sub(p, p0), ir.Constant(I64, width))
@@ -211,6 +224,25 @@ class MatMul:
             counted_loop(b, 0, width, col, name="pc")
 
         counted_loop(b, p0, p1, step, name="pp")
+
+    def copy_columns(
+        self, j0: ir.Value, count: ir.Value, p0: ir.Value, p1: ir.Value,
+        target: Callable[[ir.Value, ir.Value], ir.Value],
+    ) -> None:  # fmt: skip
+        """*target(p, c) = b[p, j0 + c] for c in [0, count), p in [p0, p1), b = Wᵀ read in
+        place along W's rows (dlvm.codegen.transposing)."""
+        assert self.b_columns is not None
+        b = self.b
+        ptr, (_, row) = self.b_columns
+
+        def source(c: ir.Value, p: ir.Value) -> ir.Value:
+            off = b.add(b.mul(b.add(j0, c), _c(row)), p)
+            return b.gep(ptr, [off], source_etype=self.elem_ty)
+
+        lanes = self.tile.lanes
+        if lanes < 2 or lanes & (lanes - 1):
+            lanes = 1  # no square blocks: one element at a time, still along W's rows
+        copy_transposed(b, self.elem_ty, self.dt.size, lanes, source, target, count, p0, p1)
 
     # Where the micro-kernel reads a and b --------------------------------------------------
 

@@ -23,6 +23,7 @@ from llvmlite import ir
 
 from dlvm.codegen.llvm_types import I32, I64
 from dlvm.codegen.loops import counted_loop
+from dlvm.codegen.transposing import columns_in_place
 from dlvm.ir.strided import view_strides
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Value
@@ -73,30 +74,13 @@ def row_dots(mm: MatMul) -> RowDots | None:
     if len(at.shape) != 2 or len(bt.shape) != 2:
         return None  # a batch of products (no transpose gives a batch of Wᵀ in place)
     ptrs = mm.kg.ptrs
-    w = _transposed_in_place(mm.bm, ptrs)
+    w = columns_in_place(mm.bm, ptrs)
     if w is None:
         return None
     x = in_place(mm.a, ptrs)
     if x is None and mm.m * mm.k > COPIED_ELEMENTS:
         return None
     return RowDots(mm, w, x)
-
-
-def _transposed_in_place(
-    b: Value, ptrs: dict[Value, ir.Value]
-) -> tuple[ir.Value, tuple[int, ...]] | None:
-    """As `in_place`, for a matrix b whose columns (not rows) are contiguous."""
-    found = view_strides(b)
-    if found is None or not isinstance(found[0], Argument) or found[0] not in ptrs:
-        return None
-    base, strides = found
-    t = b.type
-    assert isinstance(t, TensorType)
-    if strides[-2] != 1 and t.shape[-2] != 1:
-        return None
-    if strides[-1] == 1 and t.shape[-1] != 1:
-        return None  # b's rows are contiguous too (one column, say): the tiled kernel reads it
-    return ptrs[base], strides
 
 
 class RowDots:

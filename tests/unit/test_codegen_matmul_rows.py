@@ -2,7 +2,8 @@
 place (dlvm.codegen.matmul_rows): which products take them, and their results against the
 interpreter for every count of rows up to 9 and past it, sums not a multiple of the vector
 width (nor longer than one vector), partial groups of columns, f32 and f64, epilogues, x
-computed by a prologue, on AVX-512 and AVX2 vectors, with 1, 2 and 13 threads."""
+computed by a prologue, on AVX-512 and AVX2 vectors, with 1, 2 and 13 threads; and Wᵀ packed
+by square blocks for the products with more rows."""
 
 from __future__ import annotations
 
@@ -36,8 +37,14 @@ CASES = [
     ("columns", 1, 100, 300, "f32", "relu", False),  # threads share groups of 64 columns
     ("rows", 12, 64, 40, "f32", "relu", False),  # threads share rows
 ]
-# Products past the rule (many rows, short sums): the tiled kernel packs Wᵀ.
-TILED = [("tiled", 64, 32, 40, "f32", "relu", False)]
+# Products past the rule (many rows, short sums): the tiled kernel packs Wᵀ by square blocks
+# along W's rows (dlvm.codegen.transposing), strip by strip or into panels (dlvm.codegen.panels),
+# with steps and columns left over.
+TILED = [
+    ("tiled", 64, 32, 40, "f32", "relu", False),
+    ("panels", 100, 45, 70, "f32", "relu", False),
+    ("strip-f64", 64, 37, 20, "f64", "tanh", False),
+]
 
 
 def ty(shape: tuple[int, ...], dt: str) -> str:
@@ -98,14 +105,15 @@ def check(name: str, got: np.ndarray, want: np.ndarray) -> None:
 
 def test_few_rows_read_the_weight_in_place_and_many_pack_it():
     """The row-dot loop along p (blocks named `wp`) in each case's kernel but the tiled
-    one's."""
+    ones', which copy Wᵀ by square blocks (`tcb`)."""
     build = LibraryBuild(parse_module(TEXT, "rows.dl"), module_spec(parse_module(
         TEXT, "rows.dl"), "rows"), Path("unused.so"))  # fmt: skip
     text = str(llvm_module(build.module))
     for name, *_ in ALL:
         body = text[text.index(f'@"k.{symbol(name)}_k.body"') :]
         body = body[: body.index("\n}\n")]
-        assert ("\nwp.head" in body) == (name != "tiled"), name
+        tiled = name in {c[0] for c in TILED}
+        assert ("\nwp.head" in body) != tiled and ("\ntcb.head" in body) == tiled, name
 
 
 @pytest.fixture(scope="module", params=["native", "x86-64-v3"])
