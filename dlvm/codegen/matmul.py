@@ -12,8 +12,11 @@ in place (out[idx] = epilogue(out[idx], …), each element read before it is wri
 
 b is read where it lies when it is a kernel argument (row-major in memory); a `b` computed by
 the kernel (a transposed or scaled matrix fused in as a prologue) is first packed, one strip
-and slice at a time, into a stack buffer laid out the same way. Elements of a are read one by
-one (`KernelGen.elem`), so a shape-only prologue such as a transpose costs only addressing.
+and slice at a time, into a stack buffer laid out the same way: Wᵀ read in place (an
+nn.Linear's weight) by square blocks along W's rows (dlvm.codegen.transposing), anything else
+element by element. With few rows of a, x · Wᵀ skips the tiles altogether: dot products of x's
+rows with W's rows (dlvm.codegen.matmul_rows). Elements of a are read one by one
+(`KernelGen.elem`), so a shape-only prologue such as a transpose costs only addressing.
 
 Row and column counts need not divide the tile: leftover rows are one shorter tile, leftover
 columns one narrower strip (LLVM vectors of any width)."""

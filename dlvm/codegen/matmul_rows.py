@@ -1,18 +1,19 @@
 """A `dot` x · Wᵀ with few rows of x, as dot products of x's rows with W's rows read where they
-lie: what PyTorch's nn.Linear exports at batch 1 (`Gemm` with transB=1, a `MatMul` of a
-`Transpose`), whose `b` the tiled kernel (dlvm.codegen.matmul) would otherwise copy into its
-strip layout element by element, every call, at more cost than the product.
+lie: what PyTorch's nn.Linear exports (`Gemm` with transB=1, a `MatMul` of a `Transpose`) at
+small batches, whose `b` the tiled kernel (dlvm.codegen.matmul) would otherwise pack, every
+call, at more cost than the product itself when x has few rows.
 
-out[…, i, j] = Σp x[…, i, p] · W[…, j, p]: b = Wᵀ is a view of a kernel argument in which
-consecutive steps of p lie next to each other (dlvm.ir.strided). For each group of `lanes`
-columns j (rows of W) and each row i of x, `lanes` vector accumulators (`unroll` each, so that
-enough fused multiply-adds are in flight) run along p, `lanes` elements a step; a last partial
-step loads the k % lanes elements left and pads them with zeros. A tree of shuffles and adds
-then folds the accumulators into one vector of the group's `lanes` sums, stored at once, and
-the kernel's epilogue rewrites them in place. W's group (lanes rows) stays in L1 while every
-row of x passes over it.
+out[i, j] = Σp x[i, p] · W[j, p]: b = Wᵀ is a view of a kernel argument in which consecutive
+steps of p lie next to each other (dlvm.ir.strided). The columns go in groups of `width` (rows
+of W: `lanes` for one row of x, half as many for more), the rows of x in tiles of `rows`. For
+each (group, tile), width × rows vector accumulators (`unroll` each, so that enough fused
+multiply-adds are in flight) run along p, `lanes` elements a step, each vector of W loaded
+once for the tile's rows; a last partial step loads the k % lanes elements left and pads them
+with zeros. A tree of shuffles and adds then folds each row's accumulators into one vector of
+the group's sums, stored at once, and the kernel's epilogue rewrites them in place. The group's
+rows of W stay in L1 while the tiles of x pass over them.
 
-x is read in place too when its steps of p are contiguous; otherwise (a prologue computes it)
+x is read in place too when its steps of p are contiguous; otherwise (a transpose computes it)
 its rows are first copied into a stack buffer, once per call."""
 
 from __future__ import annotations

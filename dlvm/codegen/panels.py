@@ -9,7 +9,9 @@ b lie in memory, and whatever prologue (a transpose, a scaling) computes them, s
 go through `KernelGen.elem`.
 
 A copy walks its operand in the operand's memory order: along rows, or down columns when the
-operand is a transposed matrix (each element then lies next to the one read before).
+operand is a transposed matrix (each element then lies next to the one read before); b = Wᵀ
+read in place goes by square blocks, rows of W loaded as vectors and transposed in registers
+(dlvm.codegen.transposing).
 
 The copies live in the thread's scratch buffer (dlrt_scratch, kept between calls, so a warm
 entry point allocates nothing). When it cannot be had, the same loops run with one tile of a and
