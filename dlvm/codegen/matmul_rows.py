@@ -32,12 +32,12 @@ from dlvm.ir.values import Argument, Value
 if TYPE_CHECKING:
     from dlvm.codegen.matmul import MatMul
 
-# Products with at most FEW_ROWS rows of x, or MANY_ROWS with sums at least SUMS_PER_ROW times as
-# long as x has rows: past that, W's elements are reused often enough to pay for packing them
-# (the folds at the end of each sum cost more than the packing; one thread, AVX-512, f32:
-# bench/RESULTS.md).
-FEW_ROWS = 8
+# Which products: one row of x, or up to MANY_ROWS rows with sums at least LONG_SUMS long and
+# SUMS_PER_ROW times as long as x has rows. Past that, each element of W is reused often
+# enough that packing it costs less than the folds that end every sum (one thread, AVX-512,
+# f32: bench/RESULTS.md, "Products with a transposed weight").
 MANY_ROWS = 64
+LONG_SUMS = 128
 SUMS_PER_ROW = 4
 COPIED_ELEMENTS = 16384  # the most elements of x copied to the stack (64 KiB of f32)
 CHAINS = 8  # independent multiply-add chains wanted: FMA latency (4) × FMA units (2)
@@ -62,10 +62,10 @@ def in_place(v: Value, ptrs: dict[Value, ir.Value]) -> tuple[ir.Value, tuple[int
 
 
 def row_dots(mm: MatMul) -> RowDots | None:
-    """The row-dot kernel for mm's product when it suits: few rows, a float type, b a view of
-    an argument with W's rows (b's columns) contiguous."""
-    few = mm.m <= FEW_ROWS or (mm.m <= MANY_ROWS and mm.k >= SUMS_PER_ROW * mm.m)
-    if not few or mm.dt not in (DataType.F32, DataType.F64) or mm.k == 0:
+    """The row-dot kernel for mm's product when it suits: few rows and long sums (above), a
+    float type, b a view of an argument with W's rows (b's columns) contiguous."""
+    long_sums = mm.m <= MANY_ROWS and mm.k >= max(LONG_SUMS, SUMS_PER_ROW * mm.m)
+    if not (mm.m == 1 or long_sums) or mm.dt not in (DataType.F32, DataType.F64) or mm.k == 0:
         return None
     lanes = mm.tile.lanes
     if lanes < 2 or lanes & (lanes - 1):

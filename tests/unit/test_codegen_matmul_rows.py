@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import dlvm
 from dlvm.codegen.build import LibraryBuild, build_library
 from dlvm.codegen.llgen import llvm_module
 from dlvm.codegen.spec import module_spec
@@ -25,23 +26,24 @@ from dlvm.ir import parse_module
 # row and takes relu (or tanh); with the prologue, x is the transpose of the k × m argument
 # (rows of x not contiguous: copied first).
 CASES = [
-    *[(f"m{m}", m, 37, 13, "f32", "relu", False) for m in range(1, 10)],
+    *[(f"m{m}", m, 133, 13, "f32", "relu", False) for m in range(1, 10)],
     ("long", 1, 784, 256, "f32", "", False),
-    ("short", 2, 3, 5, "f32", "relu", False),
-    ("one-column", 4, 20, 1, "f32", "", False),
+    ("short", 1, 3, 5, "f32", "relu", False),  # shorter than a vector
+    ("one-column", 4, 130, 1, "f32", "", False),
     ("many-rows", 33, 150, 70, "f32", "tanh", False),
-    ("prologue", 5, 29, 9, "f32", "relu", True),
+    ("prologue", 5, 131, 9, "f32", "relu", True),
     ("f64-m1", 1, 45, 11, "f64", "relu", False),
-    ("f64-m3", 3, 45, 11, "f64", "", False),
-    ("f64-m9", 9, 101, 19, "f64", "tanh", True),
+    ("f64-m3", 3, 145, 11, "f64", "", False),
+    ("f64-m9", 9, 140, 19, "f64", "tanh", True),
     ("columns", 1, 100, 300, "f32", "relu", False),  # threads share groups of 64 columns
-    ("rows", 12, 64, 40, "f32", "relu", False),  # threads share rows
+    ("rows", 12, 200, 40, "f32", "relu", False),  # threads share rows
 ]
 # Products past the rule (many rows, short sums): the tiled kernel packs Wᵀ by square blocks
 # along W's rows (dlvm.codegen.transposing), strip by strip or into panels (dlvm.codegen.panels),
 # with steps and columns left over.
 TILED = [
     ("tiled", 64, 32, 40, "f32", "relu", False),
+    ("short-sums", 8, 64, 40, "f32", "relu", False),
     ("panels", 100, 45, 70, "f32", "relu", False),
     ("strip-f64", 64, 37, 20, "f64", "tanh", False),
 ]
@@ -154,15 +156,14 @@ def test_row_dots_compute_what_the_interpreter_does(library, tmp_path, threads):
 
 
 def test_nan_in_the_weight_reaches_only_its_column(library):
-    """The padded last step multiplies zeros by zeros, never by what lies past a row: a NaN in
-    W's row j is in column j of the result and nowhere else."""
-    import dlvm
-
+    """The last, partial step of a sum loads only the row's own elements: a NaN at the start of
+    W's row 5, which a whole vector at the end of row 4 would take in, is in column 5 of the
+    result and nowhere else."""
     index = [c[0] for c in ALL].index("m3")
     x, w, c = inputs(index)
-    w[4, -1] = np.nan
+    w[5, 0] = np.nan
     with dlvm.load(library) as lib:
         got = getattr(lib, symbol("m3"))(x, w, c)
-    assert np.isnan(got[:, 4]).all()
-    got[:, 4] = 0
+    assert np.isnan(got[:, 5]).all()
+    got[:, 5] = 0
     assert not np.isnan(got).any()
