@@ -2,7 +2,7 @@
 the same product with the weight stored transposed (x · W), one CPU thread, A/B between two
 builds of the compiler in one process.
 
-    python bench/transposed_weight.py build DIR     # with the compiler on sys.path
+    python bench/transposed_weight.py build DIR [--cpu x86-64-v3]  # this checkout's compiler
     python bench/transposed_weight.py time DIR_A DIR_B [--blocks 12]
 
 `build` writes DIR/nt.so with one exported function per case; `time` loads both libraries and
@@ -71,14 +71,14 @@ def module_text() -> str:
     return 'module "nt"\nstage optimizable\n\n' + "\n".join(body)
 
 
-def build(directory: Path) -> None:
+def build(directory: Path, cpu: str) -> None:
     from dlvm.codegen.build import build_library
     from dlvm.codegen.spec import module_spec
     from dlvm.ir import parse_module
 
     directory.mkdir(parents=True, exist_ok=True)
     module = parse_module(module_text(), "nt.dl")
-    build_library(module, module_spec(module, "nt"), directory / "nt.so")
+    build_library(module, module_spec(module, "nt"), directory / "nt.so", cpu=cpu)
 
 
 def inputs(index: int) -> list[np.ndarray]:
@@ -124,13 +124,15 @@ def timing(dirs: list[Path], blocks: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build").add_argument("directory", type=Path)
+    b = sub.add_parser("build")
+    b.add_argument("directory", type=Path)
+    b.add_argument("--cpu", default="native", help="target CPU (x86-64-v3: AVX2)")
     t = sub.add_parser("time")
     t.add_argument("directories", type=Path, nargs="+")
     t.add_argument("--blocks", type=int, default=12)
     args = parser.parse_args()
     if args.command == "build":
-        build(args.directory)
+        build(args.directory, args.cpu)
     else:
         if os.environ.get("DLRT_NUM_THREADS") != "1":
             print("note: DLRT_NUM_THREADS is not 1", file=sys.stderr)

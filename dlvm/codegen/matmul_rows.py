@@ -47,9 +47,10 @@ def _c(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
 
 
-def in_place(v: Value, ptrs: dict[Value, ir.Value]) -> tuple[ir.Value, tuple[int, ...]] | None:
+def rows_in_place(v: Value, ptrs: dict[Value, ir.Value]) -> tuple[ir.Value, tuple[int, ...]] | None:
     """The pointer of the kernel argument that v views in place and v's strides over it, when
-    consecutive elements along v's last axis lie next to each other; None otherwise."""
+    consecutive elements along v's rows lie next to each other; None otherwise (the other
+    way round: dlvm.codegen.transposing.columns_in_place)."""
     found = view_strides(v)
     if found is None or not isinstance(found[0], Argument) or found[0] not in ptrs:
         return None
@@ -78,7 +79,7 @@ def row_dots(mm: MatMul) -> RowDots | None:
     w = columns_in_place(mm.bm, ptrs)
     if w is None:
         return None
-    x = in_place(mm.a, ptrs)
+    x = rows_in_place(mm.a, ptrs)
     if x is None and mm.m * mm.k > COPIED_ELEMENTS:
         return None
     return RowDots(mm, w, x)
