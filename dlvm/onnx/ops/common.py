@@ -123,7 +123,7 @@ def mean(cx: Lowering, v: Value, dims: tuple[int, ...], keep: bool) -> Value:
 
 
 def identity(comb: str, dtype: DataType) -> int | float | bool:
-    """The value `comb` leaves unchanged: where a reduction or a running combination starts."""
+    """The value `comb` (add, multiply, max, min) leaves the other operand unchanged by."""
     if comb == "add":
         return 0
     if comb == "multiply":

@@ -78,7 +78,7 @@ class Table:
 HANDLERS = Table()
 
 HANDLERS.refuse(
-    ("Unique", "NonZero", "NonMaxSuppression", "Compress"),
+    ("Unique", "NonZero", "NonMaxSuppression"),
     "the shape of its output depends on the values of its input, and DLVM IR's shapes are static",
 )
 
