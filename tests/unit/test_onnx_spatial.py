@@ -9,7 +9,10 @@ import pytest
 
 pytest.importorskip("onnx")  # an optional extra (telc[onnx]); `make` installs it
 
-from onnxlib import check, normal, run, single  # noqa: E402
+from onnx import helper  # noqa: E402
+from onnxlib import check, model, normal, run, single  # noqa: E402
+
+from dlvm.onnx import import_model  # noqa: E402
 
 X = normal(2, 3, 7, 6)
 
@@ -52,3 +55,72 @@ def test_max_pool_indices(order):
 def test_pools_before_opset_7():
     m = single("MaxPool", {"x": X}, opset=6, kernel_shape=[2, 2])
     check(m, {"x": X})
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_space_to_depth_and_back(mode):
+    x = normal(2, 8, 4, 6)
+    check(single("DepthToSpace", {"x": x}, blocksize=2, mode=mode), {"x": x})
+    if mode == "DCR":  # SpaceToDepth has a mode only from opset 25 on
+        check(single("SpaceToDepth", {"x": x}, blocksize=2), {"x": x})
+
+
+def test_instance_and_group_normalization():
+    x = normal(2, 4, 3, 5)
+    per_channel = {"s": normal(4, seed=1), "b": normal(4, seed=2)}
+    check(single("InstanceNormalization", {"x": x}, per_channel, epsilon=1e-3), {"x": x}, atol=1e-5)
+    m = single("GroupNormalization", {"x": x}, per_channel, opset=21, num_groups=2)
+    check(m, {"x": x}, atol=1e-5)
+
+
+def test_mean_variance_normalization():
+    x = normal(2, 3, 4, 5)
+    check(single("MeanVarianceNormalization", {"x": x}), {"x": x}, atol=1e-5)
+    check(single("MeanVarianceNormalization", {"x": x}, axes=[1, 3]), {"x": x}, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["edge", "reflect", "wrap"])
+def test_pad_modes(mode):
+    x = normal(2, 3, 4)
+    pads = {"pads": np.array([0, 2, 3, 0, 1, 5], np.int64)}
+    check(single("Pad", {"x": x}, pads, opset=19, mode=mode), {"x": x})
+    old = single("Pad", {"x": x}, opset=6, mode=mode, pads=[0, 1, 0, 1, 2, 3])
+    check(old, {"x": x})
+
+
+@pytest.mark.parametrize("lengths", [[3, 8], [6, 2], [5, 5]])
+def test_center_crop_pad(lengths):
+    x = normal(2, 5, 4)
+    shape = {"shape": np.array(lengths, np.int64)}
+    check(single("CenterCropPad", {"x": x}, shape, opset=18, axes=[1, -1]), {"x": x})
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [{}, {"strides": [2, 1], "pads": [1, 0, 1, 1]}, {"dilations": [2, 1]}],
+)
+def test_col2im(attrs):
+    image, block = np.array([5, 4], np.int64), np.array([2, 3], np.int64)
+    strides, dilations = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    count = 1
+    for i in range(2):
+        span = dilations[i] * (block[i] - 1) + 1
+        count *= (image[i] + pads[i] + pads[i + 2] - span) // strides[i] + 1
+    x = normal(2, 3 * 6, int(count))
+    m = single("Col2Im", {"x": x}, {"image": image, "block": block}, opset=18, **attrs)
+    check(m, {"x": x})
+
+
+def test_max_unpool_of_max_pool_indices():
+    x = normal(1, 2, 5, 5)
+    pool = helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[3, 3], strides=[1, 1])
+    unpool = helper.make_node("MaxUnpool", ["p", "i"], ["y"], kernel_shape=[3, 3], strides=[1, 1])
+    m = model([pool, unpool], {"x": x}, ["p", "i", "y"], opset=18)
+    p, i, y = run(import_model(m), {"x": x})
+    # Compared with NumPy: onnx 1.23's reference MaxUnpool writes values at other places.
+    # Overlapping windows share maxima: indices repeat, and each value is written once.
+    expected = np.zeros(x.size, np.float32)
+    expected[i.ravel()] = p.ravel()
+    assert len(set(i.ravel())) < i.size
+    np.testing.assert_array_equal(y, expected.reshape(x.shape))

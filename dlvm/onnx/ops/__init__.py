@@ -12,6 +12,7 @@ from dlvm.onnx.ops import (
     reduce,
     resize,
     shape,
+    spatial,
 )
 from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
 
@@ -29,4 +30,5 @@ __all__ = [
     "reduce",
     "resize",
     "shape",
+    "spatial",
 ]
