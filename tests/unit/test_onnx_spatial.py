@@ -124,3 +124,62 @@ def test_max_unpool_of_max_pool_indices():
     expected[i.ravel()] = p.ravel()
     assert len(set(i.ravel())) < i.size
     np.testing.assert_array_equal(y, expected.reshape(x.shape))
+
+
+def test_max_unpool_into_a_larger_output_shape():
+    x, ids = normal(1, 1, 2, 2), np.array([[[[5, 7], [13, 15]]]], np.int64)
+    shape = {"shape": np.array([1, 1, 5, 5], np.int64)}
+    node = helper.make_node(
+        "MaxUnpool", ["x", "ids", "shape"], ["y"], kernel_shape=[2, 2], strides=[2, 2]
+    )
+    check(model([node], {"x": x, "ids": ids}, ["y"], shape, opset=18), {"x": x, "ids": ids})
+
+
+def f32(*values: float) -> np.ndarray:
+    return np.array(values, np.float32)
+
+
+RESIZE = [
+    ({"mode": "cubic"}, {"scales": f32(1, 1, 0.6, 1.7)}),
+    (
+        {"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1},
+        {"scales": f32(1, 1, 2, 0.5)},
+    ),
+    (
+        {"mode": "cubic", "coordinate_transformation_mode": "align_corners"},
+        {"sizes": np.array([2, 3, 7, 3], np.int64)},
+    ),
+    ({"mode": "linear", "antialias": 1}, {"scales": f32(1, 1, 0.5, 0.6)}),
+    ({"mode": "cubic", "antialias": 1}, {"sizes": np.array([2, 3, 3, 2], np.int64)}),
+    (
+        {"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"},
+        {"scales": f32(1, 1, 1.7, 0.6)},
+    ),
+    (
+        {"mode": "nearest", "keep_aspect_ratio_policy": "not_larger", "axes": [2, 3]},
+        {"sizes": np.array([7, 8], np.int64)},
+    ),
+    (
+        {"mode": "nearest", "keep_aspect_ratio_policy": "not_smaller", "axes": [3, 2]},
+        {"sizes": np.array([8, 3], np.int64)},
+    ),
+]
+
+
+@pytest.mark.parametrize("attrs, given", RESIZE)
+def test_resize(attrs, given):
+    x = normal(2, 3, 4, 5)
+    inputs = ["x", "", "scales" if "scales" in given else "", "sizes" if "sizes" in given else ""]
+    node = helper.make_node("Resize", inputs, ["y"], **attrs)
+    check(model([node], {"x": x}, ["y"], given, opset=19), {"x": x}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_tf_crop_and_resize(mode):
+    x = normal(1, 2, 4, 5)
+    given = {"roi": f32(0.4, -0.2, 0.9, 0.7), "sizes": np.array([3, 4], np.int64)}
+    attrs = {"coordinate_transformation_mode": "tf_crop_and_resize", "axes": [2, 3]}
+    node = helper.make_node(
+        "Resize", ["x", "roi", "", "sizes"], ["y"], mode=mode, extrapolation_value=7.0, **attrs
+    )
+    check(model([node], {"x": x}, ["y"], given, opset=19), {"x": x}, rtol=1e-4, atol=1e-5)

@@ -151,21 +151,22 @@ def _check_unpool(node: Node, facts: Facts) -> list[str]:
 def max_unpool(cx: Lowering, node: Node) -> None:
     """Each value put at its index into the flattened output, zeros elsewhere: a `scatterAdd`,
     divided by how many values each place receives, so that an index repeated (windows that
-    overlap share a maximum) gives the value once, as ONNX's reference writes it."""
+    overlap share a maximum) gives the value once, as ONNX's reference writes it. The indices
+    are into the shape the pooling inverted gives; a larger output_shape adds zeros after."""
     x, ids = cx.value(node.input(0)), cx.value(node.input(1))
     xs, dt = tensor(x).shape, tensor(x).dtype
     spatial = len(xs) - 2
     kernel = node.attr("kernel_shape")
     strides = node.attr("strides", [1] * spatial)
     pads = node.attr("pads", [0] * (2 * spatial))
-    if node.input(2):
-        out = tuple(ints(cx.const(node.input(2))))
-    else:
-        out = xs[:2] + tuple(
-            (xs[2 + i] - 1) * strides[i] - pads[i] - pads[i + spatial] + kernel[i]
-            for i in range(spatial)
-        )
-    size = math.prod(out)
+    inferred = xs[:2] + tuple(
+        (xs[2 + i] - 1) * strides[i] - pads[i] - pads[i + spatial] + kernel[i]
+        for i in range(spatial)
+    )
+    out = tuple(ints(cx.const(node.input(2)))) if node.input(2) else inferred
+    if len(out) != len(xs) or out[:2] != xs[:2] or any(o < i for o, i in zip(out, inferred)):
+        raise LoweringError(f"output_shape {list(out)} does not hold {list(inferred)}")
+    size = math.prod(inferred)
     flat_ids = reshape(cx, ids, (math.prod(xs),))
     values = reshape(cx, x, (math.prod(xs),))
     zeros = cx.splat(0, TensorType((size,), dt))
@@ -173,4 +174,7 @@ def max_unpool(cx: Lowering, node: Node) -> None:
     ones = cx.splat(1, TensorType((math.prod(xs),), dt))
     hits = cx.emit("scatterAdd", ones, flat_ids, zeros, axis=0)
     times = cx.emit("max", hits, cx.scalar(1, dt))
-    cx.define(node.out(0), reshape(cx, cx.emit("divide", total, times), out))
+    y = reshape(cx, cx.emit("divide", total, times), inferred)
+    for axis in range(2, len(xs)):
+        y = _zeros_around(cx, y, axis, 0, out[axis] - inferred[axis])
+    cx.define(node.out(0), y)
