@@ -22,7 +22,7 @@ from dlvm.codegen.conv_folded import ConvFolded
 from dlvm.codegen.conv_gemm import ConvGemm
 from dlvm.codegen.conv_kernel_grad import KernelGradient
 from dlvm.codegen.conv_long_sums import LongSums
-from dlvm.codegen.elementwise import binary, cast, compare, unary
+from dlvm.codegen.elementwise import binary, cast, compare, convert, unary
 from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.gather import (
     copies_rows,
@@ -748,6 +748,9 @@ class KernelGen:
         if op == "dataTypeCast":
             src = v.operands[0]
             return cast(b, (yield src, idx), tensor_type(src).dtype, t.dtype)
+        if op == "convert":
+            src = v.operands[0]
+            return convert(b, (yield src, idx), tensor_type(src).dtype, t.dtype)
         if op == "bitCast":
             return (yield from self.bit_cast(v, idx))
         if op == "literal":

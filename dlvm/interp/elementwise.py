@@ -168,6 +168,34 @@ def _data_type_cast(frame, inst, args):
     return args[0].astype(frame.dtype(inst.type))
 
 
+@impl("convert")
+def _convert(frame, inst, args):
+    """`convert`: bool to 0/1, anything to bool as != 0, integers to floats to nearest (even),
+    floats to integers toward zero and saturated (NaN to 0), integers wrapped to a narrower
+    width (docs/ir.md, "convert")."""
+    x = np.asarray(args[0])
+    to = frame.dtype(inst.type)
+    if to.kind == "b":
+        return np.asarray(x != 0)
+    if x.dtype.kind == "f" and to.kind in "iu":
+        return _float_to_int(x, to)
+    return x.astype(to)
+
+
+def _float_to_int(x: Array, to: np.dtype) -> Array:
+    """x rounded toward zero into `to`, saturating past its range; NaN gives 0 (as LLVM's
+    `fptosi.sat`, which compiled code uses)."""
+    info = np.iinfo(to)
+    t = np.trunc(x.astype(np.float64))
+    # 2^(bits-1) is exact in f64; info.max is not for i64, so compare against the power.
+    top = float(2 ** (info.bits - 1))
+    inside = (t >= -top) & (t < top)
+    out = np.where(inside, t, 0).astype(to)
+    out = np.where(t >= top, info.max, out)
+    out = np.where(t < -top, info.min, out)
+    return np.asarray(out.astype(to))
+
+
 @impl("bitCast")
 def _bit_cast(frame, inst, args):
     """Reinterprets the bytes of a tensor as another tensor type of the same byte size; other

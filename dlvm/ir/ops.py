@@ -275,6 +275,7 @@ declare(
 declare(
     OpDef("dataTypeCast", "cast", "$0 to {dtype:dtype}", R.data_type_cast, adjoint=A.data_type_cast)
 )
+declare(OpDef("convert", "cast", "$0 to {dtype:dtype}", R.convert, adjoint=A.convert))
 declare(OpDef("bitCast", "cast", "$0 to {type:type}", R.bit_cast))
 declare(OpDef("dot", "linalg", "$0, $1", R.dot, aliases=("matrixMultiply",), adjoint=A.dot))
 declare(OpDef("transpose", "shape", "$0", R.transpose, adjoint=A.transpose))

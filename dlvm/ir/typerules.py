@@ -190,6 +190,12 @@ def data_type_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
     return tensor_type(t.shape, to)
 
 
+def convert(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    """Any data type to any other, across bases (docs/ir.md, "convert")."""
+    t = tensor(ops[0])
+    return tensor_type(t.shape, attrs["dtype"])
+
+
 def bit_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
     src, dst = canonical(ops[0]), canonical(attrs["type"])
     if isinstance(src, TensorType) and isinstance(dst, TensorType):

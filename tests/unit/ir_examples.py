@@ -41,6 +41,7 @@ EXAMPLES.update(
         "literal": "%r = literal <1: f32, 2.5: f32>: <2 x f32>",
         "select": f"%r = select %m: {M}, 0: f32 by %flags: <2 x 3 x bool>",
         "dataTypeCast": f"%r = dataTypeCast %m: {M} to f64",
+        "convert": f"%r = convert %m: {M} to i32",
         "bitCast": f"%r = bitCast %m: {M} to <2 x 3 x i32>",
         "dot": f"%r = dot %m: {M}, %k: <3 x 4 x f32>",
         "transpose": f"%r = transpose %m: {M}",

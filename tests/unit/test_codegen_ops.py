@@ -69,6 +69,19 @@ case(
     "%h = dataTypeCast %a: <7 x f32> to f16",
     "%r = dataTypeCast %h: <7 x f16> to f64",
 )
+# Across bases (halves, negatives): float to int truncates, int to float, both to and from bool.
+case(
+    "convert",
+    ["<3 x 7 x f32>"],
+    "<3 x 7 x f16>",
+    "%s = multiply %a: <3 x 7 x f32>, 2.5: f32",
+    "%i = convert %s: <3 x 7 x f32> to i8",
+    "%b = convert %i: <3 x 7 x i8> to bool",
+    "%n = convert %b: <3 x 7 x bool> to i32",
+    "%f = convert %i: <3 x 7 x i8> to f16",
+    "%g = convert %n: <3 x 7 x i32> to f16",
+    "%r = add %f: <3 x 7 x f16>, %g: <3 x 7 x f16>",
+)
 # Past f16's range a literal is infinity (65519 rounds down to 65504, 65520 up to inf).
 case("f16-literals", ["<5 x f16>"], "<5 x f16>", "%m = min %a: <5 x f16>, 65519: f16",
      "%r = add %m: <5 x f16>, 70000: f16")  # fmt: skip

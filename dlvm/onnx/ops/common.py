@@ -63,12 +63,14 @@ def operands(cx: Lowering, names: Sequence[str], dtype: DataType | None = None) 
 
 
 def cast(cx: Lowering, v: Value, dtype: DataType) -> Value:
+    """v as `dtype`: `dataTypeCast` within a base where it can, else `convert` (docs/ir.md):
+    to an integer truncates toward zero, to bool is != 0."""
     have = tensor(v).dtype
     if have is dtype:
         return v
-    if not have.can_cast_to(dtype):
-        raise LoweringError(f"cannot convert {have} to {dtype}: DLVM IR casts within a base")
-    return cx.emit("dataTypeCast", v, dtype=dtype)
+    if have.can_cast_to(dtype):
+        return cx.emit("dataTypeCast", v, dtype=dtype)
+    return cx.emit("convert", v, dtype=dtype)
 
 
 def broadcast_to(cx: Lowering, v: Value, shape: tuple[int, ...]) -> Value:
