@@ -52,11 +52,6 @@ def test_max_pool_indices(order):
     assert idx[0, 0, 0, 0] == 0 and idx.dtype == np.int64
 
 
-def test_pools_before_opset_7():
-    m = single("MaxPool", {"x": X}, opset=6, kernel_shape=[2, 2])
-    check(m, {"x": X})
-
-
 @pytest.mark.parametrize("mode", ["DCR", "CRD"])
 def test_space_to_depth_and_back(mode):
     x = normal(2, 8, 4, 6)

@@ -129,7 +129,7 @@ def _pooled(cx: Lowering, x: Value, w: Window, comb: str, fill: float) -> Value:
     )
 
 
-@HANDLERS.register(("MaxPool", "AveragePool"), since=1, check=_check)
+@HANDLERS.register(("MaxPool", "AveragePool"), since=7, check=_check)
 def pool(cx: Lowering, node: Node) -> None:
     x = cx.value(node.input(0))
     xs = tensor(x).shape
