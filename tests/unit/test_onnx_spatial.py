@@ -178,3 +178,37 @@ def test_resize_tf_crop_and_resize(mode):
         "Resize", ["x", "roi", "", "sizes"], ["y"], mode=mode, extrapolation_value=7.0, **attrs
     )
     check(model([node], {"x": x}, ["y"], given, opset=19), {"x": x}, rtol=1e-4, atol=1e-5)
+
+
+GRID_SAMPLE = [
+    {"mode": mode, "padding_mode": padding, "align_corners": aligned}
+    for mode in ("nearest", "linear", "cubic")
+    for padding in ("zeros", "border", "reflection")
+    for aligned in (0, 1)
+]
+
+
+@pytest.mark.parametrize("attrs", GRID_SAMPLE)
+def test_grid_sample(attrs):
+    x = normal(2, 3, 4, 5)
+    # Coordinates well past the input, for every padding mode to act; none at a half, where
+    # nearest would round by the float error.
+    grid = np.random.default_rng(1).uniform(-1.7, 1.7, (2, 3, 6, 2)).astype(np.float32)
+    m = single("GridSample", {"x": x, "grid": grid}, opset=20, **attrs)
+    check(m, {"x": x, "grid": grid}, rtol=1e-4, atol=1e-5)
+
+
+def test_grid_sample_3d():
+    x, grid = normal(1, 2, 3, 4, 5), normal(1, 2, 3, 2, 3, seed=1)
+    m = single("GridSample", {"x": x, "grid": grid}, opset=20, mode="linear")
+    check(m, {"x": x, "grid": grid}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("aligned", [0, 1])
+@pytest.mark.parametrize("size", [[2, 3, 4, 5], [2, 3, 2, 4, 3]])
+def test_affine_grid(aligned, size):
+    r = len(size) - 2
+    theta = normal(2, r, r + 1)
+    known = {"size": np.array(size, np.int64)}
+    m = single("AffineGrid", {"theta": theta}, known, opset=20, align_corners=aligned)
+    check(m, {"theta": theta}, rtol=1e-5, atol=1e-6)

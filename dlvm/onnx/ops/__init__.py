@@ -11,6 +11,7 @@ from dlvm.onnx.ops import (
     recurrent,
     reduce,
     resize,
+    sampling,
     shape,
     spatial,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "recurrent",
     "reduce",
     "resize",
+    "sampling",
     "shape",
     "spatial",
 ]
