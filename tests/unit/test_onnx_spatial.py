@@ -12,6 +12,7 @@ pytest.importorskip("onnx")  # an optional extra (telc[onnx]); `make` installs i
 from onnx import helper  # noqa: E402
 from onnxlib import check, model, normal, run, single  # noqa: E402
 
+from dlvm.diagnostics import DiagnosticError  # noqa: E402
 from dlvm.onnx import import_model  # noqa: E402
 
 X = normal(2, 3, 7, 6)
@@ -212,3 +213,37 @@ def test_affine_grid(aligned, size):
     known = {"size": np.array(size, np.int64)}
     m = single("AffineGrid", {"theta": theta}, known, opset=20, align_corners=aligned)
     check(m, {"theta": theta}, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("transform", ["half_pixel", "output_half_pixel"])
+def test_roi_align(mode, transform):
+    x = normal(2, 3, 6, 7)
+    rois = np.array([[0.5, 1, 5, 4.5], [-2, 2, 3, 9], [2, 0.2, 2.4, 0.6]], np.float32)
+    ids = np.array([1, 0, 1], np.int64)
+    attrs = {"mode": mode, "coordinate_transformation_mode": transform}
+    inputs = {"x": x, "rois": rois, "ids": ids}
+    m = single(
+        "RoiAlign",
+        inputs,
+        opset=16,
+        output_height=3,
+        output_width=2,
+        sampling_ratio=2,
+        spatial_scale=0.9,
+        **attrs,
+    )
+    check(m, inputs, rtol=1e-4, atol=1e-5)
+
+
+def test_refused_attributes_are_located_diagnostics():
+    x, rois, ids = normal(1, 1, 4, 4), np.zeros((1, 4), np.float32), np.zeros(1, np.int64)
+    inputs = {"x": x, "rois": rois, "ids": ids}
+    m = single("RoiAlign", inputs, opset=16)  # sampling_ratio 0: adaptive
+    with pytest.raises(DiagnosticError) as e:
+        import_model(m)
+    assert [d.render() for d in e.value.diagnostics] == [
+        "error: <onnx model>: node 'the_roialign' (RoiAlign, opset 16): not supported: "
+        "sampling_ratio=0 (adaptive: the number of samples would depend on each roi's size; "
+        "give a fixed sampling_ratio)"
+    ]
