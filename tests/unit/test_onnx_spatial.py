@@ -9,10 +9,14 @@ import pytest
 
 pytest.importorskip("onnx")  # an optional extra (telc[onnx]); `make` installs it
 
+from irlib import ir_library  # noqa: E402
 from onnx import helper  # noqa: E402
 from onnxlib import check, model, normal, run, single  # noqa: E402
 
+import dlvm  # noqa: E402
 from dlvm.diagnostics import DiagnosticError  # noqa: E402
+from dlvm.interp import run_function  # noqa: E402
+from dlvm.ir import module_text  # noqa: E402
 from dlvm.onnx import import_model  # noqa: E402
 
 X = normal(2, 3, 7, 6)
@@ -247,3 +251,94 @@ def test_refused_attributes_are_located_diagnostics():
         "sampling_ratio=0 (adaptive: the number of samples would depend on each roi's size; "
         "give a fixed sampling_ratio)"
     ]
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {},
+        {"group": 2, "offset_group": 2, "strides": [2, 1], "pads": [1, 0, 1, 1]},
+        {"dilations": [2, 1], "offset_group": 4},
+    ],
+)
+def test_deform_conv(attrs):
+    x = normal(2, 4, 5, 6)
+    groups, offset_groups = attrs.get("group", 1), attrs.get("offset_group", 1)
+    w = normal(6, 4 // groups, 2, 3, seed=1)
+    sh, sw = attrs.get("strides", [1, 1])
+    dh, dw = attrs.get("dilations", [1, 1])
+    top, left, bottom, right = attrs.get("pads", [0, 0, 0, 0])
+    oh = (5 + top + bottom - (dh + 1)) // sh + 1
+    ow = (6 + left + right - (2 * dw + 1)) // sw + 1
+    offset = normal(2, offset_groups * 6 * 2, oh, ow, seed=2) * 1.5
+    mask = np.random.default_rng(3).uniform(0, 1, (2, offset_groups * 6, oh, ow))
+    inputs = {"x": x, "w": w, "offset": offset}
+    known = {"b": normal(6, seed=4), "mask": mask.astype(np.float32)}
+    m = single("DeformConv", inputs, known, opset=19, kernel_shape=[2, 3], **attrs)
+    check(m, inputs, rtol=1e-4, atol=1e-5)
+
+
+def test_the_spatial_operators_compile(tmp_path):
+    """One model of them all, through a compiled library, against the interpreter."""
+    x = normal(2, 4, 6, 6)
+    grid = np.random.default_rng(1).uniform(-1.2, 1.2, (2, 3, 4, 2)).astype(np.float32)
+    rois = np.array([[0.5, 1, 5, 4.5], [2, 0, 6, 3]], np.float32)
+    ids = np.array([1, 0], np.int64)
+    offset = normal(2, 2 * 4 * 2, 5, 5, seed=2)
+    n = helper.make_node
+    nodes = [
+        n("MaxPool", ["x"], ["dilated"], kernel_shape=[2, 2], dilations=[2, 1], pads=[1, 1, 1, 1]),
+        n("MaxPool", ["x"], ["mp", "mi"], kernel_shape=[3, 2], strides=[1, 2]),
+        n("MaxUnpool", ["mp", "mi"], ["unpooled"], kernel_shape=[3, 2], strides=[1, 2]),
+        n("LpPool", ["x"], ["lp"], kernel_shape=[3, 3], strides=[2, 2], p=3),
+        n("AveragePool", ["x"], ["avg"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+        n("Resize", ["x", "", "scales"], ["cubic"], mode="cubic", antialias=1),
+        n("GridSample", ["x", "grid"], ["sampled"], mode="cubic", padding_mode="reflection"),
+        n("RoiAlign", ["x", "rois", "ids"], ["aligned"], sampling_ratio=2, output_height=2),
+        n("DeformConv", ["x", "w", "offset"], ["deformed"], kernel_shape=[2, 2], offset_group=2),
+        n("Pad", ["x", "pads"], ["reflected"], mode="reflect"),
+        n("SpaceToDepth", ["x"], ["depth"], blocksize=2),
+        n("GroupNormalization", ["x", "scale", "bias"], ["normed"], num_groups=2),
+        n("Col2Im", ["cols", "image", "block"], ["image_out"]),
+    ]
+    known = {
+        "scales": np.array([1, 1, 0.5, 0.7], np.float32),
+        "w": normal(3, 4, 2, 2, seed=3),
+        "pads": np.array([0, 0, 2, 1, 0, 0, 1, 3], np.int64),
+        "scale": normal(4, seed=4),
+        "bias": normal(4, seed=5),
+        "image": np.array([4, 5], np.int64),
+        "block": np.array([2, 2], np.int64),
+    }
+    inputs = {
+        "x": x,
+        "grid": grid,
+        "rois": rois,
+        "ids": ids,
+        "offset": offset,
+        "cols": normal(2, 8, 12, seed=6),
+    }
+    outs = [
+        "dilated",
+        "mp",
+        "mi",
+        "unpooled",
+        "lp",
+        "avg",
+        "cubic",
+        "sampled",
+        "aligned",
+        "deformed",
+        "reflected",
+        "depth",
+        "normed",
+        "image_out",
+    ]
+    imp = import_model(model(nodes, inputs, outs, known, opset=22), name="spatial")
+    lib = dlvm.load(ir_library(module_text(imp.module), "spatial", tmp_path))
+    args = [inputs[name] for name, _ in imp.inputs] + [p.value for p in imp.params]
+    got = lib.spatial(*args)
+    want = run_function(imp.module, "spatial", args)
+    assert len(got) == len(want) == len(outs)
+    for g, w, name in zip(got, want, outs):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5, err_msg=name)

@@ -3,6 +3,7 @@
 
 from dlvm.onnx.ops import (
     conv,
+    deform_conv,
     dropout,
     elementwise,
     linear,
@@ -22,6 +23,7 @@ __all__ = [
     "HANDLERS",
     "Handler",
     "conv",
+    "deform_conv",
     "dropout",
     "elementwise",
     "linear",

@@ -14,10 +14,7 @@ from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.graph import Facts, Node
 from dlvm.onnx.ops.common import cast, reduce, reshape, tensor
 from dlvm.onnx.ops.registry import HANDLERS
-
-
-def _emitter(cx: Lowering):
-    return lambda name, *vs, **attrs: cx.emit(name, *vs, **attrs)
+from dlvm.onnx.ops.sampling import emitter, numpy_type
 
 
 def _check(node: Node, facts: Facts) -> list[str]:
@@ -74,7 +71,7 @@ def roi_align(cx: Lowering, node: Node) -> None:
     index = cx.emit("add", cx.emit("multiply", ypos, cx.scalar(w, DataType.I64)), xpos)
     index = cx.emit("add", index, batch)
     table = reshape(
-        cx, permute(_emitter(cx), reshape(cx, x, (n, c, h * w)), (0, 2, 1)), (n * h * w, c)
+        cx, permute(emitter(cx), reshape(cx, x, (n, c, h * w)), (0, 2, 1)), (n * h * w, c)
     )
     picked = cx.emit("gather", table, index, axis=0)  # [R, out_h, ratio, 2, out_w, ratio, 2, C]
     values = cx.emit("multiply", picked, reshape(cx, weight, tensor(weight).shape + (1,)))
@@ -84,7 +81,7 @@ def roi_align(cx: Lowering, node: Node) -> None:
         y = cx.emit("divide", y, cx.scalar(ratio * ratio, dt))
     else:  # the max over the samples of the max of the four weighted neighbours (ONNX's)
         y = reduce(cx, values, "max", (2, 3, 5, 6), keep=False)
-    cx.define(node.out(0), permute(_emitter(cx), y, (0, 3, 1, 2)))
+    cx.define(node.out(0), permute(emitter(cx), y, (0, 3, 1, 2)))
 
 
 def _spread(v: Value, count: int, which: int) -> tuple[int, ...]:
@@ -109,7 +106,7 @@ def _axis(
         size = cx.emit("max", size, cx.scalar(1, dt))
     step = cx.emit("divide", size, cx.scalar(bins, dt))
     frac = (np.arange(bins)[:, None] + (np.arange(ratio)[None, :] + 0.5) / ratio).astype(np.float64)
-    lit = cx.literal(frac.astype(_numpy(dt)).reshape(1, bins, ratio))
+    lit = cx.literal(frac.astype(numpy_type(dt)).reshape(1, bins, ratio))
     at = cx.emit(
         "add",
         reshape(cx, start, (count, 1, 1)),
@@ -125,14 +122,12 @@ def _axis(
     frac_v = reshape(cx, cx.emit("subtract", clamped, low), (count, bins, ratio, 1))
     weights = cx.emit(
         "add",
-        cx.emit("multiply", frac_v, cx.literal(np.array([-1, 1], _numpy(dt)).reshape(1, 1, 1, 2))),
-        cx.literal(np.array([1, 0], _numpy(dt)).reshape(1, 1, 1, 2)),
+        cx.emit(
+            "multiply", frac_v, cx.literal(np.array([-1, 1], numpy_type(dt)).reshape(1, 1, 1, 2))
+        ),
+        cx.literal(np.array([1, 0], numpy_type(dt)).reshape(1, 1, 1, 2)),
     )
     low_i = reshape(cx, cx.emit("convert", low, dtype=DataType.I64), (count, bins, ratio, 1))
     pos = cx.emit("add", low_i, cx.literal(np.array([0, 1], np.int64).reshape(1, 1, 1, 2)))
     pos = cx.emit("min", pos, cx.scalar(d - 1, DataType.I64))
     return (pos, weights), valid
-
-
-def _numpy(dt: DataType) -> type:
-    return {16: np.float16, 32: np.float32, 64: np.float64}[dt.bits]

@@ -26,7 +26,8 @@ OFFSETS = {"nearest": (0,), "linear": (0, 1), "cubic": (-1, 0, 1, 2)}
 CUBIC_A = -0.75  # Keys' coefficient, as GridSample fixes it
 
 
-def _emitter(cx: Lowering):
+def emitter(cx: Lowering):
+    """cx's emit in the form dlvm.ir.compose takes."""
     return lambda name, *vs, **attrs: cx.emit(name, *vs, **attrs)
 
 
@@ -62,28 +63,31 @@ def grid_sample(cx: Lowering, node: Node) -> None:
     for i, d in enumerate(spatial):
         g = cx.emit("gather", grid, cx.scalar(r - 1 - i, DataType.I64), axis=len(gs) - 1)
         at = _bounded(cx, _denormalised(cx, g, d, aligned), d, mode, padding, aligned)
-        pos, w = _taps(cx, at, d, mode, padding, aligned)
+        pos, w = taps(cx, at, d, mode, padding, aligned)
         stride = math.prod(spatial[i + 1 :])
         ids = cx.emit("convert", pos, dtype=DataType.I64)
         ids = cx.emit("multiply", ids, cx.scalar(stride, DataType.I64))
-        index, weight = _outer(cx, index, ids, "add"), _outer(cx, weight, w, "multiply")
+        index, weight = outer(cx, index, ids, "add"), outer(cx, weight, w, "multiply")
     assert index is not None and weight is not None
-    taps = tensor(index).shape[len(out) :]
-    count = math.prod(taps)
+    tap_shape = tensor(index).shape[len(out) :]
+    count = math.prod(tap_shape)
     # Each sample's rows: its batch's block of the input.
     rows_per = math.prod(spatial)
-    batch = np.arange(xs[0], dtype=np.int64).reshape((xs[0],) + (1,) * (len(out) - 1 + len(taps)))
+    batch = np.arange(xs[0], dtype=np.int64).reshape(
+        (xs[0],) + (1,) * (len(out) - 1 + len(tap_shape))
+    )
     ids = reshape(cx, cx.emit("add", index, cx.literal(batch * rows_per)), out + (count,))
     table = reshape(cx, x, (xs[0], xs[1], rows_per))
-    table = reshape(cx, permute(_emitter(cx), table, (0, 2, 1)), (xs[0] * rows_per, xs[1]))
+    table = reshape(cx, permute(emitter(cx), table, (0, 2, 1)), (xs[0] * rows_per, xs[1]))
     picked = cx.emit("gather", table, ids, axis=0)  # [N, out…, taps, C]
     w = reshape(cx, weight, out + (count, 1))
     y = reduce(cx, cx.emit("multiply", picked, w), "add", (len(out),), keep=False)
     rank = len(out) + 1
-    cx.define(node.out(0), permute(_emitter(cx), y, (0, rank - 1, *range(1, rank - 1))))
+    cx.define(node.out(0), permute(emitter(cx), y, (0, rank - 1, *range(1, rank - 1))))
 
 
-def _numpy(dt: DataType) -> type:
+def numpy_type(dt: DataType) -> type:
+    """The NumPy type of a float data type, for literals of weights and coordinates."""
     return {16: np.float16, 32: np.float32, 64: np.float64}[dt.bits]
 
 
@@ -159,7 +163,7 @@ def _reflected(cx: Lowering, at: Value, lo: float, hi: float) -> Value:
     return cx.emit("select", below, at_or_above, cx.emit("lessThan", at, cx.scalar(lo, dt)))
 
 
-def _taps(
+def taps(
     cx: Lowering, at: Value, d: int, mode: str, padding: str, aligned: bool
 ) -> tuple[Value, Value]:
     """[…, k] positions along the axis (floats holding integers, inside it) and weights:
@@ -170,7 +174,7 @@ def _taps(
     offsets = OFFSETS[mode]
     k = len(offsets)
     spread = t.shape + (1,)
-    lit: np.ndarray = np.array(offsets, _numpy(dt)).reshape((1,) * len(t.shape) + (k,))
+    lit: np.ndarray = np.array(offsets, numpy_type(dt)).reshape((1,) * len(t.shape) + (k,))
     if mode == "nearest":
         base = _truncated(cx, at)
         weights: Value = cx.splat(1, TensorType(t.shape + (1,), dt))
@@ -234,7 +238,7 @@ def _kernel(cx: Lowering, mode: str, distance: Value) -> Value:
     return cx.emit("select", near, far, cx.emit("lessThanOrEqual", x, s(1)))
 
 
-def _outer(cx: Lowering, acc: Value | None, v: Value, comb: str) -> Value:
+def outer(cx: Lowering, acc: Value | None, v: Value, comb: str) -> Value:
     """acc [q…, k₁…] combined with v [q…, k] into [q…, k₁…, k]: every pair of taps."""
     if acc is None:
         return v
@@ -267,7 +271,7 @@ def affine_grid(cx: Lowering, node: Node) -> None:
     points = math.prod(spatial)
     # [points, r+1]: x (innermost) first, then y (and z), then 1.
     base = np.stack([m.ravel() for m in reversed(mesh)] + [np.ones(points)], axis=1)
-    base_lit = cx.literal(base.astype(_numpy(dt)).reshape(1, points, 1, r + 1))
+    base_lit = cx.literal(base.astype(numpy_type(dt)).reshape(1, points, 1, r + 1))
     product = cx.emit("multiply", base_lit, reshape(cx, theta, (ts[0], 1, r, r + 1)))
     grid = reduce(cx, product, "add", (3,), keep=False)
     cx.define(node.out(0), reshape(cx, grid, (ts[0], *spatial, r)))
