@@ -127,11 +127,26 @@ def _identity(comb: str, dtype: DataType) -> int | float | bool:
     return -half if comb == "max" else half - 1
 
 
+class NeedsValue(str):
+    """A reason that a node needs the value of `tensor` at import: the importer tells which
+    graph inputs a model needs fixed (dlvm/onnx/fixed.py) from these."""
+
+    tensor: str
+
+    def __new__(cls, text: str, tensor: str) -> NeedsValue:
+        reason = super().__new__(cls, text)
+        reason.tensor = tensor
+        return reason
+
+
 def require_constant(node: Node, facts: Facts, *slots: int) -> list[str]:
     """A reason for each given input (when present) whose value is not known at import."""
     return [
-        f"input {i} ('{node.input(i)}') must be known at import time (a constant or an "
-        "initializer), not computed by the graph"
+        NeedsValue(
+            f"input {i} ('{node.input(i)}') must be known at import time (a constant or an "
+            "initializer), not computed by the graph",
+            node.input(i),
+        )
         for i in slots
         if node.input(i) and not facts.is_constant(node.input(i))
     ]
