@@ -486,9 +486,7 @@ ELEMENTWISE = sorted(name for name, op in OPS.items() if op.elementwise)
 
 
 def test_the_elementwise_instructions_are_the_elementwise_families():
-    from dlvm.ir.ops import BINARY, COMPARE, UNARY_FLOAT, UNARY_NUMERIC
-
-    from dlvm.ir.ops import LOGIC, SHIFTS
+    from dlvm.ir.ops import BINARY, COMPARE, LOGIC, SHIFTS, UNARY_FLOAT, UNARY_NUMERIC
 
     families = [*UNARY_FLOAT, *UNARY_NUMERIC, *BINARY, *COMPARE, *LOGIC, "not", *SHIFTS, "select"]
     assert sorted(families) == ELEMENTWISE
