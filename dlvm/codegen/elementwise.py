@@ -62,6 +62,8 @@ def binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: DataType) -> 
             return b.and_(x, y)
         if op in ("or", "max", "add"):
             return b.or_(x, y)
+        if op == "xor":
+            return b.xor(x, y)
         raise CodegenError(f"'{op}' of bool values")
     if dt.is_float:
         table = {"add": b.fadd, "subtract": b.fsub, "multiply": b.fmul, "divide": b.fdiv}
@@ -87,7 +89,26 @@ def binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: DataType) -> 
         return _int_division(b, op, x, y)
     if op == "power":
         return _int_power(b, x, y)
+    if op in _BITWISE:
+        return getattr(b, _BITWISE[op])(x, y)
+    if op in ("shiftLeft", "shiftRight"):
+        return _shift(b, op, x, y)
     raise CodegenError(f"'{op}' of integer values")
+
+
+_BITWISE = {"and": "and_", "or": "or_", "xor": "xor"}
+
+
+def _shift(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    """The interpreter's shifts: an amount outside [0, bits), which LLVM leaves undefined
+    (poison), gives 0 to the left and bits - 1 to the right (the sign)."""
+    bits = ir.Constant(x.type, x.type.width)
+    inside = b.icmp_unsigned("<", y, bits)  # a negative amount is a large unsigned one
+    if op == "shiftLeft":
+        return b.select(
+            inside, b.shl(x, b.select(inside, y, ir.Constant(x.type, 0))), ir.Constant(x.type, 0)
+        )
+    return b.ashr(x, b.select(inside, y, ir.Constant(x.type, x.type.width - 1)))
 
 
 def _int_division(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:

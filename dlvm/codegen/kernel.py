@@ -730,7 +730,7 @@ class KernelGen:
         fam = v.op.family
         t = tensor_type(v)
         operands: list[ir.Value] = []
-        if fam in ("unary", "binary", "boolean", "compare"):
+        if fam in ("unary", "binary", "boolean", "shift", "compare"):
             for o in v.operands:
                 operands.append((yield o, self.broadcast(idx, t, o)))
             if fam == "compare":

@@ -107,6 +107,27 @@ def _power(a: Array, b: Array) -> Array:
     return np.power(a, b)
 
 
+def _shift_amounts(a: Array, b: Array) -> tuple[Array, Array]:
+    """Whether each amount is in [0, bits), and the amounts with the others made 0."""
+    bits = np.asarray(a).dtype.itemsize * 8
+    inside = (b >= 0) & (b < bits)
+    return inside, np.where(inside, b, 0).astype(np.asarray(a).dtype)
+
+
+def _shift_left(a: Array, b: Array) -> Array:
+    """a << b, wrapping; an amount outside [0, bits) gives 0."""
+    inside, amount = _shift_amounts(a, b)
+    return np.where(inside, np.left_shift(a, amount), 0)
+
+
+def _shift_right(a: Array, b: Array) -> Array:
+    """a >> b with the sign copied in; an amount outside [0, bits) shifts by bits - 1 (-1 for a
+    negative a, 0 otherwise)."""
+    inside, amount = _shift_amounts(a, b)
+    bits = np.asarray(a).dtype.itemsize * 8
+    return np.right_shift(a, np.where(inside, amount, bits - 1).astype(amount.dtype))
+
+
 BINARY: dict[str, Callable[[Array, Array], Array]] = {
     "add": np.add,
     "subtract": np.subtract,
@@ -118,8 +139,11 @@ BINARY: dict[str, Callable[[Array, Array], Array]] = {
     "power": _power,
     "min": np.minimum,  # NaN-propagating
     "max": np.maximum,
-    "and": np.logical_and,
-    "or": np.logical_or,
+    "and": np.bitwise_and,  # logical on bools
+    "or": np.bitwise_or,
+    "xor": np.bitwise_xor,
+    "shiftLeft": _shift_left,
+    "shiftRight": _shift_right,
 }
 
 COMPARE: dict[str, Callable[[Array, Array], Array]] = {
@@ -153,7 +177,7 @@ del _name, _unary, _binary
 
 @impl("not")
 def _not(frame, inst, args):
-    return np.asarray(np.logical_not(args[0]))  # a scalar stays a 0-d tensor, not np.bool_
+    return np.asarray(np.invert(args[0]))  # logical on bools; a scalar stays a 0-d tensor
 
 
 @impl("select")

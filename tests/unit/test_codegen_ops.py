@@ -62,6 +62,29 @@ case(
     "%e = and %c: <13 x bool>, %d: <13 x bool>",
     "%r = not %e: <13 x bool>",
 )
+# Bitwise logic and shifts on integers: amounts past the width and negative ones (i8 inputs
+# are in [-20, 20)) are defined, 0 to the left and the sign to the right.
+case(
+    "bitwise-i8",
+    ["<5 x 9 x i8>", "<5 x 9 x i8>"],
+    "<5 x 9 x i8>",
+    "%l = shiftLeft %a: <5 x 9 x i8>, %b: <5 x 9 x i8>",
+    "%s = shiftRight %a: <5 x 9 x i8>, %b: <5 x 9 x i8>",
+    "%x = xor %l: <5 x 9 x i8>, %s: <5 x 9 x i8>",
+    "%o = or %x: <5 x 9 x i8>, %b: <5 x 9 x i8>",
+    "%n = not %o: <5 x 9 x i8>",
+    "%r = and %n: <5 x 9 x i8>, %a: <5 x 9 x i8>",
+)
+case(
+    "bitwise-i64-bool-xor",
+    ["<4 x 7 x i64>", "<4 x 7 x i64>"],
+    "<4 x 7 x bool>",
+    "%l = shiftLeft %a: <4 x 7 x i64>, 60: i64",
+    "%s = shiftRight %b: <4 x 7 x i64>, 1: i64",
+    "%p = lessThan %l: <4 x 7 x i64>, %s: <4 x 7 x i64>",
+    "%q = greaterThan %a: <4 x 7 x i64>, 0: i64",
+    "%r = xor %p: <4 x 7 x bool>, %q: <4 x 7 x bool>",
+)
 case(
     "casts",
     ["<7 x f32>"],
