@@ -2,9 +2,10 @@
 concatenated around the input, -inf for max, zeros otherwise, then `reduceWindow`), and the
 global poolings as reductions over the spatial axes.
 
-`reduceWindow` has no dilation: a dilated window, and MaxPool's Indices output, gather the
-window's taps instead (one `gather` per spatial axis of known ids [outputs, taps], which adds
-the taps as an axis after each output axis) and reduce over the tap axes."""
+`reduceWindow` has no dilation: a dilated window gathers its taps instead, one spatial axis at
+a time (a `gather` of known ids [outputs, taps], which adds the taps as an axis after the
+outputs, reduced away). MaxPool's Indices output gathers every tap of every axis at once and
+finds the first maximum among them."""
 
 from __future__ import annotations
 
@@ -117,7 +118,11 @@ def _pooled(cx: Lowering, x: Value, w: Window, comb: str, fill: float) -> Value:
     """comb (max or add) over each window of x padded with fill."""
     padded = _padded(cx, x, w.pads, fill)
     if any(d != 1 for d in w.dilations):
-        return reduce(cx, _gathered(cx, padded, w), comb, _tap_dims(w), keep=False)
+        # max and add are separable: one axis at a time, its taps gathered and reduced away.
+        for i in range(len(w.kernel)):
+            taps = cx.emit("gather", padded, cx.literal(w.taps(i)), axis=2 + i)
+            padded = reduce(cx, taps, comb, (3 + i,), keep=False)
+        return padded
     return cx.emit(
         "reduceWindow",
         padded,
