@@ -22,7 +22,7 @@ from dlvm.codegen.conv_folded import ConvFolded
 from dlvm.codegen.conv_gemm import ConvGemm
 from dlvm.codegen.conv_kernel_grad import KernelGradient
 from dlvm.codegen.conv_long_sums import LongSums
-from dlvm.codegen.elementwise import binary, cast, compare, unary
+from dlvm.codegen.elementwise import binary, cast, compare, convert, unary
 from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.gather import (
     copies_rows,
@@ -730,7 +730,7 @@ class KernelGen:
         fam = v.op.family
         t = tensor_type(v)
         operands: list[ir.Value] = []
-        if fam in ("unary", "binary", "boolean", "compare"):
+        if fam in ("unary", "binary", "boolean", "shift", "compare"):
             for o in v.operands:
                 operands.append((yield o, self.broadcast(idx, t, o)))
             if fam == "compare":
@@ -748,6 +748,9 @@ class KernelGen:
         if op == "dataTypeCast":
             src = v.operands[0]
             return cast(b, (yield src, idx), tensor_type(src).dtype, t.dtype)
+        if op == "convert":
+            src = v.operands[0]
+            return convert(b, (yield src, idx), tensor_type(src).dtype, t.dtype)
         if op == "bitCast":
             return (yield from self.bit_cast(v, idx))
         if op == "literal":

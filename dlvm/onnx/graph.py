@@ -82,12 +82,14 @@ def _text(value: Any) -> Any:
 class Facts:
     """What is known before lowering: each tensor's inferred static shape and element type
     (where inference found them), the constants (Constant nodes, folded nodes, initializers that
-    are not floats), and every initializer's value."""
+    are not floats, fixed inputs), every initializer's value, and the graph inputs the function
+    takes (those neither initializers nor fixed)."""
 
     shapes: dict[str, tuple[int, ...]]
     elem_types: dict[str, int]
     constants: dict[str, np.ndarray]
     initializers: dict[str, np.ndarray]
+    inputs: frozenset[str] = frozenset()
 
     @staticmethod
     def of(graph: Any) -> Facts:
@@ -106,7 +108,8 @@ class Facts:
             shapes[name] = value.shape
         elem_types.update({t.name: t.data_type for t in graph.initializer})
         constants = {n: v for n, v in initializers.items() if v.dtype.kind not in "fc"}
-        return Facts(shapes, elem_types, constants, initializers)
+        inputs = frozenset(v.name for v in graph.input if v.name not in initializers)
+        return Facts(shapes, elem_types, constants, initializers, inputs)
 
     def is_constant(self, name: str) -> bool:
         """Whether a tensor's value is known at import time: a constant or an initializer."""

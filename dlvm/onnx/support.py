@@ -1,7 +1,9 @@
 """What cannot be imported, found before anything is lowered (docs/onnx.md, "Unsupported
 nodes"): every node of another domain, of an op type without a handler, of an opset outside its
 handler's range, with an attribute or input its handler refuses, or with a tensor of an element
-type DLVM IR lacks, each a diagnostic naming the node, its op type, opset and the reason."""
+type DLVM IR lacks, each a diagnostic naming the node, its op type, opset and the reason. An
+input a node needs known at import that is a graph input is one the caller can fix
+(docs/onnx.md, "Fixed inputs"): its diagnostic says how."""
 
 from __future__ import annotations
 
@@ -9,14 +11,29 @@ from dlvm.diagnostics import Diagnostic
 from dlvm.onnx.dtypes import ir_type_of, onnx_type_name
 from dlvm.onnx.graph import Facts, Node
 from dlvm.onnx.ops import HANDLERS, opset_text
+from dlvm.onnx.ops.common import NeedsValue
+from dlvm.onnx.reader import help_line
 
 
-def unsupported(nodes: list[Node], facts: Facts) -> list[Diagnostic]:
-    """One diagnostic per reason, nodes in graph order."""
+def unsupported(nodes: list[Node], facts: Facts) -> tuple[list[Diagnostic], list[str]]:
+    """One diagnostic per reason, nodes in graph order, and the graph inputs whose values some
+    node needs at import, in the order first needed (fixing them removes those reasons)."""
     diags = []
+    needed: list[str] = []
     for node in nodes:
-        diags += [Diagnostic(f"{node.describe()}: {why}") for why in reasons(node, facts)]
-    return diags
+        for why in reasons(node, facts):
+            tensor = why.tensor if isinstance(why, NeedsValue) else None
+            if tensor is None or tensor not in facts.inputs:
+                diags.append(Diagnostic(f"{node.describe()}: {why}"))
+                continue
+            if tensor not in needed:
+                needed.append(tensor)
+            fix = help_line(
+                f"'{tensor}' is a graph input: fix its value at build time with "
+                f"`--value {tensor}=…` (telc) or `values={{'{tensor}': …}}` (import_model)"
+            )
+            diags.append(Diagnostic(f"{node.describe()}: {why}", notes=(fix,)))
+    return diags, needed
 
 
 def reasons(node: Node, facts: Facts) -> list[str]:
@@ -39,4 +56,9 @@ def reasons(node: Node, facts: Facts) -> list[str]:
                 f"tensor '{name}' has element type {onnx_type_name(elem)}, which DLVM IR does "
                 "not have"
             )
-    return [f"not supported: {why}" for why in found]
+    return [_not_supported(why) for why in found]
+
+
+def _not_supported(why: str) -> str:
+    text = f"not supported: {why}"
+    return NeedsValue(text, why.tensor) if isinstance(why, NeedsValue) else text

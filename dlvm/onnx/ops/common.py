@@ -63,12 +63,14 @@ def operands(cx: Lowering, names: Sequence[str], dtype: DataType | None = None) 
 
 
 def cast(cx: Lowering, v: Value, dtype: DataType) -> Value:
+    """v as `dtype`: `dataTypeCast` within a base where it can, else `convert` (docs/ir.md):
+    to an integer truncates toward zero, to bool is != 0."""
     have = tensor(v).dtype
     if have is dtype:
         return v
-    if not have.can_cast_to(dtype):
-        raise LoweringError(f"cannot convert {have} to {dtype}: DLVM IR casts within a base")
-    return cx.emit("dataTypeCast", v, dtype=dtype)
+    if have.can_cast_to(dtype):
+        return cx.emit("dataTypeCast", v, dtype=dtype)
+    return cx.emit("convert", v, dtype=dtype)
 
 
 def in_f32(cx: Lowering, values: Sequence[Value], f: Callable[..., Value]) -> Value:
@@ -136,11 +138,26 @@ def identity(comb: str, dtype: DataType) -> int | float | bool:
     return -half if comb == "max" else half - 1
 
 
+class NeedsValue(str):
+    """A reason that a node needs the value of `tensor` at import: the importer tells which
+    graph inputs a model needs fixed (dlvm/onnx/fixed.py) from these."""
+
+    tensor: str
+
+    def __new__(cls, text: str, tensor: str) -> NeedsValue:
+        reason = super().__new__(cls, text)
+        reason.tensor = tensor
+        return reason
+
+
 def require_constant(node: Node, facts: Facts, *slots: int) -> list[str]:
     """A reason for each given input (when present) whose value is not known at import."""
     return [
-        f"input {i} ('{node.input(i)}') must be known at import time (a constant or an "
-        "initializer), not computed by the graph"
+        NeedsValue(
+            f"input {i} ('{node.input(i)}') must be known at import time (a constant or an "
+            "initializer), not computed by the graph",
+            node.input(i),
+        )
         for i in slots
         if node.input(i) and not facts.is_constant(node.input(i))
     ]
