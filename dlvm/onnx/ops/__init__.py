@@ -2,6 +2,7 @@
 (ops/registry.py) when imported here."""
 
 from dlvm.onnx.ops import (
+    attention,
     conv,
     dropout,
     elementwise,
@@ -16,6 +17,7 @@ from dlvm.onnx.ops import (
 from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
 
 __all__ = [
+    "attention",
     "HANDLERS",
     "Handler",
     "conv",
