@@ -16,6 +16,7 @@ from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.dtypes import NUMPY_TYPES, ir_type_of, onnx_type_name
 from dlvm.onnx.graph import Facts, Node
 from dlvm.onnx.ops.common import cast, reduce, reshape, tensor, to_rank
+from dlvm.onnx.ops.linear import dot
 from dlvm.onnx.ops.registry import HANDLERS
 from dlvm.onnx.ops.shape import emitter
 
@@ -90,7 +91,7 @@ def attention(cx: Lowering, node: Node) -> None:
     qs = cx.emit("multiply", q, cx.scalar(float(root), dt))
     ks = cx.emit("multiply", k, cx.scalar(float(root), dt))
     kt = permute(emitter(cx), ks, (0, 1, 3, 2))
-    scores = reshape(cx, _product(cx, reshape(cx, qs, groups + (size,)), kt), scores_shape)
+    scores = reshape(cx, dot(cx, reshape(cx, qs, groups + (size,)), kt), scores_shape)
     cap = node.attr("softcap", 0.0)
     if cap > 0:
         capped = cx.emit("tanh", cx.emit("divide", scores, cx.scalar(cap, dt)))
@@ -115,7 +116,7 @@ def attention(cx: Lowering, node: Node) -> None:
         scores_out = probs
     cx.define(node.out(QK), scores_out)
 
-    y = _product(cx, reshape(cx, probs, groups + (cols,)), v)
+    y = dot(cx, reshape(cx, probs, groups + (cols,)), v)
     y = reshape(cx, y, (batch, heads, rows, tensor(v).shape[3]))
     if three_d:
         y = permute(emitter(cx), y, (0, 2, 1, 3))
@@ -131,26 +132,9 @@ def _split_heads(cx: Lowering, x: Value, heads: int) -> Value:
     return permute(emitter(cx), reshape(cx, x, (batch, seq, heads, hidden // heads)), (0, 2, 1, 3))
 
 
-def _product(cx: Lowering, a: Value, b: Value) -> Value:
-    """a · b; of float16 matrices, summed in float32 and rounded once, as NumPy's matmul (the
-    reference's) sums them."""
-    if tensor(a).dtype is not DataType.F16:
-        return cx.emit("dot", a, b)
-    wide = cx.emit("dot", cast(cx, a, DataType.F32), cast(cx, b, DataType.F32))
-    return cast(cx, wide, DataType.F16)
-
-
-def _total(cx: Lowering, x: Value) -> Value:
-    """The sum along the last axis, kept; of float16, in float32 as NumPy's sum (the
-    reference's) accumulates it."""
-    if tensor(x).dtype is not DataType.F16:
-        return reduce(cx, x, "add", (3,), keep=True)
-    return cast(cx, reduce(cx, cast(cx, x, DataType.F32), "add", (3,), keep=True), DataType.F16)
-
-
 def _plain_softmax(cx: Lowering, x: Value) -> Value:
     e = cx.emit("exp", cx.emit("subtract", x, reduce(cx, x, "max", (3,), keep=True)))
-    return cx.emit("divide", e, _total(cx, e))
+    return cx.emit("divide", e, reduce(cx, e, "add", (3,), keep=True))
 
 
 def _softmax(cx: Lowering, x: Value) -> Value:
@@ -161,7 +145,7 @@ def _softmax(cx: Lowering, x: Value) -> Value:
     zero, one = cx.scalar(0, dt), cx.scalar(1, dt)
     none = cx.emit("equal", top, cx.scalar(-math.inf, dt))
     e = cx.emit("exp", cx.emit("subtract", x, cx.emit("select", zero, top, none)))
-    total = _total(cx, e)
+    total = reduce(cx, e, "add", (3,), keep=True)
     total = cx.emit("select", one, total, cx.emit("equal", total, zero))
     return cx.emit("divide", e, total)
 
