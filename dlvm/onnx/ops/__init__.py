@@ -13,6 +13,7 @@ from dlvm.onnx.ops import (
     reduce,
     resize,
     shape,
+    stateful,
     transformer,
 )
 from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
@@ -32,5 +33,6 @@ __all__ = [
     "reduce",
     "resize",
     "shape",
+    "stateful",
     "transformer",
 ]
