@@ -195,7 +195,7 @@ def _bias(
     if allowed is not None:
         bias = cx.emit("select", cx.scalar(0, dt), cx.scalar(-math.inf, dt), allowed)
     elif not allowed_known.all():
-        fill = np.where(allowed_known, 0, -np.inf).astype(NUMPY_TYPES[dt])
+        fill: np.ndarray = np.where(allowed_known, 0, -np.inf).astype(NUMPY_TYPES[dt])
         bias = reshape(cx, cx.literal(fill), (1, 1, rows, cols))
         if mask is None:  # known: so are the rows it masks
             rows_masked = ~allowed_known.any(axis=1)
