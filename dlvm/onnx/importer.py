@@ -60,6 +60,7 @@ def import_model(
     model, complaint = infer_shapes(onnx, model, label)
     graph = model.graph
     facts = Facts.of(graph)
+    facts.opsets = opsets
     nodes = [Node.of(p, i, opsets, label) for i, p in enumerate(graph.node)]
     left, diags = fold_graph(model, nodes, facts, opsets)
     diags += unsupported(left, facts)
@@ -77,7 +78,7 @@ def import_model(
     for i, arg in zip(inputs, arguments):
         cx.values[i.name] = arg
     for node in left:
-        handler = HANDLERS.find(node.op_type, node.opset)
+        handler = HANDLERS.find(node.qualified_op, node.opset)
         assert handler is not None  # unsupported() found none missing
         try:
             handler.lower(cx, node)

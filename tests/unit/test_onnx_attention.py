@@ -239,3 +239,82 @@ def test_a_kernel_of_one_is_refused_for_its_empty_state():
         "error: <onnx model>: node 'conv' (CausalConvWithState, opset 27): not supported: a "
         "kernel of length 1, whose present_state is empty (DLVM IR has none)"
     ]
+
+
+PREVIEW = [helper.make_opsetid("", 26), helper.make_opsetid("ai.onnx.preview", 1)]
+
+
+def flex(inputs: dict[str, np.ndarray], **attrs):
+    """A model of one FlexAttention node (the ai.onnx.preview domain) at opset 26."""
+    node = N(
+        "FlexAttention", ["Q", "K", "V"], ["Y"], name="flex", domain="ai.onnx.preview", **attrs
+    )
+    elem = helper.np_dtype_to_tensor_dtype(inputs["Q"].dtype)
+    (b, h, rows, _), dv = inputs["Q"].shape, inputs["V"].shape[3]
+    graph = helper.make_graph(
+        [node],
+        "flex",
+        [helper.make_tensor_value_info(n, elem, v.shape) for n, v in inputs.items()],
+        [helper.make_tensor_value_info("Y", elem, (b, h, rows, dv))],
+    )
+    return helper.make_model(graph, opset_imports=PREVIEW)
+
+
+def test_flex_attention_with_a_causal_score_mod_graph(tmp_path):
+    """score_mod: scores where the query's index ≥ the key's, −∞ elsewhere, the mask computed
+    from Shape and Range of the scores, which fold at import."""
+    consts = {
+        "zero": np.array(0, np.int64),
+        "one": np.array(1, np.int64),
+        "two": np.array(2, np.int64),
+        "three": np.array(3, np.int64),
+        "rows": np.array([1, 1, -1, 1], np.int64),
+        "cols": np.array([1, 1, 1, -1], np.int64),
+        "ninf": np.array(-np.inf, np.float32),
+    }
+    body = [
+        N("Shape", ["s"], ["shape"]),
+        N("Gather", ["shape", "two"], ["L"], axis=0),
+        N("Gather", ["shape", "three"], ["S"], axis=0),
+        N("Range", ["zero", "L", "one"], ["i"]),
+        N("Reshape", ["i", "rows"], ["i4"]),
+        N("Range", ["zero", "S", "one"], ["j"]),
+        N("Reshape", ["j", "cols"], ["j4"]),
+        N("GreaterOrEqual", ["i4", "j4"], ["keep"]),
+        N("Where", ["keep", "s", "ninf"], ["out"]),
+    ]
+    score_mod = helper.make_graph(
+        body,
+        "causal",
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [
+            helper.make_tensor(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape, v.ravel())
+            for n, v in consts.items()
+        ],
+    )
+    inputs = qkv(sq=4, skv=4)
+    m = flex(inputs, score_mod=score_mod, scale=0.2)
+    check(m, inputs)
+    compiled_matches(m, inputs, tmp_path)
+
+
+def test_flex_attention_float16_sums_in_float32():
+    inputs = qkv(hq=4, hk=1, dtype=np.float16)
+    check(flex(inputs), inputs, rtol=1e-3, atol=1e-3)
+
+
+def test_flex_attention_refuses_a_graph_with_an_unsupported_node():
+    prob_mod = helper.make_graph(
+        [N("Det", ["p"], ["out"])],
+        "det",
+        [helper.make_tensor_value_info("p", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+    )
+    m = flex(qkv(), prob_mod=prob_mod)
+    with pytest.raises(DiagnosticError) as e:
+        import_model(m)
+    assert messages(e) == [
+        "error: <onnx model>: node 'flex' (ai.onnx.preview.FlexAttention, opset 1): not "
+        "supported: prob_mod: node #0 (output 'out') (Det, opset 26): Det is not supported there"
+    ]

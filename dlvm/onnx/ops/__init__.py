@@ -19,9 +19,9 @@ from dlvm.onnx.ops import (
 from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
 
 __all__ = [
-    "attention",
     "HANDLERS",
     "Handler",
+    "attention",
     "conv",
     "dropout",
     "elementwise",

@@ -15,6 +15,7 @@ from dlvm.ir.values import Value
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.dtypes import NUMPY_TYPES, ir_type_of, onnx_type_name
 from dlvm.onnx.graph import Facts, Node
+from dlvm.onnx.ops import subgraph
 from dlvm.onnx.ops.common import cast, reduce, reshape, tensor, to_rank
 from dlvm.onnx.ops.linear import dot
 from dlvm.onnx.ops.registry import HANDLERS
@@ -227,3 +228,78 @@ def _mask(cx: Lowering, mask: Value, dt: DataType, cols: int) -> Value:
         pad = cx.splat(-math.inf, TensorType(t.shape[:-1] + (cols - have,), dt))
         mask = cx.emit("concatenate", mask, pad, axis=len(t.shape) - 1)
     return to_rank(cx, mask, 4)
+
+
+def _flex_types(node: Node, dt: DataType) -> DataType:
+    """The type of FlexAttention's softmax: softmax_precision, else float32 for float16
+    inputs, else the inputs'."""
+    precision = node.attr("softmax_precision")
+    if precision is not None and ir_type_of(precision) is not None:
+        return ir_type_of(precision)  # type: ignore[return-value]
+    return DataType.F32 if dt is DataType.F16 else dt
+
+
+MODS = (("score_mod", "scores"), ("prob_mod", "probabilities"))
+
+
+def _check_flex(node: Node, facts: Facts) -> list[str]:
+    found = []
+    precision = node.attr("softmax_precision")
+    if precision is not None:
+        dt = ir_type_of(precision)
+        if dt is None or not dt.is_float:
+            found.append(f"softmax_precision={onnx_type_name(precision)} (a float type only)")
+    q, k = facts.shapes.get(node.input(Q)), facts.shapes.get(node.input(K))
+    elem = ir_type_of(facts.elem_types.get(node.input(Q), 0))
+    if q is None or k is None or elem is None or len(q) != 4 or len(k) != 4 or found:
+        return found
+    shape = (q[0], q[1], q[2], k[2])
+    for attribute, _ in MODS:
+        if attribute in node.attrs:
+            graph = node.attrs[attribute]
+            wide = _flex_types(node, elem)
+            found += subgraph.prepare(graph, attribute, shape, wide, facts.opsets).reasons
+    return found
+
+
+@HANDLERS.register("ai.onnx.preview.FlexAttention", since=1, until=1, check=_check_flex)
+def flex_attention(cx: Lowering, node: Node) -> None:
+    """softmax(mod(Q·Kᵀ · scale)) · V over 4-D inputs with grouped key and value heads, as
+    Attention, but: √scale rounded in float32 first, score_mod applied to the scores and
+    prob_mod to the probabilities (graphs lowered in place), and the softmax and the product by
+    V in float32 for float16 inputs (or in softmax_precision), as the reference computes them."""
+    q, k, v = (cx.value(node.input(i)) for i in (Q, K, V))
+    dt = tensor(q).dtype
+    for x in (q, k, v):
+        if len(tensor(x).shape) != 4:
+            raise LoweringError(f"FlexAttention of rank {len(tensor(x).shape)} (4 only)")
+    batch, heads, rows, size = tensor(q).shape
+    kv_heads, cols, dv = tensor(k).shape[1], tensor(k).shape[2], tensor(v).shape[3]
+    if heads % kv_heads or tensor(v).shape[1] != kv_heads:
+        raise LoweringError(
+            f"{heads} query heads, {kv_heads} key and {tensor(v).shape[1]} value heads: "
+            "the query heads must be a multiple of the key heads, which the value heads equal"
+        )
+    groups = (batch, kv_heads, heads // kv_heads * rows)
+    shape = (batch, heads, rows, cols)
+    scale = node.attr("scale")
+    root = np.sqrt(np.float32(scale if scale is not None else 1 / math.sqrt(size)))
+    root = NUMPY_TYPES[dt](root)
+    qs = cx.emit("multiply", q, cx.scalar(float(root), dt))
+    ks = cx.emit("multiply", k, cx.scalar(float(root), dt))
+    kt = permute(emitter(cx), ks, (0, 1, 3, 2))
+    scores = dot(cx, reshape(cx, qs, groups + (size,)), kt)
+    wide = _flex_types(node, dt)
+    mods = {
+        attribute: subgraph.prepare(node.attrs[attribute], attribute, shape, wide, cx.facts.opsets)
+        for attribute, _ in MODS
+        if attribute in node.attrs
+    }
+    scores = reshape(cx, cast(cx, scores, wide), shape)
+    if "score_mod" in mods:
+        scores = cast(cx, subgraph.apply(cx, mods["score_mod"], scores), wide)
+    probs = _plain_softmax(cx, scores)
+    if "prob_mod" in mods:
+        probs = cast(cx, subgraph.apply(cx, mods["prob_mod"], probs), wide)
+    y = dot(cx, reshape(cx, probs, groups + (cols,)), cast(cx, v, wide))
+    cx.define(node.out(0), cast(cx, reshape(cx, y, (batch, heads, rows, dv)), dt))
