@@ -1,7 +1,8 @@
 """Attention (opsets 23 to 25): softmax(Q·Kᵀ · scale + bias) · V over heads, with the key and
 value cache (past and present), grouped key and value heads, the causal, sliding-window and
-padding masks, softcap and the optional output of the scores, composed of `dot`, `select` and
-the reductions as onnx's reference evaluator computes it (op_attention.py), step by step."""
+padding masks, softcap and the optional output of the scores; and ai.onnx.preview's
+FlexAttention, whose graphs modify the scores and the probabilities. Composed of `dot`,
+`select` and the reductions as onnx's reference evaluator computes them, step by step."""
 
 from __future__ import annotations
 
@@ -78,21 +79,12 @@ def attention(cx: Lowering, node: Node) -> None:
     cx.define(node.out(PRESENT_VALUE), v)
 
     batch, heads, rows, size = tensor(q).shape
-    kv_heads, cols = tensor(k).shape[1], tensor(k).shape[2]
-    if heads % kv_heads or tensor(v).shape[1] != kv_heads:
-        raise LoweringError(
-            f"{heads} query heads, {kv_heads} key and {tensor(v).shape[1]} value heads: "
-            "the query heads must be a multiple of the key heads, which the value heads equal"
-        )
-    groups = (batch, kv_heads, heads // kv_heads * rows)  # query heads stacked per key head
+    cols = tensor(k).shape[2]
+    groups = _groups(q, k, v)
     scores_shape = (batch, heads, rows, cols)
-
     scale = node.attr("scale")
     root = NUMPY_TYPES[dt](math.sqrt(scale if scale is not None else 1 / math.sqrt(size)))
-    qs = cx.emit("multiply", q, cx.scalar(float(root), dt))
-    ks = cx.emit("multiply", k, cx.scalar(float(root), dt))
-    kt = permute(emitter(cx), ks, (0, 1, 3, 2))
-    scores = reshape(cx, dot(cx, reshape(cx, qs, groups + (size,)), kt), scores_shape)
+    scores = reshape(cx, _scores(cx, q, k, float(root), groups), scores_shape)
     cap = node.attr("softcap", 0.0)
     if cap > 0:
         capped = cx.emit("tanh", cx.emit("divide", scores, cx.scalar(cap, dt)))
@@ -133,7 +125,31 @@ def _split_heads(cx: Lowering, x: Value, heads: int) -> Value:
     return permute(emitter(cx), reshape(cx, x, (batch, seq, heads, hidden // heads)), (0, 2, 1, 3))
 
 
+def _groups(q: Value, k: Value, v: Value) -> tuple[int, int, int]:
+    """[batch, key heads, query heads per key head · query rows]: the query heads that share a
+    key head stacked into one matrix, which multiplies that head's keys and values (rather than
+    the keys and values repeated per query head)."""
+    batch, heads, rows, _ = tensor(q).shape
+    kv_heads = tensor(k).shape[1]
+    if heads % kv_heads or tensor(v).shape[1] != kv_heads:
+        raise LoweringError(
+            f"{heads} query heads, {kv_heads} key and {tensor(v).shape[1]} value heads: "
+            "the query heads must be a multiple of the key heads, which the value heads equal"
+        )
+    return (batch, kv_heads, heads // kv_heads * rows)
+
+
+def _scores(cx: Lowering, q: Value, k: Value, root: float, groups: tuple[int, ...]) -> Value:
+    """(Q · root)·(K · root)ᵀ, the query heads stacked as `groups` says."""
+    dt, size = tensor(q).dtype, tensor(q).shape[3]
+    qs = cx.emit("multiply", q, cx.scalar(root, dt))
+    ks = cx.emit("multiply", k, cx.scalar(root, dt))
+    kt = permute(emitter(cx), ks, (0, 1, 3, 2))
+    return dot(cx, reshape(cx, qs, groups + (size,)), kt)
+
+
 def _plain_softmax(cx: Lowering, x: Value) -> Value:
+    """Softmax along the last axis: exp(x − max) / Σ exp(x − max)."""
     e = cx.emit("exp", cx.emit("subtract", x, reduce(cx, x, "max", (3,), keep=True)))
     return cx.emit("divide", e, reduce(cx, e, "add", (3,), keep=True))
 
@@ -230,9 +246,9 @@ def _mask(cx: Lowering, mask: Value, dt: DataType, cols: int) -> Value:
     return to_rank(cx, mask, 4)
 
 
-def _flex_types(node: Node, dt: DataType) -> DataType:
-    """The type of FlexAttention's softmax: softmax_precision, else float32 for float16
-    inputs, else the inputs'."""
+def _flex_precision(node: Node, dt: DataType) -> DataType:
+    """The type FlexAttention's softmax and its product by V are computed in:
+    softmax_precision, else float32 for float16 inputs, else the inputs'."""
     precision = node.attr("softmax_precision")
     if precision is not None and ir_type_of(precision) is not None:
         return ir_type_of(precision)  # type: ignore[return-value]
@@ -257,7 +273,7 @@ def _check_flex(node: Node, facts: Facts) -> list[str]:
     for attribute, _ in MODS:
         if attribute in node.attrs:
             graph = node.attrs[attribute]
-            wide = _flex_types(node, elem)
+            wide = _flex_precision(node, elem)
             found += subgraph.prepare(graph, attribute, shape, wide, facts.opsets).reasons
     return found
 
@@ -274,22 +290,13 @@ def flex_attention(cx: Lowering, node: Node) -> None:
         if len(tensor(x).shape) != 4:
             raise LoweringError(f"FlexAttention of rank {len(tensor(x).shape)} (4 only)")
     batch, heads, rows, size = tensor(q).shape
-    kv_heads, cols, dv = tensor(k).shape[1], tensor(k).shape[2], tensor(v).shape[3]
-    if heads % kv_heads or tensor(v).shape[1] != kv_heads:
-        raise LoweringError(
-            f"{heads} query heads, {kv_heads} key and {tensor(v).shape[1]} value heads: "
-            "the query heads must be a multiple of the key heads, which the value heads equal"
-        )
-    groups = (batch, kv_heads, heads // kv_heads * rows)
+    cols, dv = tensor(k).shape[2], tensor(v).shape[3]
+    groups = _groups(q, k, v)
     shape = (batch, heads, rows, cols)
     scale = node.attr("scale")
     root = np.sqrt(np.float32(scale if scale is not None else 1 / math.sqrt(size)))
-    root = NUMPY_TYPES[dt](root)
-    qs = cx.emit("multiply", q, cx.scalar(float(root), dt))
-    ks = cx.emit("multiply", k, cx.scalar(float(root), dt))
-    kt = permute(emitter(cx), ks, (0, 1, 3, 2))
-    scores = dot(cx, reshape(cx, qs, groups + (size,)), kt)
-    wide = _flex_types(node, dt)
+    scores = _scores(cx, q, k, float(NUMPY_TYPES[dt](root)), groups)
+    wide = _flex_precision(node, dt)
     mods = {
         attribute: subgraph.prepare(node.attrs[attribute], attribute, shape, wide, cx.facts.opsets)
         for attribute, _ in MODS
