@@ -30,6 +30,7 @@ from dlvm.onnx.reader import (
     require_onnx,
 )
 from dlvm.onnx.support import unsupported
+from dlvm.onnx.upgrade import upgrade
 
 
 def import_model(
@@ -46,7 +47,7 @@ def import_model(
     Every problem is a DiagnosticError."""
     onnx = require_onnx()
     label = label or label_of(source)
-    model = load(onnx, source, label)
+    model = upgrade(onnx, load(onnx, source, label), label)
     opsets = {
         ("" if d.domain in DEFAULT_DOMAINS else d.domain): int(d.version)
         for d in model.opset_import
