@@ -269,11 +269,12 @@ class KernelGen:
             return
         # A float32 sum is accumulated in float64, so that a sum of many terms that cancel (a
         # batch norm's gradient sums 512 of them per channel) keeps float32 accuracy instead
-        # of losing digits. In float64 the order no longer shows in the float32 result, so the
-        # adds may be reassociated: LLVM then vectorises the loop (a [16 x 64 x 16 x 16] sum
-        # over all but the channels, one thread: 0.18 -> 0.09 ms).
+        # of losing digits; a float16 one too, rounded once as the interpreter's (NumPy's). In
+        # float64 the order no longer shows in the float32 result, so the adds may be
+        # reassociated: LLVM then vectorises the loop (a [16 x 64 x 16 x 16] sum over all but
+        # the channels, one thread: 0.18 -> 0.09 ms).
         narrow = value_type(t.dtype)
-        wide = comb == "add" and isinstance(narrow, ir.FloatType)
+        wide = comb == "add" and isinstance(narrow, (ir.HalfType, ir.FloatType))
         acc_slot = self.alloca(ir.DoubleType() if wide else narrow)
 
         def at(out_idx: list[ir.Value]) -> None:

@@ -30,6 +30,10 @@ NOT_FOLDED = frozenset(
     }
 )
 SHAPE_QUERIES = frozenset({"Shape", "Size"})
+# Inputs an operator reads only for their element type: known when that type is, so that
+# CastLike of a constant to a computed tensor's type (the pad value of Attention's function
+# body) folds.
+TYPE_ONLY = {"CastLike": 1}
 
 
 def fold_graph(
@@ -126,9 +130,13 @@ def _known_inputs(node: Node, facts: Facts) -> list[Any] | None:
         # A view of one element with the inferred shape: Shape and Size read nothing else.
         return [np.broadcast_to(np.zeros((), dtype), shape)]
     values: list[Any] = []
-    for name in node.inputs:
+    for i, name in enumerate(node.inputs):
         if not name:
             values.append(None)
+        elif TYPE_ONLY.get(node.op_type) == i and facts.elem_types.get(name):
+            from onnx import helper
+
+            values.append(np.zeros((), helper.tensor_dtype_to_np_dtype(facts.elem_types[name])))
         elif name in facts.constants:
             values.append(facts.constants[name])
         else:

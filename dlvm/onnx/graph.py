@@ -54,8 +54,13 @@ class Node:
         """`model.onnx: node 'conv1' (Conv, opset 13)`; an unnamed node by its position and
         first output."""
         who = f"node '{self.name}'" if self.name else f"node #{self.index} (output '{self.out(0)}')"
-        op = self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
-        return f"{self.label}: {who} ({op}, opset {self.opset})"
+        return f"{self.label}: {who} ({self.qualified_op}, opset {self.opset})"
+
+    @property
+    def qualified_op(self) -> str:
+        """The op type, after its domain where that is not ONNX's own
+        (`ai.onnx.preview.FlexAttention`): the handler table's key."""
+        return self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
@@ -90,6 +95,8 @@ class Facts:
     constants: dict[str, np.ndarray]
     initializers: dict[str, np.ndarray]
     inputs: frozenset[str] = frozenset()
+    # The model's opset of each domain ("" for ONNX's own), for the nodes of a graph attribute.
+    opsets: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def of(graph: Any) -> Facts:

@@ -69,6 +69,7 @@ def import_model(
     facts = Facts.of(graph)
     for n in fixed:  # constants, never parameters
         facts.constants[n] = facts.initializers.pop(n)
+    facts.opsets = opsets
     nodes = [Node.of(p, i, opsets, label) for i, p in enumerate(graph.node)]
     left, diags = fold_graph(model, nodes, facts, opsets)
     refused, needed = unsupported(left, facts)
@@ -89,7 +90,7 @@ def import_model(
     for i, arg in zip(inputs, arguments):
         cx.values[i.name] = arg
     for node in left:
-        handler = HANDLERS.find(node.op_type, node.opset)
+        handler = HANDLERS.find(node.qualified_op, node.opset)
         assert handler is not None  # unsupported() found none missing
         try:
             handler.lower(cx, node)

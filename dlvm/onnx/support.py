@@ -1,9 +1,10 @@
 """What cannot be imported, found before anything is lowered (docs/onnx.md, "Unsupported
-nodes"): every node of another domain, of an op type without a handler, of an opset outside its
-handler's range, with an attribute or input its handler refuses, or with a tensor of an element
-type DLVM IR lacks, each a diagnostic naming the node, its op type, opset and the reason. An
-input a node needs known at import that is a graph input is one the caller can fix
-(docs/onnx.md, "Fixed inputs"): its diagnostic says how."""
+nodes"): every node of another domain (but for the operators of it the table has), of an op
+type without a handler, of an opset outside its handler's range, with an attribute or input its
+handler refuses, or with a tensor of an element type DLVM IR lacks, each a diagnostic naming
+the node, its op type, opset and the reason. An input a node needs known at import that is a
+graph input is one the caller can fix (docs/onnx.md, "Fixed inputs"): its diagnostic says
+how."""
 
 from __future__ import annotations
 
@@ -37,17 +38,18 @@ def unsupported(nodes: list[Node], facts: Facts) -> tuple[list[Diagnostic], list
 
 
 def reasons(node: Node, facts: Facts) -> list[str]:
-    if node.domain:
-        return [f"operators of the domain '{node.domain}' are not supported"]
-    handler = HANDLERS.find(node.op_type, node.opset)
+    op = node.qualified_op
+    handler = HANDLERS.find(op, node.opset)
     if handler is None:
-        ranges = HANDLERS.ranges(node.op_type)
-        refused = HANDLERS.refusal(node.op_type)
+        ranges = HANDLERS.ranges(op)
+        if node.domain and not ranges:
+            return [f"operators of the domain '{node.domain}' are not supported"]
+        refused = HANDLERS.refusal(op)
         if refused is not None:
-            return [f"the operator {node.op_type} is not supported: {refused}"]
+            return [f"the operator {op} is not supported: {refused}"]
         if not ranges:
-            return [f"the operator {node.op_type} is not supported"]
-        return [f"{node.op_type} is supported at opsets {opset_text(ranges)} only"]
+            return [f"the operator {op} is not supported"]
+        return [f"{op} is supported at opsets {opset_text(ranges)} only"]
     found = list(handler.check(node, facts)) if handler.check is not None else []
     for name in (*node.inputs, *node.outputs):
         elem = facts.elem_types.get(name) if name else None

@@ -596,3 +596,22 @@ func @f: (<2 x 4096 x f32>) -> <2 x f32> {
     for column in a.T:  # what an f32 accumulator gives, in the same order
         sequential = (sequential + column).astype(np.float32)
     assert np.max(np.abs(sequential - exact)) > 100 * np.max(np.abs(got - exact))
+
+
+def test_a_float16_sum_is_rounded_once(tmp_path):
+    """An f16 sum accumulates in f64 too and is rounded once, as the interpreter's (NumPy's):
+    64 terms of about 1 summed in f16 lose several ulp of the result."""
+    text = """module "sums16"
+stage raw
+
+func @f: (<4 x 64 x f16>) -> <4 x f16> {
+'entry(%a: <4 x 64 x f16>):
+    %r = reduce %a: <4 x 64 x f16> by add init 0: f16 along 1
+    return %r: <4 x f16>
+}
+"""
+    a = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float16)
+    with dlvm.load(ir_library(text, "sums16", tmp_path)) as lib:
+        got = np.asarray(lib.f(a))
+    np.testing.assert_array_equal(got, a.astype(np.float64).sum(axis=1).astype(np.float16))
+    np.testing.assert_array_equal(got, run_function(parse_module(text, "s.dl"), "f", [a]))

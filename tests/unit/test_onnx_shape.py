@@ -171,6 +171,20 @@ def test_folding_runs_each_operator_at_the_models_opset():
     assert imp.params == []
 
 
+def test_cast_like_to_a_computed_tensors_type_folds():
+    # Attention's function body pads its mask with CastLike(-inf, the mask): Pad's value must
+    # be known at import, and CastLike reads only the mask's element type.
+    x = normal(2, 3)
+    fill = helper.make_tensor("fill", 11, [], [-np.inf])  # a double
+    nodes = [
+        helper.make_node("Constant", [], ["fill"], value=fill),
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("CastLike", ["fill", "r"], ["value"]),
+        helper.make_node("Pad", ["r", "pads", "value"], ["y"]),
+    ]
+    check(model(nodes, {"x": x}, ["y"], {"pads": i64(0, 0, 0, 2)}, opset=19), {"x": x})
+
+
 def test_folding_infers_shapes_again_where_onnx_stops(monkeypatch):
     # x.view(n, 4, d // 4) and then a view of that by its own shape: ONNX's data propagation
     # stops at the Div, so the second Shape waits for the shapes inferred again.

@@ -2,6 +2,7 @@
 (ops/registry.py) when imported here."""
 
 from dlvm.onnx.ops import (
+    attention,
     bitcast,
     control,
     conv,
@@ -26,14 +27,17 @@ from dlvm.onnx.ops import (
     shape,
     spatial,
     spectral,
+    stateful,
     text,
     topk,
+    transformer,
 )
 from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
 
 __all__ = [
     "HANDLERS",
     "Handler",
+    "attention",
     "bitcast",
     "control",
     "conv",
@@ -59,6 +63,8 @@ __all__ = [
     "shape",
     "spatial",
     "spectral",
+    "stateful",
     "text",
     "topk",
+    "transformer",
 ]
