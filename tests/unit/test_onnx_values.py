@@ -102,6 +102,25 @@ def test_a_fixed_float_input_is_a_constant_not_a_parameter():
     np.testing.assert_array_equal(y, want)
 
 
+def test_a_fixed_scalar_stays_a_scalar():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    graph = helper.make_graph(
+        [helper.make_node("Trilu", ["x", "k"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    k = np.array(1, np.int64)
+    imp = import_model(m, shapes={"x": (3, 4), "k": ()}, values={"k": k})
+    assert imp.fixed["k"].shape == ()
+    (y,) = run_function(imp.module, "model", [x])
+    np.testing.assert_array_equal(y, np.triu(x, 1))
+
+
 def messages(e: pytest.ExceptionInfo[DiagnosticError]) -> list[str]:
     return [d.message for d in e.value.diagnostics]
 
