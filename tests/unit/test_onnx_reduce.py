@@ -44,3 +44,10 @@ def test_arg_extremum(op, keepdims):
 def test_arg_extremum_last_index(op):
     x = np.round(positive(3, 5) * 2)
     check(single(op, {"x": x}, axis=0, select_last_index=1), {"x": x})
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_max_and_min_of_bools(op):
+    x = normal(3, 4) > 0.3
+    axes = {"axes": np.array([1], np.int64)}
+    check(single(op, {"x": x}, axes, opset=20, keepdims=0), {"x": x})

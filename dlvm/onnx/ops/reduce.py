@@ -56,7 +56,10 @@ def lower_reduce(cx: Lowering, node: Node) -> None:
         top = top if keep else reshape(cx, top, tensor(total).shape)
         cx.define(node.out(0), cx.emit("add", total, top))
         return
-    y = reduce(cx, x, COMBS[op], dims, keep)
+    comb = COMBS[op]
+    if dt.is_bool:  # the IR's min and max are numeric: on bools they are and and or
+        comb = {"min": "and", "max": "or"}.get(comb, comb)
+    y = reduce(cx, x, comb, dims, keep)
     if op == "ReduceMean" and dims:
         y = cx.emit("divide", y, cx.scalar(math.prod(xs[d] for d in dims), dt))
     elif op == "ReduceL2":
