@@ -15,6 +15,16 @@ REDUCTIONS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
               "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp"]  # fmt: skip
 
 
+@pytest.mark.parametrize("opset", [12, 18])
+def test_log_sum(opset):
+    x = positive(2, 3, 4)
+    if opset < 18:
+        check(single("ReduceLogSum", {"x": x}, opset=opset, axes=[1], keepdims=0), {"x": x})
+    else:
+        axes = {"axes": np.array([0, -1], np.int64)}
+        check(single("ReduceLogSum", {"x": x}, axes, opset=opset), {"x": x})
+
+
 @pytest.mark.parametrize("op", REDUCTIONS)
 @pytest.mark.parametrize("keepdims", [0, 1])
 def test_axes_as_an_input(op, keepdims):

@@ -77,6 +77,14 @@ def test_expand_tile_pad():
     check(single("Pad", {"x": x}, pads, opset=13), {"x": x})
 
 
+@pytest.mark.parametrize("mode", ["edge", "reflect", "wrap"])
+def test_pad_modes_that_read_the_tensor(mode):
+    x = normal(3, 4)
+    pads = {"pads": i64(2, 0, 1, 5)}  # more than an axis holds
+    check(single("Pad", {"x": x}, pads, opset=19, mode=mode), {"x": x})
+    check(single("Pad", {"x": x}, opset=2, mode=mode, pads=[1, 3, 0, 2]), {"x": x})
+
+
 def test_gather_of_known_and_computed_indices():
     table = normal(5, 3)
     check(single("Gather", {"x": table}, {"i": i64(4, -1, 0)}, axis=0), {"x": table})

@@ -1,6 +1,7 @@
 """Reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceSumSquare,
-ReduceL1, ReduceL2, ReduceLogSumExp, and ArgMax/ArgMin. Their axes are an attribute before opset
-13 (ReduceSum) or 18 (the others) and an input, known at import time, from then on."""
+ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp, and ArgMax/ArgMin. Their axes are an
+attribute before opset 13 (ReduceSum) or 18 (the others) and an input, known at import time,
+from then on."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ COMBS = {
     "ReduceL1": "add",
     "ReduceL2": "add",
     "ReduceLogSumExp": "add",
+    "ReduceLogSum": "add",
 }
 
 
@@ -64,6 +66,8 @@ def lower_reduce(cx: Lowering, node: Node) -> None:
         y = cx.emit("divide", y, cx.scalar(math.prod(xs[d] for d in dims), dt))
     elif op == "ReduceL2":
         y = cx.emit("sqrt", y)
+    elif op == "ReduceLogSum":
+        y = cx.emit("log", y)
     cx.define(node.out(0), y)
 
 

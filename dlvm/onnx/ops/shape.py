@@ -195,10 +195,13 @@ def tile(cx: Lowering, node: Node) -> None:
     cx.define(node.out(0), x)
 
 
+PAD_MODES = ("constant", "edge", "reflect", "wrap")
+
+
 def _check_pad(node: Node, facts: Facts) -> list[str]:
     reasons = []
-    if node.attr("mode", "constant") != "constant":
-        reasons.append(f"mode={node.attr('mode')} (only constant padding is supported)")
+    if node.attr("mode", "constant") not in PAD_MODES:
+        reasons.append(f"mode={node.attr('mode')} (only {', '.join(PAD_MODES)})")
     if node.opset >= 11:
         reasons += require_constant(node, facts, 1, 2, 3)
     return reasons
@@ -206,6 +209,8 @@ def _check_pad(node: Node, facts: Facts) -> list[str]:
 
 @HANDLERS.register("Pad", since=2, check=_check_pad)
 def pad(cx: Lowering, node: Node) -> None:
+    """`constant` padding concatenates splats; `edge`, `reflect` and `wrap` gather, along each
+    padded axis, the source index of each output position (as NumPy's pad takes it)."""
     x = cx.value(node.input(0))
     t = tensor(x)
     rank = len(t.shape)
@@ -218,10 +223,16 @@ def pad(cx: Lowering, node: Node) -> None:
         pads, value, given = list(node.attr("pads")), node.attr("value", 0.0), []
     axes = [axis_of(a, rank) for a in given] or list(range(rank))
     count = len(axes)
+    mode = node.attr("mode", "constant")
     for i, axis in enumerate(axes):
         lo, hi = pads[i], pads[i + count]
         if lo < 0 or hi < 0:
             raise LoweringError("negative pads (cropping) are not supported")
+        if mode != "constant":
+            if lo or hi:
+                ids = _pad_sources(mode, tensor(x).shape[axis], lo, hi)
+                x = cx.emit("gather", x, cx.literal(ids), axis=axis)
+            continue
         parts: list[Value] = []
         for n in (lo, None, hi):
             if n is None:
@@ -234,6 +245,20 @@ def pad(cx: Lowering, node: Node) -> None:
         if len(parts) > 1:
             x = cx.emit("concatenate", *parts, axis=axis)
     cx.define(node.out(0), x)
+
+
+def _pad_sources(mode: str, n: int, lo: int, hi: int) -> np.ndarray:
+    """The index along an axis of n that each of the n + lo + hi positions padded in `mode`
+    reads."""
+    at = np.arange(-lo, n + hi)
+    if mode == "edge":
+        return np.clip(at, 0, n - 1)
+    if mode == "wrap":
+        return np.mod(at, n)
+    if n == 1:  # reflect: nothing to reflect about
+        return np.zeros_like(at)
+    period = np.mod(at, 2 * (n - 1))
+    return np.where(period < n, period, 2 * (n - 1) - period)
 
 
 @HANDLERS.register("Gather", since=1)
