@@ -121,6 +121,69 @@ def test_a_fixed_scalar_stays_a_scalar():
     np.testing.assert_array_equal(y, np.triu(x, 1))
 
 
+def grow_to(fill_like: bool = False) -> onnx.ModelProto:
+    """y = Pad(x) up to the shape `target` (an input): the pads are computed from the target
+    and x's shape; with `fill_like`, the fill is CastLike(2.5, x), known from x's type alone."""
+    n = helper.make_node
+    zeros = helper.make_tensor("zeros", TensorProto.INT64, [2], [0, 0])
+    half = helper.make_tensor("half", TensorProto.FLOAT, [], [2.5])
+    nodes = [
+        n("Constant", [], ["zeros"], value=zeros),
+        n("Shape", ["x"], ["xs"]),
+        n("Sub", ["target", "xs"], ["more"]),
+        n("Concat", ["zeros", "more"], ["pads"], axis=0),
+        n("Constant", [], ["half"], value=half),
+        n("CastLike", ["half", "x"], ["fill"]),
+        n("Pad", ["x", "pads", "fill" if fill_like else ""], ["y"], name="pad"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("target", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_an_input_a_needed_value_is_computed_from_is_named():
+    with pytest.raises(ValuesNeeded) as e:
+        import_model(grow_to())
+    assert e.value.names == ["target"]
+    assert e.value.diagnostics[0].notes[0].message == (
+        "  help: 'pads' is computed from the graph inputs 'target' alone: fix their values at "
+        "build time with `--value target=…` (telc) or `values={'target': …}` (import_model)"
+    )
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    target = np.array([3, 5], np.int64)
+    for fill_like in (False, True):
+        m = grow_to(fill_like)
+        imp = import_model(m, values={"target": target})
+        (y,) = run_function(imp.module, "model", [x])
+        want = ReferenceEvaluator(m).run(None, {"x": x, "target": target})[0]
+        np.testing.assert_array_equal(y, want)
+
+
+def test_a_value_computed_from_a_float_input_is_not_asked_for():
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("Cast", ["s"], ["axes"], to=TensorProto.INT64), n("ReduceSum", ["x", "axes"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, [1]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1])],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(DiagnosticError) as e:
+        import_model(m)
+    assert not isinstance(e.value, ValuesNeeded)
+    assert e.value.diagnostics[0].notes == ()
+
+
 def messages(e: pytest.ExceptionInfo[DiagnosticError]) -> list[str]:
     return [d.message for d in e.value.diagnostics]
 
