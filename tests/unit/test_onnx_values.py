@@ -229,6 +229,11 @@ def test_telc_value_fixes_inputs_of_a_built_and_run_model(tmp_path):
     telc("run", path, *fixed, "-D", "batch=2", "--input", f"x={tmp_path / 'x.npy'}", "-o", out,
          "-q", "--no-cache")  # fmt: skip
     np.testing.assert_array_equal(np.load(out)["y"], expected(x))
+    # Another value in the same file is another build: the cache's key holds the values.
+    np.save(tmp_path / "shape.npy", np.array([2, 3, -1]))
+    telc("run", path, *fixed, "-D", "batch=2", "--input", f"x={tmp_path / 'x.npy'}", "-o", out,
+         "-q")  # fmt: skip
+    np.testing.assert_array_equal(np.load(out)["y"], x.reshape(2, 3, 2).sum(axis=1))
     # The same graph used from a TEL model, its inputs fixed the same way.
     (tmp_path / "use.tel").write_text("use ./m.onnx\nx: in f32[2 x 6]\ny: out = m(x)\n")
     said = telc("check", tmp_path / "use.tel", *fixed)
