@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from dlvm.codegen import conv_gemm
-from dlvm.codegen.llvm_types import I32, I64, memory_type, value_type
+from dlvm.codegen.llvm_types import I64, memory_type, value_type
 from dlvm.codegen.loops import counted_loop, unravel
 from dlvm.codegen.matmul import DEPTH, MatMul, Tiling, tiling
 from dlvm.codegen.panels import scratch_function
+from dlvm.codegen.transposing import transpose_square
 from dlvm.ir.strided import contiguous_strides
 from dlvm.ir.types import TensorType
 from dlvm.ir.values import Instruction
@@ -292,7 +293,7 @@ class KernelGradient(MatMul):
                                                     q)), typ=vt, align=self.dt.size)
                     for i in range(lanes)
                 ]  # fmt: skip
-                for i, v in enumerate(transposed(b, vs)):
+                for i, v in enumerate(transpose_square(b, vs)):
                     row = b.add(b.mul(qb, _c(lanes)), _c(i))
                     at = self.at(self.bk, b.add(b.mul(row, _c(self.c_stride)), o))
                     b.store(v, at, align=self.dt.size)
@@ -345,22 +346,3 @@ class KernelGradient(MatMul):
 
     def at(self, ptr: ir.Value, off: ir.Value) -> ir.Value:
         return self.b.gep(ptr, [off], source_etype=self.elem_ty)
-
-
-def transposed(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
-    """The columns of the square matrix whose rows are the vectors `rows` (a power of two of
-    them): halves, then quarters, … of the off-diagonal blocks exchanged, one shuffle per
-    vector and step."""
-    n = len(rows)
-    rows = list(rows)
-    h = n // 2
-    while h:
-        low = [c if not c & h else n + c - h for c in range(n)]
-        high = [c + h if not c & h else n + c for c in range(n)]
-        for i in range(n):
-            if not i & h:
-                x, y = rows[i], rows[i + h]
-                rows[i] = b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, n), low))
-                rows[i + h] = b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, n), high))
-        h //= 2
-    return rows

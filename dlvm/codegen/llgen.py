@@ -31,8 +31,9 @@ def llvm_module(module: Module, compact: bool = False) -> ir.Module:
 
 def _generate(module: Module, compact: bool = False) -> tuple[ir.Module, list[list[ir.Function]]]:
     """The LLVM module, and its functions grouped as dlvm.codegen.parallel may split them: a
-    kernel's entry with its body; a host function with the kernels it runs on its own thread,
-    which LLVM inlines into it; each other kernel alone."""
+    kernel's entry with its body; a host function with the kernels it runs on its own thread
+    (their entries, which LLVM inlines into it, calling their bodies); each other kernel
+    alone."""
     if module.stage != "schedule":
         raise CodegenError(f"code generation needs stage schedule, found stage {module.stage}")
     m = ir.Module(name=module.name)
@@ -47,6 +48,11 @@ def _generate(module: Module, compact: bool = False) -> tuple[ir.Module, list[li
             kg = kernels[fn] = KernelGen(m, fn, "k." + host_symbol(fn.name)[3:], rt)
             kg.compact = compact
             kg.emit()
+            # A body stays a function of its own: inlined into the host function that runs
+            # it (a serial kernel's entry calls it directly), its loops were no longer
+            # vectorised by LLVM (a softmax over rows of 16, [32 x 4 x 16 x 16]: 46 us alone,
+            # 340 us inlined, its exp scalar; a 2-layer transformer encoder: 1.76 -> 1.10 ms).
+            kg.body.attributes.add("noinline")
             if kg.core.opcode == "dot":
                 disable_unrolling(kg.body)
         else:

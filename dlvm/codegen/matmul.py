@@ -12,8 +12,11 @@ in place (out[idx] = epilogue(out[idx], …), each element read before it is wri
 
 b is read where it lies when it is a kernel argument (row-major in memory); a `b` computed by
 the kernel (a transposed or scaled matrix fused in as a prologue) is first packed, one strip
-and slice at a time, into a stack buffer laid out the same way. Elements of a are read one by
-one (`KernelGen.elem`), so a shape-only prologue such as a transpose costs only addressing.
+and slice at a time, into a stack buffer laid out the same way: Wᵀ read in place (an
+nn.Linear's weight) by square blocks along W's rows (dlvm.codegen.transposing), anything else
+element by element. With few rows of a, x · Wᵀ skips the tiles altogether: dot products of x's
+rows with W's rows (dlvm.codegen.matmul_rows). Elements of a are read one by one
+(`KernelGen.elem`), so a shape-only prologue such as a transpose costs only addressing.
 
 Row and column counts need not divide the tile: leftover rows are one shorter tile, leftover
 columns one narrower strip (LLVM vectors of any width)."""
@@ -29,6 +32,7 @@ from llvmlite import ir
 
 from dlvm.codegen.llvm_types import I32, I64, value_type
 from dlvm.codegen.loops import counted_loop
+from dlvm.codegen.transposing import columns_in_place, copy_transposed
 from dlvm.ir.types import TensorType
 from dlvm.ir.values import Argument, Instruction
 
@@ -37,6 +41,10 @@ if TYPE_CHECKING:
 
 DEPTH = 256  # at most this many steps of p per slice, unpacked: a 16-column strip of b is 16 KiB
 PACKED_DEPTH = 384  # per slice when packing (dlvm.codegen.panels): C is read and written once
+
+
+def _c(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
 
 
 @dataclass(frozen=True)
@@ -93,7 +101,16 @@ class MatMul:
         self.k = at.shape[-1]
         self.tile = tiling(self.m, self.k, lanes, self.n, self.dt.size)
         self.elem_ty = value_type(self.dt)
-        self.packed = not isinstance(self.bm, Argument) and not self.tile.packed
+        from dlvm.codegen.matmul_rows import row_dots  # matmul_rows builds on this module
+
+        self.row_dots = row_dots(self)
+        self.packed = (
+            not isinstance(self.bm, Argument) and not self.tile.packed and self.row_dots is None
+        )
+        # b = Wᵀ read in place: packed by square blocks read along W's rows.
+        self.b_columns = None
+        if not isinstance(self.bm, Argument) and not self.dt.is_bool:
+            self.b_columns = columns_in_place(self.bm, kg.ptrs)
         if self.packed:
             size = max(1, self.tile.depth * self.tile.width)
             self.pack = kg.alloca(ir.ArrayType(self.elem_ty, size))
@@ -106,6 +123,9 @@ class MatMul:
         [c0, c1), c0 a multiple of the tile width (a thread's share of a product with few
         rows)."""
         b, tile = self.b, self.tile
+        if self.row_dots is not None:
+            self.row_dots.emit(batch, begin, end, columns)
+            return
         if tile.packed and columns is None:
             from dlvm.codegen.panels import Panels  # panels builds on this module
 
@@ -191,6 +211,10 @@ class MatMul:
     ) -> None:
         """pack[(p - p0) · width + c] = b[…, p, j0 + c]: the strip of a computed b."""
         b, kg = self.b, self.kg
+        if self.b_columns is not None:
+            self.copy_columns(j0, _c(width), p0, p1, lambda p, c: b.gep(self.pack, [
+                _c(0), b.add(b.mul(b.sub(p, p0), _c(width)), c)]))  # fmt: skip
+            return
 
         def step(p: ir.Value) -> None:
             base = b.mul(b.sub(p, p0), ir.Constant(I64, width))
@@ -203,6 +227,25 @@ class MatMul:
             counted_loop(b, 0, width, col, name="pc")
 
         counted_loop(b, p0, p1, step, name="pp")
+
+    def copy_columns(
+        self, j0: ir.Value, count: ir.Value, p0: ir.Value, p1: ir.Value,
+        target: Callable[[ir.Value, ir.Value], ir.Value],
+    ) -> None:  # fmt: skip
+        """*target(p, c) = b[p, j0 + c] for c in [0, count), p in [p0, p1), b = Wᵀ read in
+        place along W's rows (dlvm.codegen.transposing)."""
+        assert self.b_columns is not None
+        b = self.b
+        ptr, (_, row) = self.b_columns
+
+        def source(c: ir.Value, p: ir.Value) -> ir.Value:
+            off = b.add(b.mul(b.add(j0, c), _c(row)), p)
+            return b.gep(ptr, [off], source_etype=self.elem_ty)
+
+        lanes = self.tile.lanes
+        if lanes < 2 or lanes & (lanes - 1):
+            lanes = 1  # no square blocks: one element at a time, still along W's rows
+        copy_transposed(b, self.elem_ty, self.dt.size, lanes, source, target, count, p0, p1)
 
     # Where the micro-kernel reads a and b --------------------------------------------------
 

@@ -9,7 +9,9 @@ b lie in memory, and whatever prologue (a transpose, a scaling) computes them, s
 go through `KernelGen.elem`.
 
 A copy walks its operand in the operand's memory order: along rows, or down columns when the
-operand is a transposed matrix (each element then lies next to the one read before).
+operand is a transposed matrix (each element then lies next to the one read before); b = Wᵀ
+read in place goes by square blocks, rows of W loaded as vectors and transposed in registers
+(dlvm.codegen.transposing).
 
 The copies live in the thread's scratch buffer (dlrt_scratch, kept between calls, so a warm
 entry point allocates nothing). When it cannot be had, the same loops run with one tile of a and
@@ -214,7 +216,18 @@ class Panels:
                 counted_loop(b, 0, count, lambda c: counted_loop(
                     b, p0, p1, lambda p: element(c, p), name="pb"), name="cb")  # fmt: skip
 
-        if transposed(mm.bm):  # down b's columns: along rows of the matrix in memory
+        if mm.b_columns is not None:  # Wᵀ in place: square blocks along W's rows
+
+            def columns(q: ir.Value) -> None:
+                j0 = b.add(jc, b.mul(q, _const(width)))
+                base = b.mul(q, _const(self.depth * width))
+                mm.copy_columns(j0, self.minimum(_const(width), b.sub(jc_end, j0)), p0, p1,
+                                lambda p, c: b.gep(b_pack, [b.add(base, b.add(b.mul(
+                                    b.sub(p, p0), _const(width)), c))],
+                                    source_etype=mm.elem_ty))  # fmt: skip
+
+            counted_loop(b, 0, strips, columns, name="qb")
+        elif transposed(mm.bm):  # down b's columns: along rows of the matrix in memory
             counted_loop(b, 0, strips, lambda q: strip(q, None), name="qb")
         else:
             counted_loop(b, p0, p1, lambda p: counted_loop(

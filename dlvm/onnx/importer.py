@@ -31,6 +31,7 @@ from dlvm.onnx.reader import (
     require_onnx,
 )
 from dlvm.onnx.support import unsupported
+from dlvm.onnx.upgrade import upgrade
 
 
 def import_model(
@@ -50,7 +51,7 @@ def import_model(
     ValuesNeeded, naming the inputs, where nodes need the values of graph inputs at import."""
     onnx = require_onnx()
     label = label or label_of(source)
-    model = load(onnx, source, label)
+    model = upgrade(onnx, load(onnx, source, label), label)
     opsets = {
         ("" if d.domain in DEFAULT_DOMAINS else d.domain): int(d.version)
         for d in model.opset_import

@@ -138,6 +138,11 @@ case("dot-prologue-transposes", ["<11 x 7 x f32>", "<19 x 11 x f32>"], "<7 x 19 
 case("dot-prologue-scaled", ["<300 x 7 x f32>", "<7 x 23 x f32>"], "<300 x 23 x f32>",
      "%s = multiply %b: <7 x 23 x f32>, 0.5: f32",
      "%r = dot %a: <300 x 7 x f32>, %s: <7 x 23 x f32>")  # fmt: skip
+# An integer Wᵀ, packed by square blocks along W's rows (dlvm.codegen.transposing): steps and
+# columns left over.
+case("dot-transposed-i32", ["<9 x 20 x i32>", "<37 x 20 x i32>"], "<9 x 37 x i32>",
+     "%t = transpose %b: <37 x 20 x i32>",
+     "%r = dot %a: <9 x 20 x i32>, %t: <20 x 37 x i32>")  # fmt: skip
 # Products big enough for CUDA's shared-memory tiles (64 x 64 outputs; test_cuda_kernels):
 # no size a multiple of the tile, a batch, an epilogue, f64.
 case("dot-tiled-batched-epilogue", ["<2 x 70 x 65 x f32>", "<2 x 65 x 67 x f32>",

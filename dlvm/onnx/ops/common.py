@@ -99,7 +99,7 @@ def reduce(cx: Lowering, v: Value, comb: str, dims: tuple[int, ...], keep: bool)
     t = tensor(v)
     if not dims:
         return v
-    init = _identity(comb, t.dtype)
+    init = identity(comb, t.dtype)
     r = cx.emit("reduce", v, cx.scalar(init, t.dtype), comb=comb, dims=dims)
     if keep:
         r = reshape(cx, r, tuple(1 if i in dims else n for i, n in enumerate(t.shape)))
@@ -112,7 +112,8 @@ def mean(cx: Lowering, v: Value, dims: tuple[int, ...], keep: bool) -> Value:
     return cx.emit("divide", reduce(cx, v, "add", dims, keep), cx.scalar(count, t.dtype))
 
 
-def _identity(comb: str, dtype: DataType) -> int | float | bool:
+def identity(comb: str, dtype: DataType) -> int | float | bool:
+    """The value `comb` (add, multiply, max, min) leaves the other operand unchanged by."""
     if comb == "add":
         return 0
     if comb == "multiply":

@@ -1,0 +1,272 @@
+"""A `dot` x · Wᵀ with few rows of x, as dot products of x's rows with W's rows read where they
+lie: what PyTorch's nn.Linear exports (`Gemm` with transB=1, a `MatMul` of a `Transpose`) at
+small batches, whose `b` the tiled kernel (dlvm.codegen.matmul) would otherwise pack, every
+call, at more cost than the product itself when x has few rows.
+
+out[i, j] = Σp x[i, p] · W[j, p]: b = Wᵀ is a view of a kernel argument in which consecutive
+steps of p lie next to each other (dlvm.ir.strided). The columns go in groups of `width` (rows
+of W: `lanes` for one row of x, half as many for more), the rows of x in tiles of `rows`. For
+each (group, tile), width × rows vector accumulators (`unroll` each, so that enough fused
+multiply-adds are in flight) run along p, `lanes` elements a step, each vector of W loaded
+once for the tile's rows; a last partial step loads the k % lanes elements left and pads them
+with zeros. A tree of shuffles and adds then folds each row's accumulators into one vector of
+the group's sums, stored at once, and the kernel's epilogue rewrites them in place. The group's
+rows of W stay in L1 while the tiles of x pass over them.
+
+x is read in place too when its steps of p are contiguous; otherwise (a transpose computes it)
+its rows are first copied into a stack buffer, once per call."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from dlvm.codegen.llvm_types import I32, I64
+from dlvm.codegen.loops import counted_loop
+from dlvm.codegen.transposing import columns_in_place
+from dlvm.ir.strided import view_strides
+from dlvm.ir.types import DataType, TensorType
+from dlvm.ir.values import Argument, Value
+
+if TYPE_CHECKING:
+    from dlvm.codegen.matmul import MatMul
+
+# Which products: one row of x, or up to MANY_ROWS rows with sums at least LONG_SUMS long and
+# SUMS_PER_ROW times as long as x has rows. Past that, each element of W is reused often
+# enough that packing it costs less than the folds that end every sum (one thread, AVX-512,
+# f32: bench/RESULTS.md, "Products with a transposed weight").
+MANY_ROWS = 64
+LONG_SUMS = 128
+SUMS_PER_ROW = 4
+COPIED_ELEMENTS = 16384  # the most elements of x copied to the stack (64 KiB of f32)
+CHAINS = 8  # independent multiply-add chains wanted: FMA latency (4) × FMA units (2)
+
+
+def _c(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+def rows_in_place(v: Value, ptrs: dict[Value, ir.Value]) -> tuple[ir.Value, tuple[int, ...]] | None:
+    """The pointer of the kernel argument that v views in place and v's strides over it, when
+    consecutive elements along v's rows lie next to each other; None otherwise (the other
+    way round: dlvm.codegen.transposing.columns_in_place)."""
+    found = view_strides(v)
+    if found is None or not isinstance(found[0], Argument) or found[0] not in ptrs:
+        return None
+    base, strides = found
+    t = v.type
+    assert isinstance(t, TensorType)
+    if strides[-1] != 1 and t.shape[-1] != 1:
+        return None
+    return ptrs[base], strides
+
+
+def row_dots(mm: MatMul) -> RowDots | None:
+    """The row-dot kernel for mm's product when it suits: few rows and long sums (above), a
+    float type, b a view of an argument with W's rows (b's columns) contiguous."""
+    long_sums = mm.m <= MANY_ROWS and mm.k >= max(LONG_SUMS, SUMS_PER_ROW * mm.m)
+    if not (mm.m == 1 or long_sums) or mm.dt not in (DataType.F32, DataType.F64) or mm.k == 0:
+        return None
+    lanes = mm.tile.lanes
+    if lanes < 2 or lanes & (lanes - 1):
+        return None
+    at, bt = mm.a.type, mm.bm.type
+    assert isinstance(at, TensorType) and isinstance(bt, TensorType)
+    if len(at.shape) != 2 or len(bt.shape) != 2:
+        return None  # a batch of products (no transpose gives a batch of Wᵀ in place)
+    ptrs = mm.kg.ptrs
+    w = columns_in_place(mm.bm, ptrs)
+    if w is None:
+        return None
+    x = rows_in_place(mm.a, ptrs)
+    if x is None and mm.m * mm.k > COPIED_ELEMENTS:
+        return None
+    return RowDots(mm, w, x)
+
+
+class RowDots:
+    """The row-dot loops of one MatMul (see the module docstring)."""
+
+    def __init__(
+        self, mm: MatMul, w: tuple[ir.Value, tuple[int, ...]],
+        x: tuple[ir.Value, tuple[int, ...]] | None,
+    ) -> None:  # fmt: skip
+        self.mm, self.b = mm, mm.b
+        self.w_ptr, self.w_strides = w
+        self.x = x
+        self.lanes = lanes = mm.tile.lanes
+        # One row of x: a group of `lanes` rows of W. More: half as many, read by `rows` rows
+        # of x at a time (each element of W loaded once for them all).
+        self.width = lanes if mm.m == 1 else max(2, lanes // 2)
+        registers = 24 if lanes * mm.dt.size * 8 >= 512 else 12  # accumulators (as tiling's)
+        self.rows = max(1, min(mm.m, registers // self.width))
+        self.unroll = max(1, CHAINS // (self.rows * self.width))
+        self.vt = ir.VectorType(mm.elem_ty, self.lanes)
+        self.copy = None if x is not None else mm.kg.alloca(
+            ir.ArrayType(mm.elem_ty, mm.m * mm.k))  # fmt: skip
+
+    def emit(
+        self, batch: list[ir.Value], begin: ir.Value, end: ir.Value,
+        columns: tuple[ir.Value, ir.Value] | None = None,
+    ) -> None:  # fmt: skip
+        """Rows [begin, end) at batch index `batch`; columns [c0, c1) (all by default), c0 a
+        multiple of `lanes`, in groups of `width`."""
+        b, mm, width = self.b, self.mm, self.width
+        c0, c1 = columns or (_c(0), _c(mm.n))
+        if self.copy is not None:
+            self.copy_rows(batch, begin, end)
+        groups = b.udiv(b.sub(c1, c0), _c(width))
+
+        def group(g: ir.Value) -> None:
+            self.group(batch, begin, end, b.add(c0, b.mul(g, _c(width))), width)
+
+        counted_loop(b, 0, groups, group, name="wg")
+        if mm.n % width:  # the last, narrower group, in the share that ends at n
+            with b.if_then(b.icmp_signed("==", c1, _c(mm.n))):
+                self.group(batch, begin, end, _c(mm.n // width * width), mm.n % width)
+
+    def copy_rows(self, batch: list[ir.Value], begin: ir.Value, end: ir.Value) -> None:
+        """copy[i · k + p] = x[…, i, p] for the rows [begin, end): x through its prologue."""
+        b, mm = self.b, self.mm
+        assert self.copy is not None
+
+        def row(i: ir.Value) -> None:
+            def step(p: ir.Value) -> None:
+                mm.kg.memo.clear()
+                v = mm.kg.elem(mm.a, [*batch, i, p])
+                b.store(v, self.copied(b.add(b.mul(i, _c(mm.k)), p)))
+
+            counted_loop(b, 0, mm.k, step, name="xc")
+
+        counted_loop(b, begin, end, row, name="xr")
+
+    def group(
+        self, batch: list[ir.Value], begin: ir.Value, end: ir.Value, j0: ir.Value, count: int
+    ) -> None:
+        """Columns [j0, j0 + count) of rows [begin, end), tiles of `rows` rows (then one
+        shorter tile), then the epilogue there."""
+        b, mm, rows = self.b, self.mm, self.rows
+        w_rows = [self.w_row(batch, b.add(j0, _c(j))) for j in range(count)]
+
+        def tile(i0: ir.Value, size: int) -> None:
+            xs = [self.x_row(batch, b.add(i0, _c(r))) for r in range(size)]
+            for r, sums in enumerate(self.dots(xs, w_rows)):
+                if count < self.lanes:
+                    sums = b.shuffle_vector(sums, ir.Constant(self.vt, None), ir.Constant(
+                        ir.VectorType(I32, count), list(range(count))))  # fmt: skip
+                b.store(sums, mm.out_address(batch, b.add(i0, _c(r)), j0, 0), align=mm.dt.size)
+            if mm.kg.root is not mm.dot:
+                mm.epilogue(batch, i0, size, j0, count)
+
+        full = b.udiv(b.sub(end, begin), _c(rows))
+        counted_loop(b, 0, full, lambda t: tile(b.add(begin, b.mul(t, _c(rows))), rows),
+                     name="xt")  # fmt: skip
+        i0 = b.add(begin, b.mul(full, _c(rows)))
+        rest = b.sub(end, i0)
+        for size in range(1, rows):
+            with b.if_then(b.icmp_unsigned("==", rest, _c(size))):
+                tile(i0, size)
+
+    def dots(self, xs: list[ir.Value], w_rows: list[ir.Value]) -> list[ir.Value]:
+        """For each row x of xs, the vector of x · w for each row w of w_rows (lanes of them at
+        most, the rest 0)."""
+        b, mm, lanes, unroll, vt = self.b, self.mm, self.lanes, self.unroll, self.vt
+        acc = [[[mm.kg.alloca(vt) for _ in range(unroll)] for _ in w_rows] for _ in xs]
+        for row in acc:
+            for slots in row:
+                for slot in slots:
+                    b.store(ir.Constant(vt, None), slot)
+        block = lanes * unroll
+
+        def step(p: ir.Value, u: int, count: int = lanes) -> None:
+            xv = [self.load(x, p, count) for x in xs]
+            for j, w in enumerate(w_rows):
+                wv = self.load(w, p, count)
+                for x, row in zip(xv, acc):
+                    slot = row[j][u]
+                    b.store(mm.multiply_add(x, wv, b.load(slot)), slot)
+
+        blocks = mm.k // block
+
+        def one_block(q: ir.Value) -> None:
+            for u in range(unroll):
+                step(b.add(b.mul(q, _c(block)), _c(u * lanes)), u)
+
+        counted_loop(b, 0, blocks, one_block, name="wp")
+        for u in range(mm.k % block // lanes):  # whole vectors left after the blocks
+            step(_c(blocks * block + u * lanes), u)
+        rest = mm.k % lanes
+        if rest:  # the last elements, padded with zeros (0 · 0: no NaN from what lies beyond)
+            step(_c(mm.k - rest), 0, rest)
+        zero = ir.Constant(vt, None)
+        out = []
+        for row in acc:
+            totals = []
+            for slots in row:
+                total = b.load(slots[0])
+                for slot in slots[1:]:
+                    total = b.fadd(total, b.load(slot))
+                totals.append(total)
+            out.append(self.fold(totals + [zero] * (lanes - len(totals))))
+        return out
+
+    def fold(self, vectors: list[ir.Value]) -> ir.Value:
+        """The vector whose element j is the sum of the elements of vectors[j]: pairs of
+        vectors halve the groups of lanes they hold, low halves plus high halves, until each
+        lane holds one vector's total (lanes - 1 pairs in all)."""
+        b, lanes = self.b, self.lanes
+        group = lanes
+        while group > 1:
+            half = group // 2
+            groups = lanes // group
+            low = [g * group + e for g in range(groups) for e in range(half)]
+            low = low + [lanes + i for i in low]
+            high = [i + half for i in low]
+            mask_lo = ir.Constant(ir.VectorType(I32, lanes), low)
+            mask_hi = ir.Constant(ir.VectorType(I32, lanes), high)
+            vectors = [
+                b.fadd(b.shuffle_vector(x, y, mask_lo), b.shuffle_vector(x, y, mask_hi))
+                for x, y in zip(vectors[::2], vectors[1::2])
+            ]
+            group = half
+        (total,) = vectors
+        return total
+
+    def load(self, row: ir.Value, p: ir.Value, count: int) -> ir.Value:
+        """row[p : p + count] as a vector of `lanes`, zeros past count."""
+        b, mm = self.b, self.mm
+        vt = ir.VectorType(mm.elem_ty, count)
+        v = b.load(self.at(row, p), typ=vt, align=mm.dt.size)
+        if count == self.lanes:
+            return v
+        widen = list(range(count)) + [count] * (self.lanes - count)
+        return b.shuffle_vector(v, ir.Constant(vt, None), ir.Constant(
+            ir.VectorType(I32, self.lanes), widen))  # fmt: skip
+
+    def w_row(self, batch: list[ir.Value], j: ir.Value) -> ir.Value:
+        """The address of W's row j (b's column j): b[…, 0, j]."""
+        return self.at(self.w_ptr, self.offset(self.w_strides, [*batch, _c(0), j]))
+
+    def x_row(self, batch: list[ir.Value], i: ir.Value) -> ir.Value:
+        """The address of x's row i: in place, or in the copy."""
+        if self.x is None:
+            return self.copied(self.b.mul(i, _c(self.mm.k)))
+        ptr, strides = self.x
+        return self.at(ptr, self.offset(strides, [*batch, i, _c(0)]))
+
+    def offset(self, strides: tuple[int, ...], idx: list[ir.Value]) -> ir.Value:
+        b = self.b
+        total: ir.Value = _c(0)
+        for i, s in zip(idx, strides):
+            if s:
+                total = b.add(total, b.mul(i, _c(s)))
+        return total
+
+    def copied(self, off: ir.Value) -> ir.Value:
+        """The address of copy[off]."""
+        assert self.copy is not None
+        return self.b.gep(self.copy, [_c(0), off])
+
+    def at(self, ptr: ir.Value, off: ir.Value) -> ir.Value:
+        return self.b.gep(ptr, [off], source_etype=self.mm.elem_ty)
