@@ -50,6 +50,16 @@ def test_concat_and_split():
     check(single("Split", {"x": X}, opset=18, outputs=2, axis=-1, num_outputs=2), {"x": X})
 
 
+def test_an_empty_piece_of_a_split_adds_nothing_to_a_concat():
+    x = normal(2, 5)
+    nodes = [
+        helper.make_node("Split", ["x", "sizes"], ["a", "empty"], axis=1),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Concat", ["r", "empty"], ["y"], axis=1),
+    ]
+    check(model(nodes, {"x": x}, ["y"], {"sizes": i64(5, 0)}, opset=18), {"x": x})
+
+
 @pytest.mark.parametrize(
     "starts, ends, axes, steps",
     [

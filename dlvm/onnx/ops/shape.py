@@ -109,7 +109,11 @@ def unsqueeze(cx: Lowering, node: Node) -> None:
 
 @HANDLERS.register("Concat", since=4)
 def concat(cx: Lowering, node: Node) -> None:
-    names = [n for n in node.inputs if n]
+    """Inputs inferred empty (a Split's piece of size 0, which DLVM IR cannot hold) add
+    nothing and are left out."""
+    names = [n for n in node.inputs if n and 0 not in cx.facts.shapes.get(n, (1,))]
+    if not names:
+        raise LoweringError("Concat of empty tensors only (DLVM IR has no empty tensors)")
     values = [cx.value(n) for n in names]
     rank = len(tensor(values[0]).shape)
     if rank == 0:
@@ -130,11 +134,12 @@ def split(cx: Lowering, node: Node) -> None:
         count = node.attr("num_outputs", outputs)
         each = -(-xs[axis] // count)
         sizes = [min(each, xs[axis] - i * each) for i in range(count)]
-    if sum(sizes) != xs[axis] or len(sizes) != outputs or min(sizes) <= 0:
+    if sum(sizes) != xs[axis] or len(sizes) != outputs or min(sizes) < 0:
         raise LoweringError(f"Split of {xs[axis]} along axis {axis} into {sizes}")
     start = 0
     for name, size in zip(node.outputs, sizes):
-        cx.define(name, _cut(cx, x, axis, start, start + size - 1))
+        if size:  # an empty piece is left undefined: only Concat may read it, adding nothing
+            cx.define(name, _cut(cx, x, axis, start, start + size - 1))
         start += size
 
 
