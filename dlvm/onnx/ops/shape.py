@@ -138,8 +138,10 @@ def split(cx: Lowering, node: Node) -> None:
         raise LoweringError(f"Split of {xs[axis]} along axis {axis} into {sizes}")
     start = 0
     for name, size in zip(node.outputs, sizes):
-        if size:  # an empty piece is left undefined: only Concat may read it, adding nothing
+        if size:
             cx.define(name, _cut(cx, x, axis, start, start + size - 1))
+        elif name:  # left undefined, its shape known: only Concat may read it, adding nothing
+            cx.facts.shapes[name] = xs[:axis] + (0,) + xs[axis + 1 :]
         start += size
 
 
