@@ -184,6 +184,26 @@ def test_a_value_computed_from_a_float_input_is_not_asked_for():
     assert e.value.diagnostics[0].notes == ()
 
 
+def test_a_compress_condition_can_be_fixed():
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    graph = helper.make_graph(
+        [helper.make_node("Compress", ["x", "keep"], ["y"], axis=0)],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2]),
+            helper.make_tensor_value_info("keep", TensorProto.BOOL, [3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["k", 2])],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(ValuesNeeded) as e:
+        import_model(m)
+    assert e.value.names == ["keep"]
+    imp = import_model(m, values={"keep": [True, False, True]})
+    (y,) = run_function(imp.module, "model", [x])
+    np.testing.assert_array_equal(y, x[[0, 2]])
+
+
 def messages(e: pytest.ExceptionInfo[DiagnosticError]) -> list[str]:
     return [d.message for d in e.value.diagnostics]
 
