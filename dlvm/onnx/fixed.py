@@ -104,7 +104,7 @@ def _checked(declared: Any, value: Any, label: str, diags: list[Diagnostic]) -> 
     if problem is not None:
         diags.append(error(f"{what}: its shape {list(array.shape)} {problem}"))
         return None
-    return np.ascontiguousarray(array)
+    return np.array(array, order="C")  # a copy; ascontiguousarray would make a scalar 1-D
 
 
 def _same(given: np.ndarray, converted: np.ndarray) -> bool:

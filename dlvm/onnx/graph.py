@@ -94,7 +94,7 @@ class Facts:
     elem_types: dict[str, int]
     constants: dict[str, np.ndarray]
     initializers: dict[str, np.ndarray]
-    inputs: frozenset[str] = frozenset()
+    inputs: tuple[str, ...] = ()  # in the graph's order
     # The model's opset of each domain ("" for ONNX's own), for the nodes of a graph attribute.
     opsets: dict[str, int] = field(default_factory=dict)
 
@@ -115,7 +115,7 @@ class Facts:
             shapes[name] = value.shape
         elem_types.update({t.name: t.data_type for t in graph.initializer})
         constants = {n: v for n, v in initializers.items() if v.dtype.kind not in "fc"}
-        inputs = frozenset(v.name for v in graph.input if v.name not in initializers)
+        inputs = tuple(v.name for v in graph.input if v.name not in initializers)
         return Facts(shapes, elem_types, constants, initializers, inputs)
 
     def is_constant(self, name: str) -> bool:

@@ -133,7 +133,7 @@ def identity(comb: str, dtype: DataType) -> int | float | bool:
     if dtype.is_float:
         return -math.inf if comb == "max" else math.inf
     if dtype.is_bool:
-        return comb == "min"
+        return comb in ("min", "and")
     half = 1 << (dtype.bits - 1)
     return -half if comb == "max" else half - 1
 

@@ -215,6 +215,8 @@ def _check_pad(node: Node, facts: Facts) -> list[str]:
 
 @HANDLERS.register("Pad", since=2, check=_check_pad)
 def pad(cx: Lowering, node: Node) -> None:
+    """`constant` padding concatenates splats; `edge`, `reflect` and `wrap` gather, along each
+    padded axis, the source index of each output position (as NumPy's pad takes it)."""
     x = cx.value(node.input(0))
     t = tensor(x)
     rank = len(t.shape)
