@@ -44,7 +44,7 @@ from dlvm.codegen.llvm_types import (
     store_element,
     value_type,
 )
-from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, unravel
+from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, strided_offset, unravel
 from dlvm.codegen.matmul import MatMul
 from dlvm.ir.literals import (
     AggregateLiteral,
@@ -53,6 +53,7 @@ from dlvm.ir.literals import (
     SpecialLiteral,
     dense_dtype,
 )
+from dlvm.ir.strided import STRIDED_VIEWS, base_axis_terms, contiguous_strides, view_strides
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
 from dlvm.ir.windows import window_padding
@@ -677,7 +678,9 @@ class KernelGen:
         return linear_index(self.b, idx, shape)
 
     def address(self, base: ir.Value, idx: list[ir.Value], t: TensorType) -> ir.Value:
-        off = self.linear(idx, t.shape)
+        return self.address_at(base, self.linear(idx, t.shape), t)
+
+    def address_at(self, base: ir.Value, off: ir.Value, t: TensorType) -> ir.Value:
         return self.b.gep(base, [off], source_etype=memory_type(t.dtype))
 
     def store(self, base: ir.Value, idx: list[ir.Value], t: TensorType, v: ir.Value) -> None:
@@ -752,8 +755,8 @@ class KernelGen:
             return (yield from self.bit_cast(v, idx))
         if op == "literal":
             return self.literal(v.operands[0], idx)  # type: ignore[arg-type]
-        if op == "transpose":
-            return (yield v.operands[0], list(reversed(idx)))
+        if op in STRIDED_VIEWS:
+            return (yield from self.view(v, idx))
         if op == "reverse":
             flipped = list(idx)
             for d in v.attrs["dims"]:
@@ -768,10 +771,6 @@ class KernelGen:
         if op == "squeezeShape":
             i = v.attrs["index"]
             return (yield v.operands[0], [*idx[:i], ir.Constant(I64, 0), *idx[i:]])
-        if op == "shapeCast":
-            src_t = tensor_type(v.operands[0])
-            flat = self.linear(idx, t.shape)
-            return (yield v.operands[0], self.unravel(flat, src_t.shape))
         if op == "concatenate":
             return (yield from self.concatenate(v, idx))
         if op == "gather":
@@ -781,6 +780,37 @@ class KernelGen:
                 operands.append((yield a, []))
             return self.inline(v.operands[0], operands)
         raise CodegenError(f"@{self.fn.name}: '{op}' cannot be fused into a kernel")
+
+    def view(self, v: Instruction, idx: list[ir.Value]) -> Steps:
+        """The element of a chain of transposes and changes of shape ending at v: read where
+        it lies when the chain is a strided view (dlvm.ir.strided) of the tensor it starts
+        from, at Σ idx·stride of an argument, or at that tensor's index found axis by axis,
+        without the division and remainder per step that would keep LLVM from vectorising a
+        permuted copy (a multi-head attention's split into heads). Otherwise (or when the
+        index came from an offset in the same shape, which a plain change of shape gives back
+        for free) step by step: a transpose reverses the index, a change of shape unravels
+        the row-major offset in the operand's shape."""
+        t = tensor_type(v)
+        found = view_strides(v)
+        if found is not None and found[0] not in self.bound:
+            base, strides = found
+            bt = tensor_type(base)
+            plain = all(s == c for n, s, c in zip(t.shape, strides, contiguous_strides(t.shape))
+                        if n != 1)  # fmt: skip
+            off = self.linear(idx, t.shape) if plain else strided_offset(self.b, idx, strides)
+            if isinstance(base, Argument):
+                return load_element(self.b, self.address_at(self.ptrs[base], off, bt), bt.dtype)
+            unravelled = self.offsets.get(tuple(id(i) for i in idx))
+            terms = base_axis_terms(bt.shape, t.shape, strides)
+            if terms is not None and not (plain and unravelled is not None):
+                at = [strided_offset(self.b, [idx[k] for k, _ in ax], tuple(m for _, m in ax))
+                      for ax in terms]  # fmt: skip
+                return (yield base, at)
+            return (yield base, self.unravel(off, bt.shape))
+        if v.opcode == "transpose":
+            return (yield v.operands[0], list(reversed(idx)))
+        flat = self.linear(idx, t.shape)
+        return (yield v.operands[0], self.unravel(flat, tensor_type(v.operands[0]).shape))
 
     def bit_cast(self, v: Instruction, idx: list[ir.Value]) -> Steps:
         """The bits of the operand's element at the same row-major offset, read as the new

@@ -108,3 +108,29 @@ def _strides(layout: Layout) -> tuple[int, ...] | None:
             return None
         out.append(merged[0][1] if merged else 0)
     return tuple(out)
+
+
+Term = tuple[int, int]  # (axis of the view, multiplier)
+
+
+def base_axis_terms(
+    base_shape: tuple[int, ...], shape: tuple[int, ...], strides: tuple[int, ...]
+) -> list[list[Term]] | None:
+    """How a view of `shape` with these strides over a tensor of `base_shape` (view_strides)
+    indexes it axis by axis: for each axis of the base, the terms whose Σ index[axis]·multiplier
+    is its index there, so that an element of the base is found without dividing its offset.
+    None when an axis of the view steps across two axes of the base (a change of shape that
+    merged them); its offset must then be unravelled."""
+    base_strides = contiguous_strides(base_shape)
+    out: list[list[Term]] = [[] for _ in base_shape]
+    for k, (n, s) in enumerate(zip(shape, strides)):
+        if n == 1:
+            continue
+        a = next(
+            (a for a, (m, cs) in enumerate(zip(base_shape, base_strides)) if cs <= s < cs * m),
+            None,
+        )
+        if a is None or s % base_strides[a] or s * n > base_strides[a] * base_shape[a]:
+            return None
+        out[a].append((k, s // base_strides[a]))
+    return out
