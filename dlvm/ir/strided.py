@@ -2,7 +2,9 @@
 whose elements can be addressed in place, element [i₀, i₁, …] at Σ iₐ·strideₐ of the tensor
 the chain starts from. Compute generation fuses such a chain into the `convolve` that reads it
 (a kernel's gradient exchanges batch and channels this way) only when the code generator can
-then read the operand where it lies, which is when this module finds its strides.
+then read the operand where it lies, which is when this module finds its strides; a kernel
+reads any chain it computes this way where it can (dlvm.codegen.kernel: a multi-head
+attention's split into heads), an instruction's element by the index base_axis_terms gives.
 
 Each axis of a view is a list of modes (size, stride), most significant first: a transpose
 reverses the axes, a change of shape regroups the modes (splitting one whose size the new axis

@@ -5,6 +5,7 @@ reduced, on the CPU and in the CUDA emulator (whose kernels index by flat offset
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from viewchains import Step, chains, shape_after
 
 import dlvm
 from dlvm.codegen.build import schedule
+from dlvm.codegen.llgen import compile_object
 from dlvm.interp import run_function
 from dlvm.ir import parse_module
 
@@ -51,13 +53,14 @@ def _functions(i: int, chain: Chain, dt: str) -> list[str]:
     s, r = _t(start, dt), _t(end, dt)
     zero, one = ("0.0", "1.0") if dt[0] == "f" else ("0", "1")
     reduced = _t(end[:-1], dt)
+    last = len(end) - 1
     bodies = {
         f"arg{i}": (r, [*_steps("a", start, steps, dt), f"%r = multiply %v: {r}, %v: {r}"]),
         f"sum{i}": (r, ["%c = add %a: " + s + ", %b: " + s, *_steps("c", start, steps, dt),
-                        f"%r = subtract %v: {r}, {one}: {dt}"]),  # fmt: skip
+                        f"%r = subtract %v: {r}, {one}: {dt}"]),
         f"red{i}": (reduced, ["%c = multiply %a: " + s + ", %b: " + s,
                               *_steps("c", start, steps, dt),
-                              f"%r = reduce %v: {r} by add init {zero}: {dt} along {len(end) - 1}"]),
+                              f"%r = reduce %v: {r} by add init {zero}: {dt} along {last}"]),
     }  # fmt: skip
     out = []
     for name, (result, body) in bodies.items():
@@ -117,3 +120,49 @@ def test_random_chains_compute_as_the_interpreter_in_cuda_kernels(tmp_path_facto
         for name in (f"arg{i}", f"sum{i}", f"red{i}"):
             want = np.asarray(run_function(reference, name, inputs))
             _check(np.asarray(EmulatedInterpreter(module, emulator).run(name, inputs)), want)
+
+
+# PyTorch's multi-head attention as exported (bench/onnx_zoo.py's encoder, batch 8): the
+# projection's bias added, then split into query, key and value, out[s, t, b, d] =
+# mm[t, b, 64·s + d] + bias[64·s + d]; and the query split into 4 heads of 16 and scaled,
+# out[b, h, t, d] = q[t, b, 16·h + d] / 2.
+SPLITS = """module "splits"
+stage raw
+
+func @qkv: (<192 x f32>, <128 x 192 x f32>) -> <3 x 16 x 8 x 64 x f32> {
+'entry(%bias: <192 x f32>, %mm: <128 x 192 x f32>):
+    %v0 = shapeCast %mm: <128 x 192 x f32> to 16 x 8 x 192
+    %v1 = shapeCast %bias: <192 x f32> to 1 x 1 x 192
+    %v2 = add %v1: <1 x 1 x 192 x f32>, %v0: <16 x 8 x 192 x f32>
+    %v3 = shapeCast %v2: <16 x 8 x 192 x f32> to 1 x 16 x 8 x 3 x 64
+    %v4 = shapeCast %v3: <1 x 16 x 8 x 3 x 64 x f32> to 384 x 64
+    %v5 = transpose %v4: <384 x 64 x f32>
+    %v6 = shapeCast %v5: <64 x 384 x f32> to 64 x 1 x 128 x 3
+    %v7 = transpose %v6: <64 x 1 x 128 x 3 x f32>
+    %v8 = shapeCast %v7: <3 x 128 x 1 x 64 x f32> to 3 x 16 x 8 x 64
+    return %v8: <3 x 16 x 8 x 64 x f32>
+}
+
+func @heads: (<16 x 8 x 64 x f32>) -> <8 x 4 x 16 x 16 x f32> {
+'entry(%q: <16 x 8 x 64 x f32>):
+    %v0 = shapeCast %q: <16 x 8 x 64 x f32> to 512 x 16
+    %v1 = transpose %v0: <512 x 16 x f32>
+    %v2 = shapeCast %v1: <16 x 512 x f32> to 16 x 16 x 32
+    %v3 = transpose %v2: <16 x 16 x 32 x f32>
+    %v4 = shapeCast %v3: <32 x 16 x 16 x f32> to 8 x 4 x 16 x 16
+    %v5 = multiply %v4: <8 x 4 x 16 x 16 x f32>, 0.5: f32
+    return %v5: <8 x 4 x 16 x 16 x f32>
+}
+"""
+
+
+def test_attention_splits_are_vector_copies_without_division():
+    """Each split's kernel reads its operand in place along the contiguous last axis: vector
+    loads, no division or remainder of an index, no gather or scatter (which LLVM chose for
+    the heads when it unrolled the loop of 16 and vectorised the next one out)."""
+    _, text = compile_object(schedule(parse_module(SPLITS, "splits.dl")), cpu="x86-64-v3")
+    bodies = re.findall(r'^define [^@]*@"?(k\.[^"(]*\.body)"?\((.*?)^}', text, re.M | re.S)
+    assert len(bodies) == 2, [name for name, _ in bodies]
+    for name, body in bodies:
+        assert re.search(r"load <8 x float>", body), name
+        assert not re.search(r"\b(udiv|urem|sdiv|srem)\b|masked\.(gather|scatter)", body), name

@@ -14,6 +14,7 @@ from dlvm.ir.strided import base_axis_terms, contiguous_strides, view_strides
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Block, Instruction, Value
 
+
 def _chain(shape: tuple[int, ...], steps: list[Step]) -> tuple[Argument, Value]:
     x = Argument("x", TensorType(shape, DataType.F32))
     b = Builder(Block("entry", [x]))
