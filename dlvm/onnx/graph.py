@@ -50,12 +50,17 @@ class Node:
             proto,
         )
 
+    @property
+    def kind(self) -> str:
+        """The op type, after its domain outside the default one (`ai.onnx.preview.training.Adam`):
+        what the handler table is keyed by."""
+        return self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
+
     def describe(self) -> str:
         """`model.onnx: node 'conv1' (Conv, opset 13)`; an unnamed node by its position and
         first output."""
         who = f"node '{self.name}'" if self.name else f"node #{self.index} (output '{self.out(0)}')"
-        op = self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
-        return f"{self.label}: {who} ({op}, opset {self.opset})"
+        return f"{self.label}: {who} ({self.kind}, opset {self.opset})"
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)

@@ -77,7 +77,7 @@ def import_model(
     for i, arg in zip(inputs, arguments):
         cx.values[i.name] = arg
     for node in left:
-        handler = HANDLERS.find(node.op_type, node.opset)
+        handler = HANDLERS.find(node.kind, node.opset)
         assert handler is not None  # unsupported() found none missing
         try:
             handler.lower(cx, node)

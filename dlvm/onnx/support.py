@@ -1,7 +1,8 @@
 """What cannot be imported, found before anything is lowered (docs/onnx.md, "Unsupported
-nodes"): every node of another domain, of an op type without a handler, of an opset outside its
-handler's range, with an attribute or input its handler refuses, or with a tensor of an element
-type DLVM IR lacks, each a diagnostic naming the node, its op type, opset and the reason."""
+nodes"): every node of an op type without a handler (one of another domain is looked up as
+`domain.OpType`), of an opset outside its handler's range, with an attribute or input its
+handler refuses, or with a tensor of an element type DLVM IR lacks, each a diagnostic naming
+the node, its op type, opset and the reason."""
 
 from __future__ import annotations
 
@@ -20,14 +21,14 @@ def unsupported(nodes: list[Node], facts: Facts) -> list[Diagnostic]:
 
 
 def reasons(node: Node, facts: Facts) -> list[str]:
-    if node.domain:
-        return [f"operators of the domain '{node.domain}' are not supported"]
-    handler = HANDLERS.find(node.op_type, node.opset)
+    handler = HANDLERS.find(node.kind, node.opset)
     if handler is None:
-        ranges = HANDLERS.ranges(node.op_type)
+        ranges = HANDLERS.ranges(node.kind)
+        if not ranges and node.domain:
+            return [f"operators of the domain '{node.domain}' are not supported"]
         if not ranges:
             return [f"the operator {node.op_type} is not supported"]
-        return [f"{node.op_type} is supported at opsets {opset_text(ranges)} only"]
+        return [f"{node.kind} is supported at opsets {opset_text(ranges)} only"]
     found = list(handler.check(node, facts)) if handler.check is not None else []
     for name in (*node.inputs, *node.outputs):
         elem = facts.elem_types.get(name) if name else None

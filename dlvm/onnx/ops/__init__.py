@@ -2,6 +2,7 @@
 (ops/registry.py) when imported here."""
 
 from dlvm.onnx.ops import (
+    bitwise,
     conv,
     dropout,
     elementwise,
@@ -18,6 +19,7 @@ from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
 __all__ = [
     "HANDLERS",
     "Handler",
+    "bitwise",
     "conv",
     "dropout",
     "elementwise",
