@@ -13,6 +13,7 @@ from dlvm.onnx.ops import (
     reduce,
     resize,
     shape,
+    training,
 )
 from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
 
@@ -31,4 +32,5 @@ __all__ = [
     "reduce",
     "resize",
     "shape",
+    "training",
 ]
