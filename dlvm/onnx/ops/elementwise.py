@@ -1,5 +1,7 @@
 """Elementwise operators: arithmetic, comparisons and logic with NumPy broadcasting, the float
-functions, activations composed as TEL's stdlib/nn.tel writes them, Clip, Where and Cast."""
+functions (the inverse hyperbolic ones as logarithms), activations composed as TEL's
+stdlib/nn.tel writes them (Swish and SwiGLU as ONNX's reference does), Shrink, Clip, Where and
+Cast (`convert` across bases)."""
 
 from __future__ import annotations
 

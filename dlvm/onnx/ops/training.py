@@ -134,4 +134,4 @@ def _handler(op: str) -> Callable[[Lowering, Node], None]:
 
 
 for _op in STATES:
-    HANDLERS.register(f"{DOMAIN}.{_op}", since=1, check=_check)(_handler(_op))
+    HANDLERS.register(f"{DOMAIN}.{_op}", since=1, until=1, check=_check)(_handler(_op))
