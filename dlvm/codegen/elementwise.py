@@ -204,7 +204,7 @@ def cast(b: ir.IRBuilder, x: ir.Value, src: DataType, dst: DataType) -> ir.Value
 
 
 def convert(b: ir.IRBuilder, x: ir.Value, src: DataType, dst: DataType) -> ir.Value:
-    """convert: any data type to any other, as the interpreter does (docs/ir.md, "convert")."""
+    """convert: any data type to any other, as the interpreter does (docs/ir.md, "Elementwise")."""
     to = value_type(dst)
     if src is dst:
         return x

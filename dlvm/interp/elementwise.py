@@ -196,7 +196,7 @@ def _data_type_cast(frame, inst, args):
 def _convert(frame, inst, args):
     """`convert`: bool to 0/1, anything to bool as != 0, integers to floats to nearest (even),
     floats to integers toward zero and saturated (NaN to 0), integers wrapped to a narrower
-    width (docs/ir.md, "convert")."""
+    width (docs/ir.md, "Elementwise")."""
     x = np.asarray(args[0])
     to = frame.dtype(inst.type)
     if to.kind == "b":

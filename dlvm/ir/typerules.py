@@ -202,7 +202,7 @@ def data_type_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
 
 
 def convert(ops: list[Type], attrs: dict[str, Any]) -> Type:
-    """Any data type to any other, across bases (docs/ir.md, "convert")."""
+    """Any data type to any other, across bases (docs/ir.md, "Elementwise")."""
     t = tensor(ops[0])
     return tensor_type(t.shape, attrs["dtype"])
 

@@ -83,3 +83,39 @@ def test_imported_lstm_compiles(tmp_path):
     args = [x] + [q.value for q in imp.params]
     for g, w in zip(lib.lstm(*args), run_function(imp.module, "lstm", args)):
         np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5)
+
+
+def test_imported_conversions_bit_operations_and_quantisation_compile(tmp_path):
+    """Cast across bases, BitShift, BitwiseXor, Mod with the divisor's sign, OneHot of run-time
+    indices, Range of run-time bounds, QuantizeLinear and Asinh, built once."""
+    x = normal(3, 4) * 4
+    start = np.array(1.5, np.float32)
+    n = helper.make_node
+    nodes = [
+        n("Cast", ["x"], ["i"], to=6),  # f32 to i32, truncating
+        n("BitShift", ["i", "two"], ["shifted"], direction="LEFT"),
+        n("BitwiseXor", ["shifted", "i"], ["bits"]),
+        n("Mod", ["x", "minus3"], ["m"], fmod=0),
+        n("OneHot", ["i", "depth", "onoff"], ["hot"], axis=1),
+        n("Range", ["start", "limit", "delta"], ["steps"]),
+        n("QuantizeLinear", ["x", "scale", "zero"], ["q"]),
+        n("Asinh", ["x"], ["a"]),
+    ]
+    consts = {
+        "two": np.array(2, np.int32),
+        "minus3": np.array(-3.0, np.float32),
+        "depth": np.array(5, np.int64),
+        "onoff": np.array([0.0, 1.0], np.float32),
+        "limit": np.array(6.0, np.float32),
+        "delta": np.array(1.25, np.float32),
+        "scale": np.array(0.05, np.float32),
+        "zero": np.array(4, np.int8),
+    }
+    inputs = {"x": x, "start": start}
+    outputs = ["bits", "m", "hot", "steps", "q", "a"]
+    m = model(nodes, inputs, outputs, consts, opset=21)
+    imp = import_model(m, name="bits")
+    lib = dlvm.load(ir_library(module_text(imp.module), "bits", tmp_path))
+    args = [x, start] + [p.value for p in imp.params]
+    for g, w in zip(lib.bits(*args), run_function(imp.module, "bits", args)):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)

@@ -147,10 +147,24 @@ def test_mod_takes_the_sign_of_the_divisor_or_of_the_dividend(fmod):
         check(single("Mod", {"a": x, "b": y}, opset=13, fmod=1), {"a": x, "b": y})
 
 
-def test_mod_of_floats_with_the_divisors_sign_is_refused():
-    from dlvm.diagnostics import DiagnosticError
-    from dlvm.onnx import import_model
+def test_mod_of_floats_takes_the_sign_of_the_divisor():
+    a = np.array([[7.5, -7.5, 7.5, -7.5, 6.0, 0.0, -1.0]], np.float32)
+    b = np.array([[2.0, 2.0, -2.0, -2.0, 3.0, -2.0, np.inf]], np.float32)
+    check(single("Mod", {"a": a, "b": b}, opset=13, fmod=0), {"a": a, "b": b})
 
-    x, y = normal(2, 3), positive(2, 3, seed=1)
-    with pytest.raises(DiagnosticError, match="not supported: fmod=0 on floats"):
-        import_model(single("Mod", {"a": x, "b": y}, opset=13))
+
+def test_inverse_hyperbolic_functions():
+    x = np.array([[-0.9, -0.3, 0.0, 0.4, 0.95]], np.float32)
+    check(single("Asinh", {"x": x * 50}), {"x": x * 50}, rtol=1e-5)
+    check(single("Atanh", {"x": x}), {"x": x}, rtol=1e-5)
+    check(single("Acosh", {"x": 1 + x * x * 30}), {"x": 1 + x * x * 30}, rtol=1e-5)
+
+
+def test_shrink_swish_swiglu_and_not_at_opset_1():
+    check(single("Shrink", {"x": X}, opset=9, lambd=0.7, bias=0.2), {"x": X})
+    check(single("Swish", {"x": X}, opset=24, alpha=1.5), {"x": X})
+    half = X.astype(np.float16)
+    check(single("Swish", {"x": half}, opset=24), {"x": half}, rtol=1e-3)
+    check(single("SwiGLU", {"a": X, "b": X * 2}, opset=28), {"a": X, "b": X * 2})
+    flags = X > 0
+    check(single("Not", {"x": flags}, opset=1), {"x": flags})

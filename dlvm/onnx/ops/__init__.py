@@ -3,7 +3,7 @@
 
 from dlvm.onnx.ops import (
     attention,
-    bitcast,
+    bitwise,
     control,
     conv,
     cumulative,
@@ -12,12 +12,14 @@ from dlvm.onnx.ops import (
     einsum,
     elementwise,
     gather,
+    generate,
     linalg,
     linear,
     loss,
     norm,
     optional,
     pool,
+    quantize,
     recurrent,
     reduce,
     resize,
@@ -30,6 +32,7 @@ from dlvm.onnx.ops import (
     stateful,
     text,
     topk,
+    training,
     transformer,
 )
 from dlvm.onnx.ops.registry import HANDLERS, Handler, opset_text
@@ -38,7 +41,7 @@ __all__ = [
     "HANDLERS",
     "Handler",
     "attention",
-    "bitcast",
+    "bitwise",
     "control",
     "conv",
     "cumulative",
@@ -47,6 +50,7 @@ __all__ = [
     "einsum",
     "elementwise",
     "gather",
+    "generate",
     "linalg",
     "linear",
     "loss",
@@ -54,6 +58,7 @@ __all__ = [
     "opset_text",
     "optional",
     "pool",
+    "quantize",
     "recurrent",
     "reduce",
     "resize",
@@ -66,5 +71,6 @@ __all__ = [
     "stateful",
     "text",
     "topk",
+    "training",
     "transformer",
 ]

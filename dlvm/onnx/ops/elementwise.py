@@ -1,5 +1,7 @@
 """Elementwise operators: arithmetic, comparisons and logic with NumPy broadcasting, the float
-functions, activations composed as TEL's stdlib/nn.tel writes them, Clip, Where and Cast."""
+functions (the inverse hyperbolic ones as logarithms), activations composed as TEL's
+stdlib/nn.tel writes them (Swish as ONNX's reference does; SwiGLU is in ops/transformer.py),
+Shrink, Clip, Where and Cast (`convert` across bases)."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ BINARY = {
 # The opset each operator appeared in, where that is after 7 (the table's first).
 INTRODUCED = {
     "Erf": 9, "Sign": 9, "Sinh": 9, "Cosh": 9, "IsNaN": 9, "Round": 11, "Mod": 10, "Celu": 12,
-    "LessOrEqual": 12, "GreaterOrEqual": 12,
+    "LessOrEqual": 12, "GreaterOrEqual": 12, "Not": 1, "Acosh": 9, "Asinh": 9, "Atanh": 9,
 }  # fmt: skip
 
 
@@ -55,21 +57,19 @@ def xor(cx: Lowering, node: Node) -> None:
     cx.define(node.out(0), cx.emit("notEqual", a, b))
 
 
-def _check_mod(node: Node, facts: Facts) -> list[str]:
-    elem = ir_type_of(facts.elem_types.get(node.input(0), 0))
-    if not node.attr("fmod", 0) and elem is not None and elem.is_float:
-        return ["fmod=0 on floats (the divisor's sign; only fmod=1 is supported for them)"]
-    return []
-
-
-@HANDLERS.register("Mod", since=10, check=_check_mod)
+@HANDLERS.register("Mod", since=10)
 def mod(cx: Lowering, node: Node) -> None:
-    """fmod=1: C's remainder, the sign of the dividend, as the IR's `modulo`; fmod=0 (integers
-    only): the sign of the divisor, as Python's %, ((a mod b) + b) mod b."""
+    """fmod=1: C's remainder, the sign of the dividend, as the IR's `modulo`; fmod=0: the sign
+    of the divisor, as Python's % (NumPy's mod): the remainder plus the divisor where it is not
+    zero and its sign differs from the divisor's."""
     a, b = operands(cx, node.inputs[:2])
     y = cx.emit("modulo", a, b)
     if not node.attr("fmod", 0):
-        y = cx.emit("modulo", cx.emit("add", y, b), b)
+        dt = tensor(y).dtype
+        zero = cx.scalar(0, dt)
+        differs = cx.emit("notEqual", cx.emit("lessThan", y, zero), cx.emit("lessThan", b, zero))
+        moved = cx.emit("and", cx.emit("notEqual", y, zero), differs)
+        y = cx.emit("select", cx.emit("add", y, b), y, moved)
     cx.define(node.out(0), y)
 
 
@@ -132,6 +132,56 @@ def unary(cx: Lowering, node: Node) -> None:
 
 for _op in UNARY:
     HANDLERS.register(_op, since=since(_op))(unary)
+
+
+@HANDLERS.register(("Acosh", "Asinh", "Atanh"), since=9)
+def inverse_hyperbolic(cx: Lowering, node: Node) -> None:
+    """As logarithms: acosh x = log(x + sqrt(x² - 1)); asinh x = sign(x) log(|x| + sqrt(x² +
+    1)), odd so that it keeps its digits for x < 0; atanh x = log((1 + x) / (1 - x)) / 2."""
+    x = cx.value(node.input(0))
+    dt = tensor(x).dtype
+    one = cx.scalar(1, dt)
+    if node.op_type == "Atanh":
+        ratio = cx.emit("divide", cx.emit("add", one, x), cx.emit("subtract", one, x))
+        y = cx.emit("multiply", cx.scalar(0.5, dt), cx.emit("log", ratio))
+    else:
+        sign = cx.emit("sign", x)
+        size = x if node.op_type == "Acosh" else cx.emit("multiply", x, sign)
+        square = cx.emit("multiply", x, x)
+        root = cx.emit(
+            "sqrt", cx.emit("subtract" if node.op_type == "Acosh" else "add", square, one)
+        )
+        y = cx.emit("log", cx.emit("add", size, root))
+        if node.op_type == "Asinh":
+            y = cx.emit("multiply", sign, y)
+    cx.define(node.out(0), y)
+
+
+@HANDLERS.register("Shrink", since=9)
+def shrink(cx: Lowering, node: Node) -> None:
+    """x + bias below -lambd, x - bias above lambd, 0 between."""
+    x = cx.value(node.input(0))
+    dt = tensor(x).dtype
+    lambd, bias = node.attr("lambd", 0.5), node.attr("bias", 0.0)
+    low = cx.emit("lessThan", x, cx.scalar(-lambd, dt))
+    high = cx.emit("greaterThan", x, cx.scalar(lambd, dt))
+    zero = cx.scalar(0, dt)
+    y = cx.emit("select", cx.emit("subtract", x, cx.scalar(bias, dt)), zero, high)
+    cx.define(node.out(0), cx.emit("select", cx.emit("add", x, cx.scalar(bias, dt)), y, low))
+
+
+def _swish(cx: Lowering, x: Value, alpha: float) -> Value:
+    """x · 1 / (1 + e^(-alpha · x)), each step in x's type as ONNX's reference computes it (in
+    f16 the tanh form of sigmoid_of differs from it by more than the tests allow)."""
+    dt = tensor(x).dtype
+    e = cx.emit("exp", cx.emit("multiply", x, cx.scalar(-alpha, dt)))
+    one = cx.scalar(1, dt)
+    return cx.emit("multiply", x, cx.emit("divide", one, cx.emit("add", one, e)))
+
+
+@HANDLERS.register("Swish", since=24)
+def swish(cx: Lowering, node: Node) -> None:
+    cx.define(node.out(0), _swish(cx, cx.value(node.input(0)), node.attr("alpha", 1.0)))
 
 
 @HANDLERS.register("Identity")
