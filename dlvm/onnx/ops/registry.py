@@ -50,7 +50,16 @@ class Table:
 
         def add(lower: Lower) -> Lower:
             for name in names:
-                self._by_op.setdefault(name, []).append(Handler(name, since, until, lower, check))
+                handlers = self._by_op.setdefault(name, [])
+                for h in handlers:
+                    # Two handlers of one opset: which lowers a node would depend on the order
+                    # the modules are imported in.
+                    if h.since <= until and since <= h.until:
+                        raise ValueError(
+                            f"{name}: a handler of opsets {since}-{until} in {lower.__module__} "
+                            f"and one of {h.since}-{h.until} in {h.lower.__module__}"
+                        )
+                handlers.append(Handler(name, since, until, lower, check))
             return lower
 
         return add
