@@ -14,11 +14,15 @@ the group's sums, stored at once, and the kernel's epilogue rewrites them in pla
 rows of W stay in L1 while the tiles of x pass over them.
 
 x is read in place too when its steps of p are contiguous; otherwise (a transpose computes it)
-its rows are first copied into a stack buffer, once per call."""
+its rows are first copied into a stack buffer, once per call.
+
+The loops serve any RowProduct: a MatMul, or a convolution with few output positions whose
+rows of x are its transposed im2col (dlvm.codegen.conv_rows), which stores each row's sums
+where its output puts them (store_sums)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from llvmlite import ir
 
@@ -30,7 +34,8 @@ from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Value
 
 if TYPE_CHECKING:
-    from dlvm.codegen.matmul import MatMul
+    from dlvm.codegen.kernel import KernelGen
+    from dlvm.codegen.matmul import MatMul, Tiling
 
 # Which products: one row of x, or up to MANY_ROWS rows with sums at least LONG_SUMS long and
 # SUMS_PER_ROW times as long as x has rows. Past that, each element of W is reused often
@@ -62,6 +67,33 @@ def rows_in_place(v: Value, ptrs: dict[Value, ir.Value]) -> tuple[ir.Value, tupl
     return ptrs[base], strides
 
 
+class RowProduct(Protocol):
+    """What the row-dot loops need of their product: x · Wᵀ with x m × k (rows of x at batch
+    index `batch` …), W n × k; where the sums go and the epilogue over a tile."""
+
+    kg: KernelGen
+    b: ir.IRBuilder
+    dot: Value  # the kernel's product: an epilogue follows when it is not the root
+    a: Value  # x, read through kg.elem when its rows are copied
+    m: int
+    k: int
+    n: int
+    dt: DataType
+    elem_ty: ir.Type
+    tile: Tiling  # its lanes
+
+    def multiply_add(self, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value: ...
+
+    def store_sums(
+        self, batch: list[ir.Value], i: ir.Value, j0: ir.Value, sums: ir.Value, count: int
+    ) -> None:
+        """out[…, i, j0 + c] = sums[c] for c < count."""
+
+    def epilogue(
+        self, batch: list[ir.Value], i0: ir.Value, rows: int, j0: ir.Value, width: int
+    ) -> None: ...
+
+
 def row_dots(mm: MatMul) -> RowDots | None:
     """The row-dot kernel for mm's product when it suits: few rows and long sums (above), a
     float type, b a view of an argument with W's rows (b's columns) contiguous."""
@@ -86,10 +118,10 @@ def row_dots(mm: MatMul) -> RowDots | None:
 
 
 class RowDots:
-    """The row-dot loops of one MatMul (see the module docstring)."""
+    """The row-dot loops of one product (see the module docstring)."""
 
     def __init__(
-        self, mm: MatMul, w: tuple[ir.Value, tuple[int, ...]],
+        self, mm: RowProduct, w: tuple[ir.Value, tuple[int, ...]],
         x: tuple[ir.Value, tuple[int, ...]] | None,
     ) -> None:  # fmt: skip
         self.mm, self.b = mm, mm.b
@@ -98,13 +130,18 @@ class RowDots:
         self.lanes = lanes = mm.tile.lanes
         # One row of x: a group of `lanes` rows of W. More: half as many, read by `rows` rows
         # of x at a time (each element of W loaded once for them all).
-        self.width = lanes if mm.m == 1 else max(2, lanes // 2)
+        self.width = self.group_width(lanes, mm.m)
         registers = 24 if lanes * mm.dt.size * 8 >= 512 else 12  # accumulators (as tiling's)
         self.rows = max(1, min(mm.m, registers // self.width))
         self.unroll = max(1, CHAINS // (self.rows * self.width))
         self.vt = ir.VectorType(mm.elem_ty, self.lanes)
         self.copy = None if x is not None else mm.kg.alloca(
             ir.ArrayType(mm.elem_ty, mm.m * mm.k))  # fmt: skip
+
+    @staticmethod
+    def group_width(lanes: int, m: int) -> int:
+        """The columns of a group (above), for m rows of x."""
+        return lanes if m == 1 else max(2, lanes // 2)
 
     def emit(
         self, batch: list[ir.Value], begin: ir.Value, end: ir.Value,
@@ -152,10 +189,7 @@ class RowDots:
         def tile(i0: ir.Value, size: int) -> None:
             xs = [self.x_row(batch, b.add(i0, _c(r))) for r in range(size)]
             for r, sums in enumerate(self.dots(xs, w_rows)):
-                if count < self.lanes:
-                    sums = b.shuffle_vector(sums, ir.Constant(self.vt, None), ir.Constant(
-                        ir.VectorType(I32, count), list(range(count))))  # fmt: skip
-                b.store(sums, mm.out_address(batch, b.add(i0, _c(r)), j0, 0), align=mm.dt.size)
+                mm.store_sums(batch, b.add(i0, _c(r)), j0, sums, count)
             if mm.kg.root is not mm.dot:
                 mm.epilogue(batch, i0, size, j0, count)
 
