@@ -39,9 +39,11 @@ from dlvm.ir.values import Instruction, Value
 if TYPE_CHECKING:
     from dlvm.codegen.kernel import KernelGen
 
-# Output positions per image at most: past them each kernel element is reused often enough
-# that conv_gemm's tiles, which read it by broadcasts, are faster (bench/RESULTS.md).
-MAX_POSITIONS = 64
+# Output positions per image at most (7 × 7): at 8 × 8 the rows of x pass over each group's
+# rows of the kernel so often that reading them again from L2 costs more than conv_gemm's
+# broadcasts (one thread, AVX-512, f32: bench/RESULTS.md, "Convolutions with few output
+# positions").
+MAX_POSITIONS = 49
 
 
 def _c(v: int) -> ir.Constant:
@@ -70,7 +72,6 @@ def suits(conv: Instruction, lanes: int) -> bool:
         and rows <= MANY_ROWS
         and depth >= max(LONG_SUMS, SUMS_PER_ROW * rows)
         and len(t.shape) > 2
-        and t.shape[-1] >= kt.shape[-1]  # not a kernel's gradient (conv_kernel_grad)
     )
 
 
