@@ -186,8 +186,8 @@ class ConvRows:
             dst = b.mul(i, _c(self.k))
 
             def channel(c: ir.Value) -> None:
-                base = b.add(b.mul(n, _c(geo.x_strides[0])),
-                             b.mul(b.add(b.mul(g, _c(geo.cin_g)), c), _c(geo.x_strides[1])))  # fmt: skip
+                channel = b.add(b.mul(g, _c(geo.cin_g)), c)
+                base = b.add(b.mul(n, _c(geo.x_strides[0])), b.mul(channel, _c(geo.x_strides[1])))
                 first = b.add(dst, b.mul(c, _c(taps)))
 
                 def axis(d: int, off: ir.Value, inside: ir.Value, q: ir.Value) -> None:
@@ -258,4 +258,3 @@ class ConvRows:
             counted_loop(b, 0, width, col, name="epi")
 
         counted_loop(b, 0, rows, row, name="epr")
-

@@ -73,7 +73,6 @@ class RowProduct(Protocol):
 
     kg: KernelGen
     b: ir.IRBuilder
-    dot: Value  # the kernel's product: an epilogue follows when it is not the root
     a: Value  # x, read through kg.elem when its rows are copied
     m: int
     k: int
@@ -81,6 +80,10 @@ class RowProduct(Protocol):
     dt: DataType
     elem_ty: ir.Type
     tile: Tiling  # its lanes
+
+    @property
+    def dot(self) -> Value:
+        """The kernel's product: an epilogue follows when it is not the kernel's root."""
 
     def multiply_add(self, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value: ...
 
