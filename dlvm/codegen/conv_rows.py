@@ -45,6 +45,10 @@ if TYPE_CHECKING:
 # positions").
 MAX_POSITIONS = 49
 
+# The bytes of a group's rows of the kernel that one chunk of the sums reads (RowDots.chunk):
+# they stay in L1 while the tiles of X̂ᵀ pass over them.
+CHUNK_BYTES = 16 * 1024
+
 
 def _c(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
@@ -110,8 +114,8 @@ class ConvRows:
             with elements:
                 self.shares(begin, end, self.elements)
             with rows:
-                dots = RowDots(self, (self.kg.ptrs[self.geometry.k_base], self.w_strides),
-                               (scratch, (0, 0, self.k, 1)))  # fmt: skip
+                w = (self.kg.ptrs[self.geometry.k_base], self.w_strides)
+                dots = RowDots(self, w, (scratch, (0, 0, self.k, 1)), CHUNK_BYTES)
                 self.shares(begin, end, lambda n0, count, c0, c1: self.rows(
                     dots, scratch, n0, count, c0, c1))  # fmt: skip
 

@@ -45,6 +45,8 @@ CASES = [
      ["%s = add %c: {o}, %b: {b}", "%r = tanh %s: {o}"]),
     # An output narrower than the kernel (a ResNet's last stage at 64 × 64).
     ("narrow", (1, 32, 2, 2), (10, 32, 3, 3), "padding (1, 1), (1, 1)", BIAS_RELU),
+    # Sums of 1440 in chunks (a group's rows of the kernel kept in L1: RowDots.chunk).
+    ("long-sums", (1, 160, 3, 3), (12, 160, 3, 3), "padding (1, 1), (1, 1)", BIAS_RELU),
     # Eight images of 4 positions, shared by the threads one or more each.
     ("batch-8", (8, 128, 2, 2), (16, 128, 3, 3), "padding (1, 1), (1, 1)", BIAS_RELU),
 ]  # fmt: skip
@@ -107,8 +109,9 @@ def test_which_convolutions_take_row_dots(lanes):
 
 
 def test_the_kernels_build_the_transposed_im2col():
-    """The cases' kernels copy X̂ᵀ (blocks named `xrow`) and run the row-dot loop (`wp`); the
-    others neither. Some cases' threads share channels (compute-scheduling's `split`)."""
+    """The cases' kernels copy X̂ᵀ (blocks named `xrow`) and run the row-dot loop (`wp`), long
+    sums in chunks (`kc`); the others neither. Some cases' threads share channels
+    (compute-scheduling's `split`)."""
     module = parse_module(TEXT, "crows.dl")
     build = LibraryBuild(module, module_spec(parse_module(TEXT, "crows.dl"), "crows"),
                          Path("unused.so"))  # fmt: skip
@@ -119,6 +122,8 @@ def test_the_kernels_build_the_transposed_im2col():
             body = text[at : text.index("\n}\n", at)]
             rows = case in CASES
             assert ("\nxrow.head" in body) == rows and ("\nwp.head" in body) == rows, case[0]
+            if case[0] in ("long-sums", "narrow"):  # sums of 1440 in chunks, of 288 at once
+                assert ("\nkc.head" in body) == (case[0] == "long-sums"), case[0]
     split = [f for f in build.module.functions if f.schedule and f.schedule.get("split", 1) > 1]
     assert any(symbol("shared", "f32") in f.name for f in split)
 
