@@ -149,14 +149,18 @@ np.savez(sys.argv[2] + ".out.npz", **{k: np.asarray(v) for k, v in out.items()})
 """
 
 
-@pytest.mark.parametrize("threads", [1, 2, 13])
-def test_row_dots_compute_what_the_interpreter_does(library, tmp_path, threads):
-    """Each thread count in a process of its own (the runtime reads DLRT_NUM_THREADS once)."""
+# aligned_alloc failing: the runtime's dlrt_scratch then has no buffer to give.
+NO_SCRATCH = """#include <stddef.h>
+void *aligned_alloc(size_t alignment, size_t size) { (void)alignment; (void)size; return NULL; }
+"""
+
+
+def run_cases(library: Path, tmp_path: Path, env: dict[str, str]) -> None:
+    """Every case in a process of its own with `env`, against the interpreter."""
     data = {f"{name}.{i}": a for name, n, dt in NAMES for i, a in enumerate(inputs(n, dt))}
     np.savez(tmp_path / "in.npz", **data)
     runner = tmp_path / "run.py"
     runner.write_text(RUNNER)
-    env = {**os.environ, "DLRT_NUM_THREADS": str(threads)}
     names = [name for name, _, _ in NAMES]
     subprocess.run([sys.executable, str(runner), str(library), str(tmp_path / "in.npz"), *names],
                    check=True, env=env)  # fmt: skip
@@ -165,3 +169,20 @@ def test_row_dots_compute_what_the_interpreter_does(library, tmp_path, threads):
     for name, n, dt in NAMES:
         want = np.asarray(run_function(reference, name, inputs(n, dt)))
         assert_close(got[name], want, dt)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 13])
+def test_row_dots_compute_what_the_interpreter_does(library, tmp_path, threads):
+    """Each thread count in a process of its own (the runtime reads DLRT_NUM_THREADS once)."""
+    run_cases(library, tmp_path, {**os.environ, "DLRT_NUM_THREADS": str(threads)})
+
+
+def test_without_a_scratch_buffer_each_share_is_computed_element_by_element(library, tmp_path):
+    """With no scratch buffer (aligned_alloc failing, preloaded), every thread computes its
+    own share, the same images and channels, one output element at a time."""
+    shim = tmp_path / "no_scratch.so"
+    (tmp_path / "no_scratch.c").write_text(NO_SCRATCH)
+    cc = os.environ.get("CC") or "cc"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "no_scratch.c")],
+                   check=True)  # fmt: skip
+    run_cases(library, tmp_path, {**os.environ, "DLRT_NUM_THREADS": "3", "LD_PRELOAD": str(shim)})
