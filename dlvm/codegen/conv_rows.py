@@ -29,7 +29,7 @@ from llvmlite import ir
 from dlvm.codegen import conv_gemm
 from dlvm.codegen.conv_gemm import ConvGemm
 from dlvm.codegen.llvm_types import I1, I32, I64, memory_type
-from dlvm.codegen.loops import counted_loop, unravel
+from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, unravel
 from dlvm.codegen.matmul import Tiling
 from dlvm.codegen.matmul_rows import LONG_SUMS, MANY_ROWS, SUMS_PER_ROW, RowDots
 from dlvm.codegen.panels import scratch_function
@@ -39,11 +39,15 @@ from dlvm.ir.values import Instruction, Value
 if TYPE_CHECKING:
     from dlvm.codegen.kernel import KernelGen
 
-# Output positions per image at most (7 × 7): at 8 × 8 the rows of x pass over each group's
-# rows of the kernel so often that reading them again from L2 costs more than conv_gemm's
-# broadcasts (one thread, AVX-512, f32: bench/RESULTS.md, "Convolutions with few output
+# Output positions per image at most (8 × 8), and sums at least POSITION_SUMS times as long
+# as those: with 8 × 8 positions and sums of 576 (64 channels, 3 × 3) conv_gemm's tiles are
+# as fast (one thread, AVX-512, f32: bench/RESULTS.md, "Convolutions with few output
 # positions").
-MAX_POSITIONS = 49
+MAX_POSITIONS = 64
+POSITION_SUMS = 16
+# X̂ᵀ is copied from zero-padded input planes (no check per tap) when those planes are smaller
+# than one image's X̂ᵀ and both fit in L2 together.
+L2_BYTES = 1 << 20
 
 # The bytes of a group's rows of the kernel that one chunk of the sums reads (RowDots.chunk):
 # they stay in L1 while the tiles of X̂ᵀ pass over them.
@@ -74,7 +78,7 @@ def suits(conv: Instruction, lanes: int) -> bool:
     return (
         positions <= MAX_POSITIONS
         and rows <= MANY_ROWS
-        and depth >= max(LONG_SUMS, SUMS_PER_ROW * rows)
+        and depth >= max(LONG_SUMS, SUMS_PER_ROW * rows, POSITION_SUMS * positions)
         and len(t.shape) > 2
     )
 
@@ -99,7 +103,16 @@ class ConvRows:
         self.images = 1 if split > 1 else g.t.shape[0]
         self.m, self.k, self.n = self.images * self.positions, g.k, g.cout_g
         self.tile = Tiling(1, 1, lanes, self.k, 1)
-        self.scratch_bytes = self.m * self.k * self.dt.size
+        # The zero-padded input planes of the taps' reach (none with left dilation).
+        extent = tuple((o - 1) * s + (t - 1) * r + 1
+                       for o, s, t, r in zip(g.positions, g.strides, g.taps, g.rd))  # fmt: skip
+        padded = g.cin_g * math.prod(extent)
+        rows = self.m * self.k
+        self.padded: tuple[int, ...] = ()
+        if (all(d == 1 for d in g.ld) and padded <= self.positions * self.k
+                and (rows + padded) * self.dt.size <= L2_BYTES):  # fmt: skip
+            self.padded = extent
+        self.scratch_bytes = (rows + (padded if self.padded else 0)) * self.dt.size
         ks = g.k_strides[0]
         self.w_strides = (0, g.cout_g * ks, 1, ks)  # over [image, group, q, o]
         self.multiply_add = g.multiply_add
@@ -151,7 +164,10 @@ class ConvRows:
         rows = b.mul(count, _c(self.positions))
 
         def group(g: ir.Value) -> None:
-            self.im2col(buf, n0, g, rows)
+            if self.padded:
+                self.im2col_padded(buf, n0, count, g)
+            else:
+                self.im2col(buf, n0, g, rows)
             dots.emit([n0, g], _c(0), rows, (c0, c1))
 
         counted_loop(b, 0, self.geometry.groups, group, name="group")
@@ -215,6 +231,70 @@ class ConvRows:
             counted_loop(b, 0, geo.cin_g, channel, name="xch")
 
         counted_loop(b, 0, rows, row, name="xrow")
+
+    def im2col_padded(self, buf: ir.Value, n0: ir.Value, count: ir.Value, g: ir.Value) -> None:
+        """The same X̂ᵀ for images [n0, n0 + count) without left dilation: each image's input
+        channels of the group first copied, zero-padded, behind X̂ᵀ (`padded`), so that the
+        rows read every tap without a check."""
+        b, geo = self.b, self.geometry
+        x = self.kg.ptrs[geo.x_base]
+        zero = ir.Constant(self.elem_ty, 0)
+        extent = self.padded
+        plane = math.prod(extent)
+        inner = [math.prod(extent[d + 1 :]) for d in range(len(extent))]
+        pad = b.gep(buf, [_c(self.m * self.k)], source_etype=self.elem_ty)
+        taps = math.prod(geo.taps)
+
+        def image(l: ir.Value) -> None:
+            n = b.add(n0, l)
+
+            def fill(idx: list[ir.Value]) -> None:
+                c, *at = idx
+                channel = b.add(b.mul(g, _c(geo.cin_g)), c)
+                off = b.add(b.mul(n, _c(geo.x_strides[0])), b.mul(channel, _c(geo.x_strides[1])))
+                inside: ir.Value = ir.Constant(I1, 1)
+                for d, e in enumerate(at):
+                    q = b.sub(e, _c(geo.padding[d][0]))
+                    ok = b.icmp_unsigned("<", q, _c(geo.xt.shape[d + 2]))
+                    inside = b.and_(inside, ok)
+                    off = b.add(off, b.mul(b.select(ok, q, _c(0)), _c(geo.x_strides[d + 2])))
+                v = b.load(b.gep(x, [off], source_etype=self.elem_ty), typ=self.elem_ty)
+                dst = b.add(b.mul(c, _c(plane)), self.linear(at, inner))
+                b.store(b.select(inside, v, zero), b.gep(pad, [dst], source_etype=self.elem_ty))
+
+            loop_nest(b, [geo.cin_g, *extent], fill)
+
+            def position(p: ir.Value) -> None:
+                at = unravel(b, p, geo.positions)
+                corner = self.linear([b.mul(o, _c(s)) for o, s in zip(at, geo.strides)], inner)
+                row = b.mul(b.add(b.mul(l, _c(self.positions)), p), _c(self.k))
+
+                def channel(c: ir.Value) -> None:
+                    src = b.add(b.mul(c, _c(plane)), corner)
+                    first = b.add(row, b.mul(c, _c(taps)))
+
+                    def tap(t: list[ir.Value]) -> None:
+                        off = self.linear([b.mul(v, _c(r)) for v, r in zip(t, geo.rd)], inner)
+                        v = b.load(b.gep(pad, [b.add(src, off)], source_etype=self.elem_ty),
+                                   typ=self.elem_ty)  # fmt: skip
+                        dst = b.add(first, linear_index(b, t, geo.taps))
+                        b.store(v, b.gep(buf, [dst], source_etype=self.elem_ty))
+
+                    loop_nest(b, list(geo.taps), tap)
+
+                counted_loop(b, 0, geo.cin_g, channel, name="xch")
+
+            counted_loop(b, 0, self.positions, position, name="xrow")
+
+        counted_loop(b, 0, count, image, name="ximage")
+
+    def linear(self, idx: list[ir.Value], inner: list[int]) -> ir.Value:
+        """Σ idx[d] · inner[d]."""
+        b = self.b
+        total: ir.Value = _c(0)
+        for i, s in zip(idx, inner):
+            total = b.add(total, b.mul(i, _c(s)))
+        return total
 
     # Where the sums go (RowProduct) ---------------------------------------------------------
 

@@ -31,13 +31,18 @@ CASES = [
     # 16 positions; threads share 20 channels in 4 blocks of a group of 8 (the last empty).
     ("pad-3x3", (1, 64, 4, 4), (20, 64, 3, 3), "padding (1, 1), (1, 1)",
      ["%s = add %c: {o}, %b: {b}", "%t = max %s: {o}, 0: {dt}", "%r = add %t: {o}, %y: {o}"]),
-    ("stride-2", (1, 40, 9, 9), (12, 40, 3, 3), "strides 2, 2 padding (1, 1), (1, 1)", BIAS_RELU),
+    ("stride-2", (1, 48, 9, 9), (12, 48, 3, 3), "strides 2, 2 padding (1, 1), (1, 1)", BIAS_RELU),
+    # 8 × 8 positions, sums of 1152.
+    ("8x8", (1, 128, 8, 8), (12, 128, 3, 3), "padding (1, 1), (1, 1)", BIAS_RELU),
+    # Stride 2 past a 7 × 7 input: its padded planes would be larger than X̂ᵀ (copied
+    # element by element instead).
+    ("1x1-stride-2", (1, 260, 7, 7), (9, 260, 1, 1), "strides 2, 2", []),
     # 25 positions, 5 blocks of 20 channels; no epilogue.
     ("shared", (1, 96, 5, 5), (20, 96, 3, 3), "padding (1, 1), (1, 1)", []),
     # Two images of 15 positions, a block of their 3 output rows to each share.
-    ("1x1", (2, 200, 3, 5), (13, 200, 1, 1), "", BIAS_RELU),
+    ("1x1", (2, 256, 3, 5), (13, 256, 1, 1), "", BIAS_RELU),
     # Two images stacked into one pass of 30 rows on one thread.
-    ("1x1-stacked", (2, 130, 3, 5), (9, 130, 1, 1), "", []),
+    ("1x1-stacked", (2, 240, 3, 5), (9, 240, 1, 1), "", []),
     # 9 channels a group: a group of 8, then one.
     ("groups", (1, 64, 5, 3), (18, 32, 3, 3), "padding (1, 1), (0, 1) groups 2",
      ["%r = add %c: {o}, %y: {o}"]),
@@ -50,8 +55,10 @@ CASES = [
     # Eight images of 4 positions, shared by the threads one or more each.
     ("batch-8", (8, 128, 2, 2), (16, 128, 3, 3), "padding (1, 1), (1, 1)", BIAS_RELU),
 ]  # fmt: skip
-# Convolutions that keep conv_gemm's tiles: 64 positions, a short sum, 80 rows.
+# Convolutions that keep conv_gemm's tiles: 81 positions, sums shorter than 16 per position
+# (64 positions, sums of 576), a short sum, 80 rows.
 OTHERS = [
+    ("positions-81", (1, 128, 9, 9), (16, 128, 3, 3), "padding (1, 1), (1, 1)", []),
     ("positions-64", (1, 64, 8, 8), (16, 64, 3, 3), "padding (1, 1), (1, 1)", []),
     ("short-sums", (1, 8, 4, 4), (16, 8, 3, 3), "padding (1, 1), (1, 1)", []),
     ("rows-80", (5, 64, 4, 4), (16, 64, 3, 3), "padding (1, 1), (1, 1)", []),
@@ -100,7 +107,7 @@ def convolution(module, name: str) -> Instruction:
 
 @pytest.mark.parametrize("lanes", [{"f32": 16, "f64": 8}, {"f32": 8, "f64": 4}])
 def test_which_convolutions_take_row_dots(lanes):
-    """The cases on AVX-512's vectors and AVX2's; not 64 positions, short sums, 80 rows."""
+    """The cases on AVX-512's vectors and AVX2's; not the others."""
     module = parse_module(TEXT, "crows.dl")
     for case in ALL:
         for dt in DTYPES:
@@ -109,9 +116,9 @@ def test_which_convolutions_take_row_dots(lanes):
 
 
 def test_the_kernels_build_the_transposed_im2col():
-    """The cases' kernels copy X̂ᵀ (blocks named `xrow`) and run the row-dot loop (`wp`), long
-    sums in chunks (`kc`); the others neither. Some cases' threads share channels
-    (compute-scheduling's `split`)."""
+    """The cases' kernels copy X̂ᵀ (blocks named `xrow`; from zero-padded planes: `ximage`) and
+    run the row-dot loop (`wp`), long sums in chunks (`kc`); the others neither. Some cases'
+    threads share channels (compute-scheduling's `split`)."""
     module = parse_module(TEXT, "crows.dl")
     build = LibraryBuild(module, module_spec(parse_module(TEXT, "crows.dl"), "crows"),
                          Path("unused.so"))  # fmt: skip
@@ -124,6 +131,8 @@ def test_the_kernels_build_the_transposed_im2col():
             assert ("\nxrow.head" in body) == rows and ("\nwp.head" in body) == rows, case[0]
             if case[0] in ("long-sums", "narrow"):  # sums of 1440 in chunks, of 288 at once
                 assert ("\nkc.head" in body) == (case[0] == "long-sums"), case[0]
+            if case[0] in ("pad-3x3", "1x1-stride-2"):  # X̂ᵀ from padded planes, or not
+                assert ("\nximage.head" in body) == (case[0] == "pad-3x3"), case[0]
     split = [f for f in build.module.functions if f.schedule and f.schedule.get("split", 1) > 1]
     assert any(symbol("shared", "f32") in f.name for f in split)
 
