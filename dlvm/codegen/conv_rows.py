@@ -8,7 +8,10 @@ Each kernel element serves only the few output positions, so the product is boun
 the kernel: conv_gemm's micro-kernel reads it by broadcasts, many rows at a time; here each
 row is read once, contiguous along q, in vectors. X̂ᵀ (a row per output position of the
 images of a pass, the group's input channels and taps along it) is small and built once per
-pass into the thread's scratch buffer, element by element (0 in the padding).
+pass into the thread's scratch buffer: with AVX-512's vectors, from each image's input planes
+first copied zero-padded behind it, so that every tap reads without a check, where those are
+smaller than X̂ᵀ and fit in L2 with it; otherwise element by element (0 in the padding).
+Long sums go in chunks (RowDots.chunk), so that a group's rows of the kernel stay in L1.
 
 The threads share the images (all of a share's images stacked into one pass, batch ×
 positions ≤ matmul_rows.MANY_ROWS), or with a batch smaller than the threads
@@ -45,9 +48,15 @@ if TYPE_CHECKING:
 # positions").
 MAX_POSITIONS = 64
 POSITION_SUMS = 16
+# Narrower vectors copy X̂ᵀ element by element (below), with which 8 × 8 positions lost to
+# conv_gemm: 7 × 7 at most.
+NARROW_POSITIONS = 49
 # X̂ᵀ is copied from zero-padded input planes (no check per tap) when those planes are smaller
 # than one image's X̂ᵀ and both fit in L2 together.
 L2_BYTES = 1 << 20
+# ... with vectors this wide (AVX-512): built for AVX2 the padded copy made the 4 × 4
+# convolutions with sums of 4608 twice as slow (bench/RESULTS.md).
+PADDED_VECTOR_BYTES = 64
 
 # The bytes of a group's rows of the kernel that one chunk of the sums reads (RowDots.chunk):
 # they stay in L1 while the tiles of X̂ᵀ pass over them.
@@ -60,9 +69,10 @@ def _c(v: int) -> ir.Constant:
 
 def suits(conv: Instruction, lanes: int) -> bool:
     """Whether the convolution runs as row dots: it runs as products (conv_gemm.suits), its
-    kernel's rows contiguous, at most MAX_POSITIONS output positions per image and the whole
-    batch's within the row-dot loops' rows, and sums as long as theirs need; vectors of a
-    power of two lanes."""
+    kernel's rows contiguous, at most MAX_POSITIONS output positions per image
+    (NARROW_POSITIONS with vectors narrower than AVX-512's) and the whole batch's within the
+    row-dot loops' rows, sums as long as theirs need and POSITION_SUMS per position; vectors
+    of a power of two lanes."""
     if not conv_gemm.suits(conv, lanes) or lanes & (lanes - 1):
         return False
     x, kernel = conv.operands
@@ -75,8 +85,9 @@ def suits(conv: Instruction, lanes: int) -> bool:
         return False
     positions = math.prod(t.shape[2:])
     rows = t.shape[0] * positions
+    most = MAX_POSITIONS if lanes * t.dtype.size >= PADDED_VECTOR_BYTES else NARROW_POSITIONS
     return (
-        positions <= MAX_POSITIONS
+        positions <= most
         and rows <= MANY_ROWS
         and depth >= max(LONG_SUMS, SUMS_PER_ROW * rows, POSITION_SUMS * positions)
         and len(t.shape) > 2
@@ -110,7 +121,8 @@ class ConvRows:
         rows = self.m * self.k
         self.padded: tuple[int, ...] = ()
         if (all(d == 1 for d in g.ld) and padded <= self.positions * self.k
-                and (rows + padded) * self.dt.size <= L2_BYTES):  # fmt: skip
+                and (rows + padded) * self.dt.size <= L2_BYTES
+                and lanes * self.dt.size >= PADDED_VECTOR_BYTES):  # fmt: skip
             self.padded = extent
         self.scratch_bytes = (rows + (padded if self.padded else 0)) * self.dt.size
         ks = g.k_strides[0]
