@@ -68,11 +68,12 @@ def produce(
     path, text = model_text(path, onnx)
     if emit == "tel":
         return Product(text)
+    values = dict(onnx.values) if onnx is not None else None
     if emit == "ast":
         with timings.stage("parse"):
-            return Product(dump(load(path, text, options.values).root.tree))
+            return Product(dump(load(path, text, options.values, values).root.tree))
     with timings.stage("parse"):
-        program = load(path, text, options.values)
+        program = load(path, text, options.values, values)
     report: dict[str, Any] = {"sources": [u.path for u in program.units]}
     name = output.name if output is not None else ""
     key = None

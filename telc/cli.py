@@ -134,6 +134,20 @@ def _shapes(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) 
     return tuple(given.items())
 
 
+def _values(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
+    given: dict[str, str] = {}
+    for item in value:
+        name, sep, text = item.partition("=")
+        if not sep or not name or not text:
+            raise click.BadParameter(
+                f"'{item}' is not NAME=VALUE (such as --value axes=0,1 or --value w=@w.npy)"
+            )
+        if name in given:
+            raise click.BadParameter(f"the value of '{name}' is given twice")
+        given[name] = text
+    return tuple(given.items())
+
+
 def _labels(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
     if value is None:
         return None
@@ -247,6 +261,18 @@ _onnx = _options(
         "dynamic dimension is a dim of the model, 1 unless -D sets it.",
     ),
     click.option(
+        "--value",
+        "values",
+        multiple=True,
+        metavar="NAME=VALUE",
+        callback=_values,
+        help="Fix an ONNX model's input to a value at build time, so that the import knows it "
+        "(a Reshape target, reduction axes or Pad's pads given as inputs) and the library no "
+        "longer takes it: numbers in the input's element type and shape, comma-separated (a "
+        "scalar as one number), or @FILE.npy; repeatable. Also for a TEL model that uses an "
+        "ONNX model.",
+    ),
+    click.option(
         "--train-loss",
         metavar="LOSS",
         help="Add a train entry to an ONNX model: LOSS (a def of nn such as "
@@ -271,21 +297,21 @@ _onnx = _options(
 
 
 def _onnx_options(
-    file: str, shapes: Any, train_loss: str | None, labels: Any, optimizer: str
+    file: str, shapes: Any, values: Any, train_loss: str | None, labels: Any, optimizer: str
 ) -> OnnxOptions | None:
-    """What `telc build model.onnx` adds; a usage error for options that need an ONNX model
-    or each other."""
+    """What `telc build model.onnx` adds (for a TEL model, only the --value of the ONNX models
+    it uses); a usage error for options that need an ONNX model or each other."""
     if not file.endswith(".onnx"):
         if shapes or train_loss or labels:
             raise click.UsageError("--shape, --train-loss and --labels are for ONNX models")
-        return None
+        return OnnxOptions(values=values) if values else None
     if (train_loss is None) != (labels is None):
         raise click.UsageError("--train-loss and --labels go together")
     training = None
     if train_loss is not None:
         name, dims, dtype = labels
         training = Training(train_loss, name, dims, dtype, optimizer)
-    return OnnxOptions(shapes, training)
+    return OnnxOptions(shapes, training, values)
 
 
 def _build_options(
@@ -316,16 +342,18 @@ def check(
     defines: Any,
     quiet: bool,
     shapes: Any,
+    values: Any,
     train_loss: str | None,
     labels: Any,
     optimizer: str,
 ) -> None:
-    onnx = _onnx_options(file, shapes, train_loss, labels, optimizer)
+    onnx = _onnx_options(file, shapes, values, train_loss, labels, optimizer)
 
     def work() -> Any:
         from telc.build import model_text
 
-        compiled = compile_text(*model_text(file, onnx), dict(defines))
+        values = dict(onnx.values) if onnx is not None else None
+        compiled = compile_text(*model_text(file, onnx), dict(defines), values=values)
         optimize(compiled.module, level=0)
         return compiled
 
@@ -396,12 +424,13 @@ def build(
     quiet: bool,
     verbose: bool,
     shapes: Any,
+    values: Any,
     train_loss: str | None,
     labels: Any,
     optimizer: str,
 ) -> None:
     _chatter(quiet, verbose)
-    onnx = _onnx_options(file, shapes, train_loss, labels, optimizer)
+    onnx = _onnx_options(file, shapes, values, train_loss, labels, optimizer)
     if emit == "obj" and not output and sys.stdout.isatty():
         raise click.UsageError("--emit obj writes binary: give -o FILE.o (or a pipe)")
     options = _build_options(defines, level, target, cpu, gpu, tf32)
@@ -525,6 +554,7 @@ def run(
     quiet: bool,
     verbose: bool,
     shapes: Any,
+    values: Any,
     train_loss: str | None,
     labels: Any,
     optimizer: str,
@@ -532,7 +562,7 @@ def run(
     from telc import run as running
 
     _chatter(quiet, verbose)
-    onnx = _onnx_options(file, shapes, train_loss, labels, optimizer)
+    onnx = _onnx_options(file, shapes, values, train_loss, labels, optimizer)
     if device.startswith("cuda"):
         target = "cuda"  # the library must hold the kernels
     options = _build_options(defines, level, target, cpu, gpu, tf32)

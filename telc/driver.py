@@ -161,12 +161,14 @@ def compile_text(
     text: str,
     defines: dict[str, int | float] | None = None,
     timings: Timings | None = None,
+    values: dict[str, str] | None = None,
 ) -> Compiled:
     """TEL source to verified raw IR and its interface; stages parse and lower (which checks
-    shapes and element types in the same walk)."""
+    shapes and element types in the same walk). `values` fixes inputs of the ONNX models the
+    program uses (`--value`)."""
     timings = timings if timings is not None else Timings()
     with timings.stage("parse"):
-        program = load(path, text, defines)
+        program = load(path, text, defines, values)
     return lower_program(program, timings)
 
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.types import TensorType
@@ -54,11 +57,22 @@ class OnnxGraph:
     onnx_params: list[str]  # the same, as the graph names them
     outputs: list[str]  # the graph's outputs, as it names them
     trains_differently: bool  # batch normalisation or dropout: another function in training
+    # The graph inputs fixed at build time (`--value`), which `inputs` does not list.
+    fixed: dict[str, np.ndarray] = field(default_factory=dict)
     _made: dict[tuple[object, ...], object] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
+
+    @property
+    def key_text(self) -> str:
+        """What the build's key holds of the graph: its digest and each fixed input's value."""
+        lines = [f"onnx sha256 {self.digest}"]
+        for n, v in sorted(self.fixed.items()):
+            value = hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()
+            lines.append(f"value {n!r} {v.dtype}{list(v.shape)} sha256 {value}")
+        return "\n".join(lines) + "\n"
 
     def function(self, shapes: list[tuple[int, ...]], training: bool):  # -> dlvm.onnx.Imported
         """The graph imported for inputs of these shapes (DiagnosticError if it cannot be),
@@ -71,9 +85,34 @@ class OnnxGraph:
         made = self._made.get(key)
         if made is None:
             given = {i.onnx: s for i, s in zip(self.inputs, shapes)}
-            made = import_model(self.data, given, self.name, training, os.path.basename(self.path))
+            made = import_model(
+                self.data, given, self.name, training, os.path.basename(self.path), self.fixed
+            )
             self._made[key] = made
         return made
+
+
+def _unknown_shapes(file: str, graph: OnnxGraph, shapes: dict[str, Any]) -> list[Diagnostic]:
+    """A diagnostic for each `--shape` that names no input of the graph, or one `--value`
+    fixes."""
+    found = []
+    for n in shapes:
+        if n in graph.fixed:
+            found.append(Diagnostic(f"--shape {n}: --value fixes input '{n}', and so its shape"))
+        elif n not in {i.onnx for i in graph.inputs}:
+            listed = ", ".join(i.onnx for i in graph.inputs) or "none"
+            found.append(
+                Diagnostic(f"--shape {n}: {file} has no input of that name; its inputs: {listed}")
+            )
+    return found
+
+
+def _value_text(value: np.ndarray) -> str:
+    """A fixed input's value as the TEL wrapper's comment shows it: its numbers, cut short."""
+    items = value.ravel().tolist()
+    shown = ", ".join(str(x).lower() if isinstance(x, bool) else str(x) for x in items[:8])
+    shape = " x ".join(map(str, value.shape))
+    return f"{value.dtype}[{shape}] {{{shown}{', …' if len(items) > 8 else ''}}}"
 
 
 def tel_name(raw: str, taken: set[str]) -> str:
@@ -91,16 +130,40 @@ def tel_name(raw: str, taken: set[str]) -> str:
     return name
 
 
-def read_graph(path: str, data: bytes) -> tuple[OnnxGraph, Any]:
+def read_graph(
+    path: str, data: bytes, values: Mapping[str, str] | None = None, strict: bool = False
+) -> tuple[OnnxGraph, Any]:
     """The graph of the ONNX file `path` (its bytes `data`) and its first import (a
-    dlvm.onnx.Imported, with the dynamic dimensions at 1); DiagnosticError from the importer."""
+    dlvm.onnx.Imported, with the dynamic dimensions at 1); `values` gives the text of
+    `--value NAME=TEXT` options, of which those naming the graph's inputs fix them (`strict`:
+    a name that is none of them is an error; else the caller checks). DiagnosticError from the
+    importer or a value."""
     from dlvm.onnx import declared_inputs, import_model
+    from telc.onnx_values import parse_value
 
     file = os.path.basename(path)
     stem = re.sub(r"\.onnx$", "", file)
-    declared = declared_inputs(data, file)
+    every = declared_inputs(data, file)
+    fixed: dict[str, np.ndarray] = {}
+    problems: list[Diagnostic] = []
+    for n, dims, dtype in every:
+        if values and n in values:
+            try:
+                fixed[n] = parse_value(n, values[n], dims, dtype)
+            except DiagnosticError as e:
+                problems += e.diagnostics
+    if strict:
+        listed = ", ".join(n for n, _, _ in every) or "none"
+        problems += [
+            Diagnostic(f"--value {n}: {file} has no input of that name; its inputs: {listed}")
+            for n in values or {}
+            if n not in {d[0] for d in every}
+        ]
+    if problems:
+        raise DiagnosticError(problems)
+    declared = [d for d in every if d[0] not in fixed]
     shapes = {n: tuple(d if isinstance(d, int) else 1 for d in dims) for n, dims, _ in declared}
-    first = import_model(data, shapes, stem, False, file)
+    first = import_model(data, shapes, stem, False, file, fixed)
     taken: set[str] = set()
     name = tel_name(stem, taken)
     dim_names: dict[str, str] = {}
@@ -127,17 +190,19 @@ def read_graph(path: str, data: bytes) -> tuple[OnnxGraph, Any]:
         [p.name for p in first.params],
         [o for o, _ in first.outputs],
         first.trains_differently,
+        fixed,
     )
     return graph, first
 
 
 def load_graph(
-    path: str, data: bytes, item: ast.UseDecl
+    path: str, data: bytes, item: ast.UseDecl, values: Mapping[str, str] | None = None
 ) -> tuple[OnnxGraph, ast.Function, list[ast.Declaration]]:
-    """The graph that `item` uses, its def and its parameters' declarations, all located at
-    the `use`; DiagnosticError, located there too, when it cannot be imported."""
+    """The graph that `item` uses, with the inputs `values` names fixed (read_graph), its def
+    and its parameters' declarations, all located at the `use`; DiagnosticError, located there
+    too, when it cannot be imported."""
     try:
-        graph, first = read_graph(path, data)
+        graph, first = read_graph(path, data, values)
     except DiagnosticError as e:
         raise DiagnosticError([_at_use(item, e.diagnostics)]) from None
     span = item.span
@@ -192,33 +257,30 @@ class Training:
 
 @dataclass(frozen=True)
 class OnnxOptions:
-    """What `telc build model.onnx` adds to the graph: input shapes (`--shape`) and a train
-    entry."""
+    """What `telc build model.onnx` adds to the graph: input shapes (`--shape`), a train entry,
+    and the text of inputs fixed at build time (`--value NAME=TEXT`, which a TEL model's
+    `use ./model.onnx` takes too)."""
 
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     training: Training | None = None
+    values: tuple[tuple[str, str], ...] = ()
 
 
 def model_source(path: str, data: bytes, options: OnnxOptions) -> str:
     """The TEL model that `telc build model.onnx` compiles (`--emit tel` prints it): the graph
     used, its inputs declared (their dynamic dimensions as dims set to 1, which `-D` changes,
     or the shapes given), its outputs as the model's outputs and, with `training`, the labels,
-    the loss and the train entry. DiagnosticError when the graph cannot be imported or an
-    input named in `shapes` is not one of its inputs."""
-    graph, first = read_graph(path, data)
+    the loss and the train entry; the inputs `values` fixes are not inputs of the model.
+    DiagnosticError when the graph cannot be imported, a value does not fit its input, or an
+    input named in `shapes` or `values` is not one of the graph's."""
+    values = dict(options.values)
+    graph, first = read_graph(path, data, values, strict=True)
     file = os.path.basename(path)
     shapes = dict(options.shapes)
     training = options.training
-    unknown = [n for n in shapes if n not in {i.onnx for i in graph.inputs}]
+    unknown = _unknown_shapes(file, graph, shapes)
     if unknown:
-        names = ", ".join(i.onnx for i in graph.inputs)
-        raise DiagnosticError(
-            [
-                Diagnostic(
-                    f"--shape {unknown[0]}: {file} has no input of that name; its inputs: {names}"
-                )
-            ]  # fmt: skip
-        )
+        raise DiagnosticError(unknown)
     dim_names = {d for i in graph.inputs for d in i.dims if isinstance(d, str)}
     taken = {graph.name, *graph.params, *dim_names}
     lines = [
@@ -226,6 +288,9 @@ def model_source(path: str, data: bytes, options: OnnxOptions) -> str:
         f"module {graph.name}",
         f"use ./{file}",
     ]
+    if graph.fixed:
+        fixed = ", ".join(f"{n} = {_value_text(v)}" for n, v in graph.fixed.items())
+        lines.insert(1, f"// Inputs fixed at build time (--value): {fixed}.")
     if training is not None:
         lines += ["use nn", "use optim"]
     dims: list[str] = []

@@ -55,11 +55,16 @@ class Program:
 
 
 @deep_stack
-def load(path: str, text: str, defines: dict[str, int | float] | None = None) -> Program:
+def load(
+    path: str,
+    text: str,
+    defines: dict[str, int | float] | None = None,
+    values: dict[str, str] | None = None,
+) -> Program:
     """Parses the root file and everything it uses; DiagnosticError with every problem. A
     module is loaded inside the `use` that names it, up to MAX_USE_DEPTH deep, on a deep stack
-    (telc.limits)."""
-    loader = _Loader()
+    (telc.limits). `values` (`--value NAME=TEXT`) fixes inputs of the ONNX models it uses."""
+    loader = _Loader(values or {})
     root = loader.unit(path, text, None)
     if loader.diags:
         raise DiagnosticError(loader.diags)
@@ -70,13 +75,23 @@ def load(path: str, text: str, defines: dict[str, int | float] | None = None) ->
         for name in defines or {}
         if name not in known
     ]
+    unknown += [
+        Diagnostic(
+            f"--value {name}: no ONNX model the program uses has an input of that name"
+            + (f" (their inputs: {', '.join(loader.onnx_inputs)})" if loader.onnx_inputs else "")
+        )
+        for name in values or {}
+        if name not in loader.onnx_inputs
+    ]
     if unknown:
         raise DiagnosticError(unknown)
     return Program(root, loader.order, dict(defines or {}))
 
 
 class _Loader:
-    def __init__(self) -> None:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values  # --value: the inputs of ONNX models fixed at build time
+        self.onnx_inputs: list[str] = []  # those of every ONNX model used, fixed or not
         self.diags: list[Diagnostic] = []
         self.by_path: dict[str, Unit] = {}
         self.loading: list[str] = []
@@ -211,14 +226,15 @@ class _Loader:
             self.error(f"cannot read '{item.target}': {path}: {e.reason}", item.target_span)
             return None
         try:
-            graph, fn, decls = load_graph(path, data, item)
+            graph, fn, decls = load_graph(path, data, item, self.values)
         except DiagnosticError as e:
             self.diags.extend(e.diagnostics)
             return None
+        self.onnx_inputs += [*(i.onnx for i in graph.inputs), *graph.fixed]
         key = os.path.abspath(path)
         if key not in self.by_path:
             empty = ast.Module(item.span, ())
-            used = Unit(path, Source(path, f"onnx sha256 {graph.digest}\n"), empty, graph.name)
+            used = Unit(path, Source(path, graph.key_text), empty, graph.name)
             self.by_path[key] = used
             self.order.append(used)
         return fn, decls

@@ -60,6 +60,10 @@ def gradient_operands(inst: Instruction) -> list[Value]:
         return list(inst.operands[0].literal.elements())  # type: ignore[attr-defined]
     if op.name == "apply":
         return inst.operands[1:]
+    if op.name == "convert" and not all(
+        carries_gradient(t) for t in (inst.type, inst.operands[0].type)
+    ):
+        return []  # to an integer, a step function (as floor); from one, no derivative
     if op.gradient_slots is None:
         return list(inst.operands)
     return [inst.operands[i] for i in op.gradient_slots if i < len(inst.operands)]

@@ -62,6 +62,8 @@ def binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: DataType) -> 
             return b.and_(x, y)
         if op in ("or", "max", "add"):
             return b.or_(x, y)
+        if op == "xor":
+            return b.xor(x, y)
         raise CodegenError(f"'{op}' of bool values")
     if dt.is_float:
         table = {"add": b.fadd, "subtract": b.fsub, "multiply": b.fmul, "divide": b.fdiv}
@@ -87,7 +89,26 @@ def binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: DataType) -> 
         return _int_division(b, op, x, y)
     if op == "power":
         return _int_power(b, x, y)
+    if op in _BITWISE:
+        return getattr(b, _BITWISE[op])(x, y)
+    if op in ("shiftLeft", "shiftRight"):
+        return _shift(b, op, x, y)
     raise CodegenError(f"'{op}' of integer values")
+
+
+_BITWISE = {"and": "and_", "or": "or_", "xor": "xor"}
+
+
+def _shift(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    """The interpreter's shifts: an amount outside [0, bits), which LLVM leaves undefined
+    (poison), gives 0 to the left and bits - 1 to the right (the sign)."""
+    bits = ir.Constant(x.type, x.type.width)
+    inside = b.icmp_unsigned("<", y, bits)  # a negative amount is a large unsigned one
+    if op == "shiftLeft":
+        return b.select(
+            inside, b.shl(x, b.select(inside, y, ir.Constant(x.type, 0))), ir.Constant(x.type, 0)
+        )
+    return b.ashr(x, b.select(inside, y, ir.Constant(x.type, x.type.width - 1)))
 
 
 def _int_division(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
@@ -180,3 +201,32 @@ def cast(b: ir.IRBuilder, x: ir.Value, src: DataType, dst: DataType) -> ir.Value
     if src.is_int and dst.is_int:
         return b.sext(x, to) if dst.bits > src.bits else b.trunc(x, to)
     raise CodegenError(f"cast from {src} to {dst}")
+
+
+def convert(b: ir.IRBuilder, x: ir.Value, src: DataType, dst: DataType) -> ir.Value:
+    """convert: any data type to any other, as the interpreter does (docs/ir.md, "convert")."""
+    to = value_type(dst)
+    if src is dst:
+        return x
+    if dst.is_bool:  # != 0; NaN is not zero, so true (unordered)
+        if src.is_float:
+            return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
+        return b.icmp_signed("!=", x, ir.Constant(x.type, 0))
+    if src.is_bool or src.base is dst.base:
+        if src.is_int and dst.is_int and dst.bits < src.bits:
+            return b.trunc(x, to)  # wraps, as NumPy and C do
+        return cast(b, x, src, dst)
+    if src.is_int:  # to a float: rounds to nearest, ties to even
+        return b.sitofp(x, to)
+    return _float_to_int(b, x, to)
+
+
+def _float_to_int(b: ir.IRBuilder, x: ir.Value, to: ir.Type) -> ir.Value:
+    """Toward zero, saturated at the integer's range, NaN to 0: `llvm.fptosi.sat`, which
+    both x86-64 and NVPTX lower. f16 goes through f32 (exact) first."""
+    if str(x.type) == "half":
+        x = b.fpext(x, ir.FloatType())
+    suffix = "f32" if str(x.type) == "float" else "f64"
+    fname = f"llvm.fptosi.sat.i{to.width}.{suffix}"
+    fn = b.module.globals.get(fname) or ir.Function(b.module, ir.FunctionType(to, [x.type]), fname)
+    return b.call(fn, [x])

@@ -13,7 +13,7 @@ from dlvm.transforms.compute_generation import is_pointwise
 
 # Instructions that read each operand of their own shape at exactly the index they compute:
 # the elementwise ones (OpDef.elementwise), and these.
-_ELEMENTWISE_OPS = {"dataTypeCast"}
+_ELEMENTWISE_OPS = {"dataTypeCast", "convert"}
 
 
 def aligned_inputs(kernel: Function) -> set[int]:

@@ -30,7 +30,7 @@ from dlvm.codegen.conv_gemm import ConvGemm
 from dlvm.codegen.conv_kernel_grad import KernelGradient
 from dlvm.codegen.conv_long_sums import LongSums
 from dlvm.codegen.conv_rows import ConvRows
-from dlvm.codegen.elementwise import binary, cast, compare, unary
+from dlvm.codegen.elementwise import binary, cast, compare, convert, unary
 from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.gather import (
     copies_rows,
@@ -52,7 +52,7 @@ from dlvm.codegen.llvm_types import (
     store_element,
     value_type,
 )
-from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, unravel
+from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, strided_offset, unravel
 from dlvm.codegen.matmul import MatMul
 from dlvm.ir.literals import (
     AggregateLiteral,
@@ -61,6 +61,7 @@ from dlvm.ir.literals import (
     SpecialLiteral,
     dense_dtype,
 )
+from dlvm.ir.strided import STRIDED_VIEWS, base_axis_terms, contiguous_strides, view_strides
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
 from dlvm.ir.windows import window_padding
@@ -130,6 +131,14 @@ class KernelGen:
         self.ptrs: dict[Value, ir.Value] = {}
         self.bound: dict[Value, ir.Value] = {}
         self.literal_count = 0
+        # A pointwise kernel that reads an operand through a permutation whose last axis lies
+        # contiguous (KernelGen.view): its loops are kept as they are (llgen), so that LLVM
+        # vectorises the innermost along that axis rather than unrolling it, when short, and
+        # vectorising the next one out with a gather and a scatter per vector (a multi-head
+        # attention's query split into heads, [32 x 4 x 16 x 16]: 26 -> 2 us).
+        self.permuted_copy = False
+        self.reads_permuted = False
+        self.in_chain = False  # reading the rest of a chain that is not one strided view
         # Smaller code over faster code (LLVM level 1 and below, where a build's time counts
         # most): a product's leftover rows go in tiles of 4, then of 1 (matmul.MatMul.tiles).
         self.compact = False
@@ -261,6 +270,7 @@ class KernelGen:
             self.store(out, idx, t, v)
 
         self.each_output(t, at, begin, end)
+        self.permuted_copy = self.reads_permuted
 
     def reduce(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
         b = self.b
@@ -277,11 +287,12 @@ class KernelGen:
             return
         # A float32 sum is accumulated in float64, so that a sum of many terms that cancel (a
         # batch norm's gradient sums 512 of them per channel) keeps float32 accuracy instead
-        # of losing digits. In float64 the order no longer shows in the float32 result, so the
-        # adds may be reassociated: LLVM then vectorises the loop (a [16 x 64 x 16 x 16] sum
-        # over all but the channels, one thread: 0.18 -> 0.09 ms).
+        # of losing digits; a float16 one too, rounded once as the interpreter's (NumPy's). In
+        # float64 the order no longer shows in the float32 result, so the adds may be
+        # reassociated: LLVM then vectorises the loop (a [16 x 64 x 16 x 16] sum over all but
+        # the channels, one thread: 0.18 -> 0.09 ms).
         narrow = value_type(t.dtype)
-        wide = comb == "add" and isinstance(narrow, ir.FloatType)
+        wide = comb == "add" and isinstance(narrow, (ir.HalfType, ir.FloatType))
         acc_slot = self.alloca(ir.DoubleType() if wide else narrow)
 
         def at(out_idx: list[ir.Value]) -> None:
@@ -697,7 +708,9 @@ class KernelGen:
         return linear_index(self.b, idx, shape)
 
     def address(self, base: ir.Value, idx: list[ir.Value], t: TensorType) -> ir.Value:
-        off = self.linear(idx, t.shape)
+        return self.address_at(base, self.linear(idx, t.shape), t)
+
+    def address_at(self, base: ir.Value, off: ir.Value, t: TensorType) -> ir.Value:
         return self.b.gep(base, [off], source_etype=memory_type(t.dtype))
 
     def store(self, base: ir.Value, idx: list[ir.Value], t: TensorType, v: ir.Value) -> None:
@@ -750,7 +763,7 @@ class KernelGen:
         fam = v.op.family
         t = tensor_type(v)
         operands: list[ir.Value] = []
-        if fam in ("unary", "binary", "boolean", "compare"):
+        if fam in ("unary", "binary", "boolean", "shift", "compare"):
             for o in v.operands:
                 operands.append((yield o, self.broadcast(idx, t, o)))
             if fam == "compare":
@@ -768,12 +781,15 @@ class KernelGen:
         if op == "dataTypeCast":
             src = v.operands[0]
             return cast(b, (yield src, idx), tensor_type(src).dtype, t.dtype)
+        if op == "convert":
+            src = v.operands[0]
+            return convert(b, (yield src, idx), tensor_type(src).dtype, t.dtype)
         if op == "bitCast":
             return (yield from self.bit_cast(v, idx))
         if op == "literal":
             return self.literal(v.operands[0], idx)  # type: ignore[arg-type]
-        if op == "transpose":
-            return (yield v.operands[0], list(reversed(idx)))
+        if op in STRIDED_VIEWS:
+            return (yield from self.view(v, idx))
         if op == "reverse":
             flipped = list(idx)
             for d in v.attrs["dims"]:
@@ -788,10 +804,6 @@ class KernelGen:
         if op == "squeezeShape":
             i = v.attrs["index"]
             return (yield v.operands[0], [*idx[:i], ir.Constant(I64, 0), *idx[i:]])
-        if op == "shapeCast":
-            src_t = tensor_type(v.operands[0])
-            flat = self.linear(idx, t.shape)
-            return (yield v.operands[0], self.unravel(flat, src_t.shape))
         if op == "concatenate":
             return (yield from self.concatenate(v, idx))
         if op == "gather":
@@ -801,6 +813,45 @@ class KernelGen:
                 operands.append((yield a, []))
             return self.inline(v.operands[0], operands)
         raise CodegenError(f"@{self.fn.name}: '{op}' cannot be fused into a kernel")
+
+    def view(self, v: Instruction, idx: list[ir.Value]) -> Steps:
+        """The element of a chain of transposes and changes of shape ending at v: read where
+        it lies when the chain is a strided view (dlvm.ir.strided) of the tensor it starts
+        from, at Σ idx·stride of an argument, or at that tensor's index found axis by axis,
+        without the division and remainder per step that would keep LLVM from vectorising a
+        permuted copy (a multi-head attention's split into heads). Otherwise (or when the
+        index came from an offset in the same shape, which a plain change of shape gives back
+        for free) step by step: a transpose reverses the index, a change of shape unravels
+        the row-major offset in the operand's shape."""
+        t = tensor_type(v)
+        found = view_strides(v)
+        if found is not None and found[0] not in self.bound:
+            base, strides = found
+            bt = tensor_type(base)
+            plain = all(s == c for n, s, c in zip(t.shape, strides, contiguous_strides(t.shape))
+                        if n != 1)  # fmt: skip
+            off = self.linear(idx, t.shape) if plain else strided_offset(self.b, idx, strides)
+            if not (plain or self.in_chain) and t.shape[-1] > 1 and strides[-1] == 1:
+                self.reads_permuted = True
+            if isinstance(base, Argument):
+                return load_element(self.b, self.address_at(self.ptrs[base], off, bt), bt.dtype)
+            unravelled = self.offsets.get(tuple(id(i) for i in idx))
+            terms = base_axis_terms(bt.shape, t.shape, strides)
+            if terms is not None and not (plain and unravelled is not None):
+                at = [strided_offset(self.b, [idx[k] for k, _ in ax], tuple(m for _, m in ax))
+                      for ax in terms]  # fmt: skip
+                return (yield base, at)
+            return (yield base, self.unravel(off, bt.shape))
+        if v.opcode == "transpose":
+            at = list(reversed(idx))
+        else:
+            at = self.unravel(self.linear(idx, t.shape), tensor_type(v.operands[0]).shape)
+        # The rest of the chain is read at an unravelled index (not the loops' own): no
+        # permuted copy for LLVM to vectorise along its last axis.
+        outer, self.in_chain = self.in_chain, True
+        x = yield v.operands[0], at
+        self.in_chain = outer
+        return x
 
     def bit_cast(self, v: Instruction, idx: list[ir.Value]) -> Steps:
         """The bits of the operand's element at the same row-major offset, read as the new

@@ -53,7 +53,7 @@ def _generate(module: Module, compact: bool = False) -> tuple[ir.Module, list[li
             # vectorised by LLVM (a softmax over rows of 16, [32 x 4 x 16 x 16]: 46 us alone,
             # 340 us inlined, its exp scalar; a 2-layer transformer encoder: 1.76 -> 1.10 ms).
             kg.body.attributes.add("noinline")
-            if kg.core.opcode == "dot":
+            if kg.core.opcode == "dot" or kg.permuted_copy:
                 disable_unrolling(kg.body)
         else:
             hosts[fn] = host_function(m, fn)

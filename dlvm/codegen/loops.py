@@ -90,6 +90,20 @@ def linear_index(b: ir.IRBuilder, idx: list[ir.Value], shape: tuple[int, ...]) -
     return off
 
 
+def strided_offset(b: ir.IRBuilder, idx: list[ir.Value], strides: tuple[int, ...]) -> ir.Value:
+    """Σ idx·stride, the offset of an element of a strided view (an axis of stride 0 skipped)."""
+    off: ir.Value = ir.Constant(I64, 0)
+    for i, s in reversed(list(zip(idx, strides))):
+        if s != 0:
+            term = i if s == 1 else b.mul(i, ir.Constant(I64, s), flags=["nsw"])
+            off = (
+                term
+                if isinstance(off, ir.Constant) and off.constant == 0
+                else b.add(off, term, flags=["nsw"])
+            )
+    return off
+
+
 def unravel(b: ir.IRBuilder, offset: ir.Value, shape: tuple[int, ...]) -> list[ir.Value]:
     """The row-major index of an offset (the inverse of linear_index)."""
     out: list[ir.Value] = []

@@ -1,8 +1,10 @@
 """Which loops LLVM may unroll. A `dot` kernel is register-blocked and unrolled by construction
 (dlvm.codegen.matmul): LLVM's unroller only multiplies its code (in the MLP of bench/cases.py,
 240 complete unrolls of epilogue loops that doubled the optimisation time and ran no faster), so
-each of its loops is marked `llvm.loop.unroll.disable`. Other kernels keep LLVM's unrolling,
-which small constant loops (convolution taps) need."""
+each of its loops is marked `llvm.loop.unroll.disable`; so are a pointwise kernel's that reads a
+permutation along its contiguous last axis (KernelGen.permuted_copy), whose short innermost loop
+LLVM would otherwise unroll whole and vectorise the next loop out with gathers and scatters.
+Other kernels keep LLVM's unrolling, which small constant loops (convolution taps) need."""
 
 from __future__ import annotations
 

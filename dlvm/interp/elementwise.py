@@ -107,6 +107,27 @@ def _power(a: Array, b: Array) -> Array:
     return np.power(a, b)
 
 
+def _shift_amounts(a: Array, b: Array) -> tuple[Array, Array]:
+    """Whether each amount is in [0, bits), and the amounts with the others made 0."""
+    bits = np.asarray(a).dtype.itemsize * 8
+    inside = (b >= 0) & (b < bits)
+    return inside, np.where(inside, b, 0).astype(np.asarray(a).dtype)
+
+
+def _shift_left(a: Array, b: Array) -> Array:
+    """a << b, wrapping; an amount outside [0, bits) gives 0."""
+    inside, amount = _shift_amounts(a, b)
+    return np.where(inside, np.left_shift(a, amount), 0)
+
+
+def _shift_right(a: Array, b: Array) -> Array:
+    """a >> b with the sign copied in; an amount outside [0, bits) shifts by bits - 1 (-1 for a
+    negative a, 0 otherwise)."""
+    inside, amount = _shift_amounts(a, b)
+    bits = np.asarray(a).dtype.itemsize * 8
+    return np.right_shift(a, np.where(inside, amount, bits - 1).astype(amount.dtype))
+
+
 BINARY: dict[str, Callable[[Array, Array], Array]] = {
     "add": np.add,
     "subtract": np.subtract,
@@ -118,8 +139,11 @@ BINARY: dict[str, Callable[[Array, Array], Array]] = {
     "power": _power,
     "min": np.minimum,  # NaN-propagating
     "max": np.maximum,
-    "and": np.logical_and,
-    "or": np.logical_or,
+    "and": np.bitwise_and,  # logical on bools
+    "or": np.bitwise_or,
+    "xor": np.bitwise_xor,
+    "shiftLeft": _shift_left,
+    "shiftRight": _shift_right,
 }
 
 COMPARE: dict[str, Callable[[Array, Array], Array]] = {
@@ -153,7 +177,7 @@ del _name, _unary, _binary
 
 @impl("not")
 def _not(frame, inst, args):
-    return np.asarray(np.logical_not(args[0]))  # a scalar stays a 0-d tensor, not np.bool_
+    return np.asarray(np.invert(args[0]))  # logical on bools; a scalar stays a 0-d tensor
 
 
 @impl("select")
@@ -166,6 +190,34 @@ def _select(frame, inst, args):
 @impl("dataTypeCast")
 def _data_type_cast(frame, inst, args):
     return args[0].astype(frame.dtype(inst.type))
+
+
+@impl("convert")
+def _convert(frame, inst, args):
+    """`convert`: bool to 0/1, anything to bool as != 0, integers to floats to nearest (even),
+    floats to integers toward zero and saturated (NaN to 0), integers wrapped to a narrower
+    width (docs/ir.md, "convert")."""
+    x = np.asarray(args[0])
+    to = frame.dtype(inst.type)
+    if to.kind == "b":
+        return np.asarray(x != 0)
+    if x.dtype.kind == "f" and to.kind in "iu":
+        return _float_to_int(x, to)
+    return x.astype(to)
+
+
+def _float_to_int(x: Array, to: np.dtype) -> Array:
+    """x rounded toward zero into `to`, saturating past its range; NaN gives 0 (as LLVM's
+    `fptosi.sat`, which compiled code uses)."""
+    info = np.iinfo(to)
+    t = np.trunc(x.astype(np.float64))
+    # 2^(bits-1) is exact in f64; info.max is not for i64, so compare against the power.
+    top = float(2 ** (info.bits - 1))
+    inside = (t >= -top) & (t < top)
+    out = np.where(inside, t, 0).astype(to)
+    out = np.where(t >= top, info.max, out)
+    out = np.where(t < -top, info.min, out)
+    return np.asarray(out.astype(to))
 
 
 @impl("bitCast")

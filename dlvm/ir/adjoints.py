@@ -212,6 +212,17 @@ def data_type_cast(e: Any, inst: Instruction, d: Value) -> Pairs:
     return [(x, e.op("dataTypeCast", d, dtype=t.dtype))]
 
 
+def convert(e: Any, inst: Instruction, d: Value) -> Pairs:
+    """Between floats, the cast back; from or to an integer or bool, no derivative flows (an
+    integer carries none, and the result of rounding to one is piecewise constant)."""
+    x = _x(inst)
+    src, dst = canonical(x.type), canonical(inst.type)
+    assert isinstance(src, TensorType) and isinstance(dst, TensorType)
+    if src.dtype.is_float and dst.dtype.is_float:
+        return [(x, e.op("dataTypeCast", d, dtype=src.dtype))]
+    return []
+
+
 def dot(e: Any, inst: Instruction, d: Value) -> Pairs:
     x0, y0 = inst.operands
     x, y = e.primal(x0), e.primal(y0)

@@ -25,7 +25,7 @@ TypeRule = Callable[[list[Type], dict[str, Any]], Type]
 
 # The families whose instructions are elementwise (OpDef.elementwise): the passes and the code
 # generator ask the declaration, not a list of their own.
-ELEMENTWISE_FAMILIES = frozenset({"unary", "binary", "boolean", "compare", "select"})
+ELEMENTWISE_FAMILIES = frozenset({"unary", "binary", "boolean", "shift", "compare", "select"})
 
 # Attribute kinds and their Python representation:
 #   int: int            ints: tuple[int, ...]       dtype: DataType      type: Type
@@ -141,7 +141,7 @@ class OpDef:
     def elementwise(self) -> bool:
         """Computes each element of its result from its operands' elements at that index (a
         scalar operand stands for every element; an operand of size 1 along an axis is
-        broadcast): the unary, binary, boolean and compare families, and select."""
+        broadcast): the unary, binary, boolean, shift and compare families, and select."""
         return self.family in ELEMENTWISE_FAMILIES
 
     @property
@@ -240,7 +240,10 @@ BINARY = [
     "modulo",
     "power",
 ]
-COMMUTATIVE = {"add", "multiply", "min", "max", "and", "or", "equal", "notEqual"}
+COMMUTATIVE = {"add", "multiply", "min", "max", "and", "or", "xor", "equal", "notEqual"}
+# Logic on bools, bitwise on integers (LLVM's and/or/xor on i1 and iN).
+LOGIC = ["and", "or", "xor"]
+SHIFTS = ["shiftLeft", "shiftRight"]
 COMPARE = ["lessThan", "lessThanOrEqual", "greaterThan", "greaterThanOrEqual", "equal", "notEqual"]
 
 for _n in UNARY_FLOAT:
@@ -258,9 +261,11 @@ for _n in BINARY:
             commutative=_n in COMMUTATIVE,
         )
     )
-for _n in ("and", "or"):
-    declare(OpDef(_n, "boolean", "$0, $1", R.binary_bool, commutative=True))
-declare(OpDef("not", "boolean", "$0", R.unary_bool))
+for _n in LOGIC:
+    declare(OpDef(_n, "boolean", "$0, $1", R.binary_logic, commutative=True))
+declare(OpDef("not", "boolean", "$0", R.unary_logic))
+for _n in SHIFTS:
+    declare(OpDef(_n, "shift", "$0, $1", R.binary_int))
 for _n in COMPARE:
     rule = R.compare if _n in ("equal", "notEqual") else R.compare_ordered
     declare(OpDef(_n, "compare", "$0, $1", rule, commutative=_n in COMMUTATIVE))
@@ -275,6 +280,7 @@ declare(
 declare(
     OpDef("dataTypeCast", "cast", "$0 to {dtype:dtype}", R.data_type_cast, adjoint=A.data_type_cast)
 )
+declare(OpDef("convert", "cast", "$0 to {dtype:dtype}", R.convert, adjoint=A.convert))
 declare(OpDef("bitCast", "cast", "$0 to {type:type}", R.bit_cast))
 declare(OpDef("dot", "linalg", "$0, $1", R.dot, aliases=("matrixMultiply",), adjoint=A.dot))
 declare(OpDef("transpose", "shape", "$0", R.transpose, adjoint=A.transpose))

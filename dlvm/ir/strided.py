@@ -2,7 +2,9 @@
 whose elements can be addressed in place, element [i₀, i₁, …] at Σ iₐ·strideₐ of the tensor
 the chain starts from. Compute generation fuses such a chain into the `convolve` that reads it
 (a kernel's gradient exchanges batch and channels this way) only when the code generator can
-then read the operand where it lies, which is when this module finds its strides.
+then read the operand where it lies, which is when this module finds its strides; a kernel
+reads any chain it computes this way where it can (dlvm.codegen.kernel: a multi-head
+attention's split into heads), an instruction's element by the index base_axis_terms gives.
 
 Each axis of a view is a list of modes (size, stride), most significant first: a transpose
 reverses the axes, a change of shape regroups the modes (splitting one whose size the new axis
@@ -108,3 +110,29 @@ def _strides(layout: Layout) -> tuple[int, ...] | None:
             return None
         out.append(merged[0][1] if merged else 0)
     return tuple(out)
+
+
+Term = tuple[int, int]  # (axis of the view, multiplier)
+
+
+def base_axis_terms(
+    base_shape: tuple[int, ...], shape: tuple[int, ...], strides: tuple[int, ...]
+) -> list[list[Term]] | None:
+    """How a view of `shape` with these strides over a tensor of `base_shape` (view_strides)
+    indexes it axis by axis: for each axis of the base, the terms whose Σ index[axis]·multiplier
+    is its index there, so that an element of the base is found without dividing its offset.
+    None when an axis of the view steps across two axes of the base (a change of shape that
+    merged them); its offset must then be unravelled."""
+    base_strides = contiguous_strides(base_shape)
+    out: list[list[Term]] = [[] for _ in base_shape]
+    for k, (n, s) in enumerate(zip(shape, strides)):
+        if n == 1:
+            continue
+        a = next(
+            (a for a, (m, cs) in enumerate(zip(base_shape, base_strides)) if cs <= s < cs * m),
+            None,
+        )
+        if a is None or s % base_strides[a] or s * n > base_strides[a] * base_shape[a]:
+            return None
+        out[a].append((k, s // base_strides[a]))
+    return out

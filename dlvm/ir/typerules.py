@@ -142,18 +142,29 @@ def binary_numeric(ops: list[Type], attrs: dict[str, Any]) -> Type:
     return tensor_type(_broadcast(a, b), a.dtype)
 
 
-def binary_bool(ops: list[Type], attrs: dict[str, Any]) -> Type:
+def binary_logic(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    """and, or, xor: logic on bools, bitwise on integers; both operands of one type."""
     a, b = tensor(ops[0], "left operand"), tensor(ops[1], "right operand")
-    if a.dtype.base is not _BOOL or b.dtype.base is not _BOOL:
-        raise TypeRuleError(f"operands must be bool, found {a.dtype} and {b.dtype}")
-    return tensor_type(_broadcast(a, b), DataType.BOOL)
+    if a.dtype.is_float or b.dtype.is_float or a.dtype is not b.dtype:
+        raise TypeRuleError(
+            f"operands must be bools or integers of one type, found {a.dtype} and {b.dtype}"
+        )
+    return tensor_type(_broadcast(a, b), a.dtype)
 
 
-def unary_bool(ops: list[Type], attrs: dict[str, Any]) -> Type:
+def unary_logic(ops: list[Type], attrs: dict[str, Any]) -> Type:
     t = tensor(ops[0])
-    if t.dtype.base is not _BOOL:
-        raise TypeRuleError(f"operand must be bool, found {t.dtype}")
+    if t.dtype.is_float:
+        raise TypeRuleError(f"operand must be bool or an integer, found {t.dtype}")
     return ops[0]
+
+
+def binary_int(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    a, b = tensor(ops[0], "left operand"), tensor(ops[1], "right operand")
+    _same_dtype(a, b)
+    if not a.dtype.is_int:
+        raise TypeRuleError(f"operands must be integers, found {a.dtype}")
+    return tensor_type(_broadcast(a, b), a.dtype)
 
 
 def compare(ops: list[Type], attrs: dict[str, Any]) -> Type:
@@ -188,6 +199,12 @@ def data_type_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:
             f"cannot cast {t.dtype} to {to} (within one base; only floats may narrow)"
         )
     return tensor_type(t.shape, to)
+
+
+def convert(ops: list[Type], attrs: dict[str, Any]) -> Type:
+    """Any data type to any other, across bases (docs/ir.md, "convert")."""
+    t = tensor(ops[0])
+    return tensor_type(t.shape, attrs["dtype"])
 
 
 def bit_cast(ops: list[Type], attrs: dict[str, Any]) -> Type:

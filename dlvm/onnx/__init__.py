@@ -4,7 +4,8 @@ inputs, outputs and parameters. Needs the optional `onnx` package (`pip install 
 imported only when a model is imported."""
 
 from dlvm.onnx.declared import declared_inputs
+from dlvm.onnx.fixed import ValuesNeeded
 from dlvm.onnx.imported import Imported, ImportedTensor
 from dlvm.onnx.importer import import_model
 
-__all__ = ["Imported", "ImportedTensor", "declared_inputs", "import_model"]
+__all__ = ["Imported", "ImportedTensor", "ValuesNeeded", "declared_inputs", "import_model"]

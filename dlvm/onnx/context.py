@@ -49,6 +49,12 @@ class Lowering:
         # In training, the next value of each buffer a node updates (BatchNormalization's
         # running statistics), which the function returns after the outputs.
         self.updates: dict[str, Value] = {}
+        # Appended to the IR name of each value defined: a body graph (Scan, Loop) lowered once
+        # per step defines its tensors again at each, under the step's own names.
+        self.scope = ""
+        # The tensors with no elements (a zero-size piece of a Split), by shape: DLVM IR has
+        # none, so they have no value; an operator that can leave them out (Concat) does.
+        self.empty: dict[str, tuple[int, ...]] = {}
 
     # Reading inputs --------------------------------------------------------------------------
 
@@ -57,6 +63,11 @@ class Lowering:
         found = self.values.get(name)
         if found is not None:
             return found
+        if name in self.empty:
+            raise LoweringError(
+                f"tensor '{name}' is empty (of shape {list(self.empty[name])}): DLVM IR has no "
+                "empty tensors"
+            )
         if name in self.param_kinds:
             initial = self.facts.initializers[name]
             arg = Argument(self.names(name), TensorType(initial.shape, _data_type(initial)))
@@ -82,6 +93,8 @@ class Lowering:
 
     def shape(self, name: str) -> tuple[int, ...]:
         """A tensor's shape, without making a constant a literal to learn it."""
+        if name in self.empty:
+            return self.empty[name]
         if name not in self.values and self.facts.value(name) is not None:
             return tuple(self.facts.value(name).shape)  # type: ignore[union-attr]
         return self.type_of(name).shape
@@ -98,7 +111,7 @@ class Lowering:
         if not name:
             return
         if isinstance(value, Instruction) and value.name is None:
-            value.name = self.names(name)
+            value.name = self.names(name + self.scope)
         self.values[name] = value
 
     def emit(self, opname: str, *operands: Value, **attrs: Any) -> Value:

@@ -1,7 +1,8 @@
 """Folding at import time (docs/onnx.md, "Folding"): a node whose inputs are all known (Constant
 nodes, initializers that are not floats, earlier folded nodes) is computed once with ONNX's own
-reference implementation, and so is Shape (or Size) of any tensor whose shape is inferred. The
-shape-computing subgraphs exporters emit (Shape, Gather, Concat, Unsqueeze, Reshape's target)
+reference implementation, and so is Shape (or Size) of any tensor whose shape is inferred, and
+CastLike of a known value like any tensor whose element type is known. The shape-computing
+subgraphs exporters emit (Shape, Gather, Concat, Unsqueeze, Reshape's target)
 disappear; float initializers stay parameters, never folded, so that they can be trained."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from dlvm.diagnostics import Diagnostic
+from dlvm.onnx.dtypes import ir_type_of
 from dlvm.onnx.graph import Facts, Node
 
 # Operators whose result is not a function of their inputs, or depends on training: never
@@ -30,6 +32,10 @@ NOT_FOLDED = frozenset(
     }
 )
 SHAPE_QUERIES = frozenset({"Shape", "Size"})
+# Inputs an operator reads only for their element type: known when that type is, so that
+# CastLike of a constant to a computed tensor's type (the pad value of Attention's function
+# body) folds.
+TYPE_ONLY = {"CastLike": 1}
 
 
 def fold_graph(
@@ -126,16 +132,29 @@ def _known_inputs(node: Node, facts: Facts) -> list[Any] | None:
         # A view of one element with the inferred shape: Shape and Size read nothing else.
         return [np.broadcast_to(np.zeros((), dtype), shape)]
     values: list[Any] = []
-    for name in node.inputs:
+    for i, name in enumerate(node.inputs):
         if not name:
             values.append(None)
+        elif TYPE_ONLY.get(node.op_type) == i and facts.elem_types.get(name):
+            from onnx import helper
+
+            values.append(np.zeros((), helper.tensor_dtype_to_np_dtype(facts.elem_types[name])))
         elif name in facts.constants:
             values.append(facts.constants[name])
+        elif node.op_type == "CastLike" and i == 1 and _has_ir_type(facts, name):
+            from onnx import helper
+
+            # CastLike reads only the element type of its second input.
+            values.append(np.zeros((), helper.tensor_dtype_to_np_dtype(facts.elem_types[name])))
         else:
             return None
     if not node.inputs and node.op_type != "Constant":
         return None  # an operator of no inputs other than Constant makes something new
     return values
+
+
+def _has_ir_type(facts: Facts, name: str) -> bool:
+    return ir_type_of(facts.elem_types.get(name, 0)) is not None
 
 
 def _evaluate(node: Node, inputs: list[Any], opsets: dict[str, int]) -> list[Any]:

@@ -54,8 +54,13 @@ class Node:
         """`model.onnx: node 'conv1' (Conv, opset 13)`; an unnamed node by its position and
         first output."""
         who = f"node '{self.name}'" if self.name else f"node #{self.index} (output '{self.out(0)}')"
-        op = self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
-        return f"{self.label}: {who} ({op}, opset {self.opset})"
+        return f"{self.label}: {who} ({self.qualified_op}, opset {self.opset})"
+
+    @property
+    def qualified_op(self) -> str:
+        """The op type, after its domain where that is not ONNX's own
+        (`ai.onnx.preview.FlexAttention`): the handler table's key."""
+        return self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
@@ -82,12 +87,16 @@ def _text(value: Any) -> Any:
 class Facts:
     """What is known before lowering: each tensor's inferred static shape and element type
     (where inference found them), the constants (Constant nodes, folded nodes, initializers that
-    are not floats), and every initializer's value."""
+    are not floats, fixed inputs), every initializer's value, and the graph inputs the function
+    takes (those neither initializers nor fixed)."""
 
     shapes: dict[str, tuple[int, ...]]
     elem_types: dict[str, int]
     constants: dict[str, np.ndarray]
     initializers: dict[str, np.ndarray]
+    inputs: tuple[str, ...] = ()  # in the graph's order
+    # The model's opset of each domain ("" for ONNX's own), for the nodes of a graph attribute.
+    opsets: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def of(graph: Any) -> Facts:
@@ -106,7 +115,8 @@ class Facts:
             shapes[name] = value.shape
         elem_types.update({t.name: t.data_type for t in graph.initializer})
         constants = {n: v for n, v in initializers.items() if v.dtype.kind not in "fc"}
-        return Facts(shapes, elem_types, constants, initializers)
+        inputs = tuple(v.name for v in graph.input if v.name not in initializers)
+        return Facts(shapes, elem_types, constants, initializers, inputs)
 
     def is_constant(self, name: str) -> bool:
         """Whether a tensor's value is known at import time: a constant or an initializer."""

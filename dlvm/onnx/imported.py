@@ -41,3 +41,6 @@ class Imported:
     # Imported with training=True: the buffers whose next values (BatchNormalization's running
     # statistics) the function returns after the outputs, in this order.
     updates: list[str] = field(default_factory=list)
+    # The graph inputs fixed at import (`values=`), as arrays of their element types: constants
+    # of the function, which takes them no more (`inputs` lists the others).
+    fixed: dict[str, np.ndarray] = field(default_factory=dict)

@@ -14,6 +14,7 @@ from dlvm.ir.values import Argument, Block, Function, Module
 from dlvm.ir.verifier import verify
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.dtypes import ir_type_of
+from dlvm.onnx.fixed import ValuesNeeded, fix_values
 from dlvm.onnx.fold import fold_graph
 from dlvm.onnx.graph import DEFAULT_DOMAINS, Facts, Node
 from dlvm.onnx.imported import Imported, ImportedTensor
@@ -39,12 +40,15 @@ def import_model(
     name: str = "model",
     training: bool = False,
     label: str | None = None,
+    values: Mapping[str, Any] | None = None,
 ) -> Imported:
     """The model at `source` (a path, bytes or an onnx.ModelProto) as the function `@name` of a
     new module at stage raw: (inputs…, params…) -> (outputs…). `shapes` fixes the inputs'
     dynamic dimensions; `training` makes BatchNormalization use the batch's statistics and
-    Dropout drop; `label` names the model in messages (default: the path, or `<onnx model>`).
-    Every problem is a DiagnosticError."""
+    Dropout drop; `label` names the model in messages (default: the path, or `<onnx model>`);
+    `values` fixes graph inputs to values (docs/onnx.md, "Fixed inputs"): each is a constant of
+    the graph, no longer an input of the function. Every problem is a DiagnosticError: a
+    ValuesNeeded, naming the inputs, where nodes need the values of graph inputs at import."""
     onnx = require_onnx()
     label = label or label_of(source)
     model = upgrade(onnx, load(onnx, source, label), label)
@@ -57,13 +61,21 @@ def import_model(
             [error(f"{label}: opset {opsets['']} is newer than the importer's {NEWEST_OPSET}")]
         )
     given = {k: tuple(int(n) for n in v) for k, v in (shapes or {}).items()}
+    fixed = fix_values(model, values or {}, label)
+    _agree(given, fixed, label)
     inputs = fix_input_shapes(model, given, label)
     model, complaint = infer_shapes(onnx, model, label)
     graph = model.graph
     facts = Facts.of(graph)
+    for n in fixed:  # constants, never parameters
+        facts.constants[n] = facts.initializers.pop(n)
+    facts.opsets = opsets
     nodes = [Node.of(p, i, opsets, label) for i, p in enumerate(graph.node)]
     left, diags = fold_graph(model, nodes, facts, opsets)
-    diags += unsupported(left, facts)
+    refused, needed = unsupported(left, facts)
+    diags += refused
+    if needed:
+        raise ValuesNeeded(diags, needed)
     if diags:
         raise DiagnosticError(diags)
 
@@ -78,7 +90,7 @@ def import_model(
     for i, arg in zip(inputs, arguments):
         cx.values[i.name] = arg
     for node in left:
-        handler = HANDLERS.find(node.op_type, node.opset)
+        handler = HANDLERS.find(node.qualified_op, node.opset)
         assert handler is not None  # unsupported() found none missing
         try:
             handler.lower(cx, node)
@@ -119,11 +131,28 @@ def import_model(
         ],
         any(node.op_type in TRAINING_OPS for node in left),
         updated,
+        fixed,
     )
 
 
 # The operators whose result depends on training (`import_model(…, training=True)`).
 TRAINING_OPS = frozenset({"BatchNormalization", "Dropout"})
+
+
+def _agree(shapes: dict[str, tuple[int, ...]], fixed: dict[str, Any], label: str) -> None:
+    """A shape given for a fixed input must be its value's; the fixed inputs leave `shapes`."""
+    diags = [
+        error(
+            f"{label}: input '{n}' is given the shape {list(shapes[n])} and a value of shape "
+            f"{list(v.shape)}"
+        )
+        for n, v in fixed.items()
+        if n in shapes and tuple(shapes[n]) != v.shape
+    ]
+    if diags:
+        raise DiagnosticError(diags)
+    for n in fixed:
+        shapes.pop(n, None)
 
 
 def _param_kinds(nodes: list[Node], facts: Facts) -> dict[str, str]:

@@ -55,6 +55,7 @@ from dlvm.transforms.pass_base import Pass
 # Pointwise besides the elementwise instructions (OpDef.elementwise).
 POINTWISE_OPS = {
     "dataTypeCast",
+    "convert",
     "bitCast",
     "transpose",
     "reverse",
@@ -337,7 +338,7 @@ def _elementwise_of_shape(inst: Instruction, shape: tuple[int, ...]) -> bool:
     t = inst.type
     if not isinstance(t, TensorType) or t.shape != shape:
         return False
-    return inst.op.elementwise or inst.opcode == "dataTypeCast"
+    return inst.op.elementwise or inst.opcode in ("dataTypeCast", "convert")
 
 
 def _recomputed(

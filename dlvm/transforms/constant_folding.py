@@ -44,7 +44,7 @@ EVAL_LIMIT = 1 << 16
 # Left out: effects (random, calls, memory, stacks, trap), combinators that call a function
 # (`by @f`), and convolve / reduceWindow, whose work the element limits do not bound.
 FOLDED_FAMILIES = frozenset({"shape", "query"})  # and the elementwise ones (OpDef.elementwise)
-FOLDED_OPS = frozenset({"dataTypeCast", "dot", "reduce", "scan"})
+FOLDED_OPS = frozenset({"dataTypeCast", "convert", "dot", "reduce", "scan"})
 
 
 def evaluable(inst: Instruction) -> bool:

@@ -18,7 +18,7 @@ from dlvm.ir.values import Function, Instruction, LiteralValue, Value
 from dlvm.transforms.pass_base import FunctionPass
 
 # The instruction families whose operands broadcast (docs/ir.md, "Types").
-BROADCASTING = frozenset({"binary", "boolean", "compare", "select"})
+BROADCASTING = frozenset({"binary", "boolean", "shift", "compare", "select"})
 
 
 class LiteralBroadcastingPromotion(FunctionPass):

@@ -12,8 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from conformance_batch import Compiled, Request, Stats, compile_all, entry_name
-from conformance_cases import Case, model_key
+from conformance_batch import (
+    Compiled,
+    Request,
+    Stats,
+    compile_all,
+    constant_inputs,
+    entry_name,
+)
+from conformance_cases import Case, graph_inputs, model_key
 from onnx.backend.base import Backend, BackendRep
 
 from dlvm.onnx.dtypes import NUMPY_TYPES
@@ -38,10 +45,23 @@ class Session:
     def select(self, cases: Sequence[Case]) -> None:
         """The cases to compile on first use (the first of those sharing a model names it)."""
         for case in cases:
+            names = [v.name for v in graph_inputs(case.model)]
+            constant = constant_inputs(names, case.data)
             self._requests.setdefault(
-                model_key(case.model), Request(entry_name(case.id), case.model, case.shapes)
+                model_key(case.model),
+                Request(entry_name(case.id), case.model, case.shapes, constant),
             )
         self._compiled = None
+
+    def fixed_inputs(self, model: Any) -> dict[str, np.ndarray]:
+        """The inputs of `model` that its compiled form fixed at import (none before it is
+        compiled)."""
+        request = self._requests.get(model_key(model))
+        if self._compiled is None or request is None:
+            return {}
+        compiled = self._compiled.get(request.name)
+        imported = compiled.imported if compiled is not None else None
+        return imported.fixed if imported is not None else {}
 
     def compiled(self, model: Any) -> Compiled:
         """The compiled form of `model`, all selected cases compiled on the first call."""
@@ -78,6 +98,8 @@ class DlvmRep(BackendRep):
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         given = dict(zip(self.input_names, inputs))
+        for name, value in self.imported.fixed.items():
+            _check_fixed(name, given.get(name), value)
         args = []
         for name, ty in self.imported.inputs:
             args.append(_argument(name, given[name], NUMPY_TYPES[ty.dtype], ty.shape))
@@ -86,6 +108,23 @@ class DlvmRep(BackendRep):
         results = self.entry(*args)
         results = results if isinstance(results, tuple) else (results,)
         return tuple(np.asarray(r) for r in results)
+
+
+def _check_fixed(name: str, given: Any, fixed: np.ndarray) -> None:
+    """A fixed input must be given the value it was fixed to: the library computed nothing from
+    it, so a case must never pass on another (CaseFailed)."""
+    array = np.asarray(given) if given is not None else None
+    same = (
+        array is not None
+        and array.dtype == fixed.dtype
+        and array.shape == fixed.shape
+        and bool(np.array_equal(array, fixed, equal_nan=fixed.dtype.kind == "f"))
+    )
+    if not same:
+        raise CaseFailed(
+            f"input {name!r} was fixed at build time to {fixed.tolist()!r} ({fixed.dtype}), "
+            f"but is given {None if array is None else array.tolist()!r}"
+        )
 
 
 def _argument(name: str, value: Any, dtype: type, shape: tuple[int, ...]) -> np.ndarray:

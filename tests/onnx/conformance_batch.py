@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import dlvm
 from dlvm.artifacts import ROOT, cache_dir, compiler_files
 from dlvm.codegen.build import build_library
@@ -30,7 +32,7 @@ from dlvm.codegen.spec import module_spec
 from dlvm.diagnostics import DiagnosticError
 from dlvm.ir.printer import module_text
 from dlvm.ir.values import Function, Module
-from dlvm.onnx import Imported, import_model
+from dlvm.onnx import Imported, ValuesNeeded, import_model
 from telc.cache import host_cpu
 from telc.driver import optimize
 
@@ -47,11 +49,13 @@ FORMAT = "onnx-conformance-1"
 @dataclass(frozen=True)
 class Request:
     """A model to compile, as the function `name` (an IR and C identifier); `shapes` fixes its
-    inputs' dynamic dimensions."""
+    inputs' dynamic dimensions; `constant` holds the inputs that have one value in every data
+    set of the case, which are fixed at import where the importer needs them (ValuesNeeded)."""
 
     name: str
     model: Any = field(repr=False)  # onnx.ModelProto
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    constant: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -128,12 +132,53 @@ def _chunks(names: list[str], results: dict[str, Compiled], size: int) -> list[l
 
 
 def _import(r: Request) -> Compiled:
+    """The request imported; where nodes need the values of inputs that are the same in every
+    data set, imported again with those inputs fixed to them."""
     try:
         return Compiled(import_model(r.model, r.shapes, r.name, label=r.name))
+    except ValuesNeeded as e:
+        if not all(n in r.constant for n in e.names):
+            return Compiled(failure=_failure(e))
+        values = {n: r.constant[n] for n in e.names}
+        try:
+            return Compiled(import_model(r.model, r.shapes, r.name, label=r.name, values=values))
+        except DiagnosticError as again:
+            return Compiled(failure=_failure(again))
+        except Exception as crash:  # the importer's own bug, as below
+            return Compiled(failure=f"crash in the importer: {_first_line(crash)}")
     except DiagnosticError as e:
-        return Compiled(failure="; ".join(d.message for d in e.diagnostics))
+        return Compiled(failure=_failure(e))
     except Exception as e:  # the importer's own bug: the case fails, the others go on
         return Compiled(failure=f"crash in the importer: {_first_line(e)}")
+
+
+def constant_inputs(
+    names: Sequence[str], data: Sequence[tuple[Sequence[Any], Sequence[Any]]]
+) -> dict[str, np.ndarray]:
+    """The inputs (named in order) that hold one value, of one dtype, in every data set."""
+    found: dict[str, np.ndarray] = {}
+    for k, name in enumerate(names):
+        arrays = [inputs[k] for inputs, _ in data if k < len(inputs)]
+        if len(arrays) != len(data) or not arrays:
+            continue
+        if not all(isinstance(a, (np.ndarray, np.generic)) for a in arrays):
+            continue
+        first = np.asarray(arrays[0])
+        if all(_identical(first, np.asarray(a)) for a in arrays[1:]):
+            found[name] = first
+    return found
+
+
+def _identical(a: np.ndarray, b: np.ndarray) -> bool:
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    )
+
+
+def _failure(e: DiagnosticError) -> str:
+    return "; ".join(d.message for d in e.diagnostics)
 
 
 def _build_chunk(

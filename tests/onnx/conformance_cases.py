@@ -88,16 +88,17 @@ def _case(group: str, test: Any) -> Case:
         path = os.path.join(os.path.dirname(onnx.__file__), "..", test.url)
         model = onnx.load(os.path.normpath(path))
         outputs = _tensor(os.path.normpath(path).removesuffix(".onnx") + "_output_0.pb")
-        data = [([_dummy_input(v) for v in _inputs(model)], [outputs])]
+        data = [([_dummy_input(v) for v in graph_inputs(model)], [outputs])]
     shapes = {}
     if data:
-        for v, array in zip(_inputs(model), data[0][0]):
+        for v, array in zip(graph_inputs(model), data[0][0]):
             if isinstance(array, (np.ndarray, np.generic)):  # a 0-d input may be a NumPy scalar
                 shapes[v.name] = tuple(int(n) for n in np.shape(array))
     return Case(group, test.name, model, shapes, data)
 
 
-def _inputs(model: Any) -> list[Any]:
+def graph_inputs(model: Any) -> list[Any]:
+    """The graph's inputs that are not initializers, in order (as a data set gives them)."""
     initialized = {t.name for t in model.graph.initializer}
     return [v for v in model.graph.input if v.name not in initialized]
 

@@ -114,9 +114,11 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     scope = [cid for cid in ids.values() if cid.startswith("node/")]
     inside = [cid for cid in scope if out_of_scope(cases[cid]) is None]
     if inside:
+        passing = passed & set(inside)
+        fixed = sum(1 for cid in passing if SESSION.fixed_inputs(cases[cid].model))
         write(
             f"  node cases of float/int/bool tensors with static non-zero shapes: "
-            f"{len(passed & set(inside))} of {len(inside)} pass"
+            f"{len(passing)} of {len(inside)} pass ({fixed} with inputs fixed at build time)"
         )
     s = SESSION.stats
     if SESSION.compile_s:

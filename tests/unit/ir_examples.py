@@ -38,9 +38,13 @@ EXAMPLES.update(
         "and": "%r = and %flags: <2 x 3 x bool>, true: bool",
         "or": "%r = or %flags: <2 x 3 x bool>, %flags: <2 x 3 x bool>",
         "not": "%r = not %flags: <2 x 3 x bool>",
+        "xor": "%r = xor %bits: <2 x 3 x i32>, 5: i32",
+        "shiftLeft": "%r = shiftLeft %bits: <2 x 3 x i32>, 3: i32",
+        "shiftRight": "%r = shiftRight %bits: <2 x 3 x i32>, %bits: <2 x 3 x i32>",
         "literal": "%r = literal <1: f32, 2.5: f32>: <2 x f32>",
         "select": f"%r = select %m: {M}, 0: f32 by %flags: <2 x 3 x bool>",
         "dataTypeCast": f"%r = dataTypeCast %m: {M} to f64",
+        "convert": f"%r = convert %m: {M} to i32",
         "bitCast": f"%r = bitCast %m: {M} to <2 x 3 x i32>",
         "dot": f"%r = dot %m: {M}, %k: <3 x 4 x f32>",
         "transpose": f"%r = transpose %m: {M}",
@@ -102,11 +106,11 @@ SETUP = {
 ARGS = (
     f"%m: {M}, %row: <1 x 3 x f32>, %k: <3 x 4 x f32>, %flags: <2 x 3 x bool>, "
     "%img: <1 x 2 x 5 x 5 x f32>, %ker: <4 x 1 x 3 x 3 x f32>, %s: $S, %e: $E, %n: i64, "
-    "%p: *$S, %ids: <2 x i64>"
+    "%p: *$S, %ids: <2 x i64>, %bits: <2 x 3 x i32>"
 )
 ARG_TYPES = (
     f"({M}, <1 x 3 x f32>, <3 x 4 x f32>, <2 x 3 x bool>, <1 x 2 x 5 x 5 x f32>, "
-    "<4 x 1 x 3 x 3 x f32>, $S, $E, i64, *$S, <2 x i64>)"
+    "<4 x 1 x 3 x 3 x f32>, $S, $E, i64, *$S, <2 x i64>, <2 x 3 x i32>)"
 )
 
 

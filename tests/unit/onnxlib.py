@@ -5,13 +5,16 @@ against ONNX's reference evaluator on the same inputs."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+import dlvm
 from dlvm.interp import run_function
+from dlvm.ir import module_text
 from dlvm.onnx import Imported, import_model
 
 RNG_SEED = 0
@@ -71,6 +74,39 @@ def check(
         assert g.dtype == e.dtype, (name, g.dtype, e.dtype)
         np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=name)
     return imp
+
+
+def check_compiled(
+    m: onnx.ModelProto,
+    inputs: dict[str, np.ndarray],
+    directory: Path,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+) -> Imported:
+    """Imports m, builds it as a library in `directory` and compares each output of the
+    compiled code with the reference evaluator's."""
+    imp = import_model(m, shapes={n: v.shape for n, v in inputs.items()}, name="imported")
+    got = compiled_outputs(m, inputs, directory)
+    expected = ReferenceEvaluator(m).run(None, inputs)
+    assert len(got) == len(expected)
+    for g, e, (name, _) in zip(got, expected, imp.outputs):
+        g = np.asarray(g)
+        assert g.shape == e.shape and g.dtype == e.dtype, (name, g.shape, e.shape, g.dtype)
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=name)
+    return imp
+
+
+def compiled_outputs(
+    m: onnx.ModelProto, inputs: dict[str, np.ndarray], directory: Path
+) -> list[np.ndarray]:
+    """The outputs of m imported and built as a library in `directory`, on the inputs."""
+    from irlib import ir_library
+
+    imp = import_model(m, shapes={n: v.shape for n, v in inputs.items()}, name="imported")
+    lib = dlvm.load(ir_library(module_text(imp.module), "imported", directory))
+    args = [inputs[name] for name, _ in imp.inputs] + [p.value for p in imp.params]
+    got = lib.imported(*args)
+    return [np.asarray(g) for g in (got if isinstance(got, tuple) else (got,))]
 
 
 def single(

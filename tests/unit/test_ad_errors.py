@@ -591,6 +591,18 @@ func @f: (<3 x f32>) -> <3 x f32> {{
     gradient_check(text, [x])
 
 
+def test_a_round_trip_through_an_integer_gives_a_zero_gradient():
+    """convert to i32 and back is a step function: d/dx (trunc(x)·x) = trunc(x)."""
+    text = HEAD + "func @f: (f32) -> f32 {\n'entry(%x: f32):\n"
+    text += "    %i = convert %x: f32 to i32\n    %y = convert %i: i32 to f32\n"
+    text += "    %r = multiply %y: f32, %x: f32\n    return %r: f32\n}\n"
+    gradient_check(text, [np.array(2.7)])  # against finite differences, seeded
+    module = parse_module(text + "\n[gradient @f]\nfunc @g: (f32) -> (f32)\n")
+    Differentiation().run(module)
+    (g,) = run_function(module, "g", [np.array(2.7)], float64=True)
+    assert float(g) == 2.0
+
+
 def test_floor_alone_has_a_zero_gradient():
     text = HEAD + "func @f: (f32) -> f32 {\n'entry(%x: f32):\n"
     text += "    %p = floor %x: f32\n    return %p: f32\n}\n"

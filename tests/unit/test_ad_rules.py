@@ -120,6 +120,7 @@ SHAPE_OPS = [
     ("scan-multiply", (2, 3), "%r = scan {x} by multiply along 1", (2, 3)),
     ("scan-multiply-both", (2, 3), "%r = scan {x} by multiply along 0, 1", (2, 3)),
     ("dataTypeCast", (2, 3), "%r = dataTypeCast {x} to f64", "<2 x 3 x f64>"),
+    ("convert", (2, 3), "%r = convert {x} to f32", "<2 x 3 x f32>"),
 ]
 
 

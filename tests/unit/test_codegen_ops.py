@@ -62,12 +62,48 @@ case(
     "%e = and %c: <13 x bool>, %d: <13 x bool>",
     "%r = not %e: <13 x bool>",
 )
+# Bitwise logic and shifts on integers: amounts past the width and negative ones (i8 inputs
+# are in [-20, 20)) are defined, 0 to the left and the sign to the right.
+case(
+    "bitwise-i8",
+    ["<5 x 9 x i8>", "<5 x 9 x i8>"],
+    "<5 x 9 x i8>",
+    "%l = shiftLeft %a: <5 x 9 x i8>, %b: <5 x 9 x i8>",
+    "%s = shiftRight %a: <5 x 9 x i8>, %b: <5 x 9 x i8>",
+    "%x = xor %l: <5 x 9 x i8>, %s: <5 x 9 x i8>",
+    "%o = or %x: <5 x 9 x i8>, %b: <5 x 9 x i8>",
+    "%n = not %o: <5 x 9 x i8>",
+    "%r = and %n: <5 x 9 x i8>, %a: <5 x 9 x i8>",
+)
+case(
+    "bitwise-i64-bool-xor",
+    ["<4 x 7 x i64>", "<4 x 7 x i64>"],
+    "<4 x 7 x bool>",
+    "%l = shiftLeft %a: <4 x 7 x i64>, 60: i64",
+    "%s = shiftRight %b: <4 x 7 x i64>, 1: i64",
+    "%p = lessThan %l: <4 x 7 x i64>, %s: <4 x 7 x i64>",
+    "%q = greaterThan %a: <4 x 7 x i64>, 0: i64",
+    "%r = xor %p: <4 x 7 x bool>, %q: <4 x 7 x bool>",
+)
 case(
     "casts",
     ["<7 x f32>"],
     "<7 x f64>",
     "%h = dataTypeCast %a: <7 x f32> to f16",
     "%r = dataTypeCast %h: <7 x f16> to f64",
+)
+# Across bases (halves, negatives): float to int truncates, int to float, both to and from bool.
+case(
+    "convert",
+    ["<3 x 7 x f32>"],
+    "<3 x 7 x f16>",
+    "%s = multiply %a: <3 x 7 x f32>, 2.5: f32",
+    "%i = convert %s: <3 x 7 x f32> to i8",
+    "%b = convert %i: <3 x 7 x i8> to bool",
+    "%n = convert %b: <3 x 7 x bool> to i32",
+    "%f = convert %i: <3 x 7 x i8> to f16",
+    "%g = convert %n: <3 x 7 x i32> to f16",
+    "%r = add %f: <3 x 7 x f16>, %g: <3 x 7 x f16>",
 )
 # Past f16's range a literal is infinity (65519 rounds down to 65504, 65520 up to inf).
 case("f16-literals", ["<5 x f16>"], "<5 x f16>", "%m = min %a: <5 x f16>, 65519: f16",
@@ -560,3 +596,22 @@ func @f: (<2 x 4096 x f32>) -> <2 x f32> {
     for column in a.T:  # what an f32 accumulator gives, in the same order
         sequential = (sequential + column).astype(np.float32)
     assert np.max(np.abs(sequential - exact)) > 100 * np.max(np.abs(got - exact))
+
+
+def test_a_float16_sum_is_rounded_once(tmp_path):
+    """An f16 sum accumulates in f64 too and is rounded once, as the interpreter's (NumPy's):
+    64 terms of about 1 summed in f16 lose several ulp of the result."""
+    text = """module "sums16"
+stage raw
+
+func @f: (<4 x 64 x f16>) -> <4 x f16> {
+'entry(%a: <4 x 64 x f16>):
+    %r = reduce %a: <4 x 64 x f16> by add init 0: f16 along 1
+    return %r: <4 x f16>
+}
+"""
+    a = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float16)
+    with dlvm.load(ir_library(text, "sums16", tmp_path)) as lib:
+        got = np.asarray(lib.f(a))
+    np.testing.assert_array_equal(got, a.astype(np.float64).sum(axis=1).astype(np.float16))
+    np.testing.assert_array_equal(got, run_function(parse_module(text, "s.dl"), "f", [a]))

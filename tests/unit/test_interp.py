@@ -314,6 +314,28 @@ def test_data_type_cast(src, dst, x):
     check(got, a.astype(DT[dst]), dst)
 
 
+def test_logic_is_bitwise_on_integers():
+    a = np.array([12, -1, 5, 0], np.int16)
+    b = np.array([10, 3, -6, 7], np.int16)
+    for op, want in (("and", a & b), ("or", a | b), ("xor", a ^ b)):
+        got = run_op(f"{op} %a: <4 x i16>, %b: <4 x i16>", ["<4 x i16>"] * 2, "<4 x i16>", [a, b])
+        check(got, want, "i16")
+    check(run_op("not %a: <4 x i16>", ["<4 x i16>"], "<4 x i16>", [a]), ~a, "i16")
+    flags = np.array([True, False, True, False])
+    got = run_op("xor %a: <4 x bool>, true: bool", ["<4 x bool>"], "<4 x bool>", [flags])
+    check(got, ~flags, "bool")
+
+
+def test_shifts_define_every_amount():
+    """Past the width or negative: 0 to the left, the sign to the right (ONNX's BitShift)."""
+    a = np.array([3, -3, 64, -128, 1, -1], np.int8)
+    b = np.array([1, 1, 2, 9, -1, 8], np.int8)
+    left = run_op("shiftLeft %a: <6 x i8>, %b: <6 x i8>", ["<6 x i8>"] * 2, "<6 x i8>", [a, b])
+    check(left, [6, -6, 0, 0, 0, 0], "i8")
+    right = run_op("shiftRight %a: <6 x i8>, %b: <6 x i8>", ["<6 x i8>"] * 2, "<6 x i8>", [a, b])
+    check(right, [1, -2, 16, -1, 0, -1], "i8")
+
+
 def test_bit_cast():
     a = np.array([1.0, -2.5], np.float32)
     got = run_op("bitCast %a: <2 x f32> to <2 x i32>", ["<2 x f32>"], "<2 x i32>", [a])
@@ -464,19 +486,22 @@ ELEMENTWISE = sorted(name for name, op in OPS.items() if op.elementwise)
 
 
 def test_the_elementwise_instructions_are_the_elementwise_families():
-    from dlvm.ir.ops import BINARY, COMPARE, UNARY_FLOAT, UNARY_NUMERIC
+    from dlvm.ir.ops import BINARY, COMPARE, LOGIC, SHIFTS, UNARY_FLOAT, UNARY_NUMERIC
 
-    families = [*UNARY_FLOAT, *UNARY_NUMERIC, *BINARY, *COMPARE, "and", "or", "not", "select"]
+    families = [*UNARY_FLOAT, *UNARY_NUMERIC, *BINARY, *COMPARE, *LOGIC, "not", *SHIFTS, "select"]
     assert sorted(families) == ELEMENTWISE
 
 
 def _example_function(name: str, rows: int) -> str:
-    """The example of tests/unit/ir_examples.py as a function of %m, %row and %flags whose
-    operands of 2 rows have `rows` rows, returning %r."""
+    """The example of tests/unit/ir_examples.py as a function of %m, %row, %flags and %bits
+    whose operands of 2 rows have `rows` rows, returning %r."""
     from ir_examples import EXAMPLES
 
     line = EXAMPLES[name].replace("<2 x 3 x", f"<{rows} x 3 x")
-    params = f"%m: <{rows} x 3 x f32>, %row: <1 x 3 x f32>, %flags: <{rows} x 3 x bool>"
+    params = (
+        f"%m: <{rows} x 3 x f32>, %row: <1 x 3 x f32>, %flags: <{rows} x 3 x bool>, "
+        f"%bits: <{rows} x 3 x i32>"
+    )
     types = ", ".join(p.split(": ")[1] for p in params.split(", "))
     probe = module(f"func @f: ({types}) -> () {{\n'entry({params}):\n  {line}\n  return\n}}")
     result = probe.functions[0].blocks[0].instructions[0].type
@@ -494,9 +519,10 @@ def test_an_elementwise_instruction_computes_each_row_alone(name):
     m = rng.uniform(0.1, 0.9, (2, 3)).astype(np.float32)
     row = rng.uniform(0.1, 0.9, (1, 3)).astype(np.float32)
     flags = rng.uniform(size=(2, 3)) < 0.5
+    bits = rng.integers(-40, 40, (2, 3)).astype(np.int32)
     whole = module(_example_function(name, 2))
-    got = run_function(whole, "f", [m, row, flags])
+    got = run_function(whole, "f", [m, row, flags, bits])
     one_row = module(_example_function(name, 1))
     for i in range(2):
-        one = run_function(one_row, "f", [m[i : i + 1], row, flags[i : i + 1]])
+        one = run_function(one_row, "f", [m[i : i + 1], row, flags[i : i + 1], bits[i : i + 1]])
         np.testing.assert_array_equal(one, got[i : i + 1])

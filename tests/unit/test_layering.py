@@ -115,6 +115,7 @@ FRONT_END = (
     "telc.limits",
     "telc.program",
     "telc.onnx_use",
+    "telc.onnx_values",
     "telc.lower",
 )
 DRIVER = ("telc.driver", "telc.library", "telc.build", "telc.cache", "telc.progress")

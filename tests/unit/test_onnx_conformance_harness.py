@@ -17,8 +17,14 @@ from onnx import TensorProto, helper  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "onnx"))
 
-from conformance_backend import CaseFailed  # noqa: E402
-from conformance_batch import Request, Stats, build_chunk, compile_all  # noqa: E402
+from conformance_backend import CaseFailed, DlvmRep  # noqa: E402
+from conformance_batch import (  # noqa: E402
+    Request,
+    Stats,
+    build_chunk,
+    compile_all,
+    constant_inputs,
+)
 from conformance_cases import case_id  # noqa: E402
 from conformance_reasons import _comparison as comparison  # noqa: E402
 from conformance_reasons import category, reason  # noqa: E402
@@ -146,3 +152,46 @@ def test_a_known_failure_that_passes_fails_the_run(tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr
     assert "[XPASS(strict)] planted: it passes" in run.stdout
     assert "node               0 passed, 1 failed, 0 skipped, 0 expected to fail" in run.stdout
+
+
+def _reshape_model():
+    """y = Reshape(x, shape): the target a graph input, which the import needs to know."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        "g_reshape",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_inputs_fixed_from_a_cases_data_are_checked_when_it_runs(tmp_path):
+    """An input the import needs is fixed to its value in the case's data, only where every
+    data set gives the same one; the rep refuses to run on any other value of it."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    shape = np.array([3, 2], np.int64)
+    other = np.array([3, 2], np.int32)
+    sets = [([x, shape], []), ([x + 1, shape], [])]
+    assert list(constant_inputs(["x", "shape"], sets)) == ["shape"]
+    assert constant_inputs(["x", "shape"], [*sets, ([x, shape[::-1].copy()], [])]) == {}
+    assert constant_inputs(["x", "shape"], [*sets, ([x, other], [])]) == {}
+
+    model = _reshape_model()
+    fixed = Request("case_fixed", model, {}, {"shape": shape})
+    unfixed = Request("case_unfixed", model, {})
+    results = compile_all([fixed, unfixed], tmp_path)
+    assert "input 1 ('shape') must be known at import time" in (
+        results["case_unfixed"].failure or ""
+    )
+    compiled = results["case_fixed"]
+    assert compiled.failure is None and compiled.imported is not None
+    assert list(compiled.imported.fixed) == ["shape"]
+    rep = DlvmRep(compiled, model)
+    (y,) = rep.run([x, shape])
+    np.testing.assert_array_equal(y, x.reshape(3, 2))
+    for wrong in (np.array([2, 3], np.int64), np.array([3, 2], np.int32)):
+        with pytest.raises(CaseFailed, match="input 'shape' was fixed at build time to"):
+            rep.run([x, wrong])

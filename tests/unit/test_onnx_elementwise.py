@@ -106,6 +106,24 @@ def test_cast_between_float_types_and_from_bool():
     check(single("Cast", {"x": flags}, to=onnx.TensorProto.FLOAT), {"x": flags})
 
 
+def test_cast_across_bases_truncates_saturates_and_tests_nonzero():
+    # In range only: past it NumPy's (the reference's) result is undefined; test_convert.py
+    # checks the IR's saturation.
+    x = np.array([[2.5, -2.7, 0.0, -0.0, 100.7, 1.5]], np.float32)
+    for to in (onnx.TensorProto.INT32, onnx.TensorProto.INT8, onnx.TensorProto.BOOL):
+        check(single("Cast", {"x": x}, to=to), {"x": x})
+    i = np.array([[16777217, -3, 300, 0]], np.int64)
+    for to in (onnx.TensorProto.FLOAT, onnx.TensorProto.INT32, onnx.TensorProto.BOOL):
+        check(single("Cast", {"x": i}, to=to), {"x": i})
+
+
+@pytest.mark.parametrize("base, exponent", [(np.float32, np.int64), (np.int32, np.float32)])
+def test_pow_with_an_integer_and_a_float_operand(base, exponent):
+    a = np.array([[1, 2, 3, -4]], base)
+    b = np.array([[2, 3, 0, 3]], exponent)
+    check(single("Pow", {"a": a, "b": b}, opset=15), {"a": a, "b": b})
+
+
 def test_cast_like_takes_the_type_of_its_second_input():
     like = np.zeros((1,), np.float64)
     check(single("CastLike", {"x": X, "like": like}, opset=15), {"x": X, "like": like})

@@ -1,5 +1,5 @@
-"""RNN, GRU (both reset placements) and LSTM in every direction and both layouts, unrolled by the
-importer and run against ONNX's reference evaluator."""
+"""RNN, GRU (both reset placements) and LSTM (with peepholes too) in every direction and both
+layouts, unrolled by the importer and run against ONNX's reference evaluator."""
 
 from __future__ import annotations
 
@@ -73,3 +73,22 @@ def test_unsupported_activation_is_reported():
     )
     with pytest.raises(DiagnosticError, match=r"\(RNN, opset 14\): not supported: the activation"):
         import_model(m)
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_lstm_peepholes(direction):
+    dirs = 2 if direction == "bidirectional" else 1
+    x = normal(STEPS, BATCH, FEATURES)
+    inits = {
+        "W": normal(dirs, 4 * HIDDEN, FEATURES, seed=1) * 0.5,
+        "R": normal(dirs, 4 * HIDDEN, HIDDEN, seed=2) * 0.5,
+        "B": normal(dirs, 8 * HIDDEN, seed=3) * 0.5,
+        "c0": normal(dirs, BATCH, HIDDEN, seed=5),
+        "P": normal(dirs, 3 * HIDDEN, seed=6),
+    }
+    node = helper.make_node(
+        "LSTM", ["x", "W", "R", "B", "", "", "c0", "P"], ["y", "y_h", "y_c"],
+        hidden_size=HIDDEN, direction=direction,
+    )  # fmt: skip
+    m = model([node], {"x": x}, ["y", "y_h", "y_c"], inits, opset=14)
+    check(m, {"x": x}, rtol=1e-4, atol=1e-5)

@@ -15,6 +15,16 @@ REDUCTIONS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
               "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp"]  # fmt: skip
 
 
+@pytest.mark.parametrize("opset", [12, 18])
+def test_log_sum(opset):
+    x = positive(2, 3, 4)
+    if opset < 18:
+        check(single("ReduceLogSum", {"x": x}, opset=opset, axes=[1], keepdims=0), {"x": x})
+    else:
+        axes = {"axes": np.array([0, -1], np.int64)}
+        check(single("ReduceLogSum", {"x": x}, axes, opset=opset), {"x": x})
+
+
 @pytest.mark.parametrize("op", REDUCTIONS)
 @pytest.mark.parametrize("keepdims", [0, 1])
 def test_axes_as_an_input(op, keepdims):
@@ -44,3 +54,10 @@ def test_arg_extremum(op, keepdims):
 def test_arg_extremum_last_index(op):
     x = np.round(positive(3, 5) * 2)
     check(single(op, {"x": x}, axis=0, select_last_index=1), {"x": x})
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_max_and_min_of_bools(op):
+    x = normal(3, 4) > 0.3
+    axes = {"axes": np.array([1], np.int64)}
+    check(single(op, {"x": x}, axes, opset=20, keepdims=0), {"x": x})

@@ -50,6 +50,16 @@ def test_concat_and_split():
     check(single("Split", {"x": X}, opset=18, outputs=2, axis=-1, num_outputs=2), {"x": X})
 
 
+def test_an_empty_piece_of_a_split_adds_nothing_to_a_concat():
+    x = normal(2, 5)
+    nodes = [
+        helper.make_node("Split", ["x", "sizes"], ["a", "empty"], axis=1),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Concat", ["r", "empty"], ["y"], axis=1),
+    ]
+    check(model(nodes, {"x": x}, ["y"], {"sizes": i64(5, 0)}, opset=18), {"x": x})
+
+
 @pytest.mark.parametrize(
     "starts, ends, axes, steps",
     [
@@ -75,6 +85,14 @@ def test_expand_tile_pad():
     check(single("Tile", {"x": x}, {"repeats": i64(2, 3)}), {"x": x})
     pads = {"pads": i64(1, 0, 2, 3), "value": np.array(1.5, np.float32)}
     check(single("Pad", {"x": x}, pads, opset=13), {"x": x})
+
+
+@pytest.mark.parametrize("mode", ["edge", "reflect", "wrap"])
+def test_pad_modes_that_read_the_tensor(mode):
+    x = normal(3, 4)
+    pads = {"pads": i64(2, 0, 1, 5)}  # more than an axis holds
+    check(single("Pad", {"x": x}, pads, opset=19, mode=mode), {"x": x})
+    check(single("Pad", {"x": x}, opset=2, mode=mode, pads=[1, 3, 0, 2]), {"x": x})
 
 
 def test_gather_of_known_and_computed_indices():
@@ -169,6 +187,20 @@ def test_folding_runs_each_operator_at_the_models_opset():
     ]
     imp = check(model(nodes, {"x": x}, ["y"], opset=9), {"x": x})
     assert imp.params == []
+
+
+def test_cast_like_to_a_computed_tensors_type_folds():
+    # Attention's function body pads its mask with CastLike(-inf, the mask): Pad's value must
+    # be known at import, and CastLike reads only the mask's element type.
+    x = normal(2, 3)
+    fill = helper.make_tensor("fill", 11, [], [-np.inf])  # a double
+    nodes = [
+        helper.make_node("Constant", [], ["fill"], value=fill),
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("CastLike", ["fill", "r"], ["value"]),
+        helper.make_node("Pad", ["r", "pads", "value"], ["y"]),
+    ]
+    check(model(nodes, {"x": x}, ["y"], {"pads": i64(0, 0, 0, 2)}, opset=19), {"x": x})
 
 
 def test_folding_infers_shapes_again_where_onnx_stops(monkeypatch):

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fuzzing import fuzz_settings
+from hypothesis import given
+from viewchains import Step, chains, numpy_chain
 
 from dlvm.ir.builder import Builder
-from dlvm.ir.strided import contiguous_strides, view_strides
+from dlvm.ir.strided import base_axis_terms, contiguous_strides, view_strides
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Block, Instruction, Value
-
-# A chain: ("t",) a transpose (all axes reversed), or a shape.
-Step = tuple[int, ...] | str
 
 
 def _chain(shape: tuple[int, ...], steps: list[Step]) -> tuple[Argument, Value]:
@@ -22,12 +22,6 @@ def _chain(shape: tuple[int, ...], steps: list[Step]) -> tuple[Argument, Value]:
     for s in steps:
         v = b.transpose(v) if s == "t" else b.shapeCast(v, shape=s)
     return x, v
-
-
-def _numpy(a: np.ndarray, steps: list[Step]) -> np.ndarray:
-    for s in steps:
-        a = a.T if s == "t" else a.reshape(s)
-    return a
 
 
 def _exchange(b: int, c: int, n: tuple[int, ...]) -> list[Step]:
@@ -53,7 +47,7 @@ def test_strides_address_the_view(shape: tuple[int, ...], steps: list[Step]) -> 
     base, strides = found
     assert base is x
     data = np.arange(int(np.prod(shape)), dtype=np.float32)
-    want = _numpy(data.reshape(shape), steps)
+    want = numpy_chain(data.reshape(shape), steps)
     got = np.lib.stride_tricks.as_strided(data, want.shape, [s * 4 for s in strides])
     np.testing.assert_array_equal(got, want)
 
@@ -70,3 +64,37 @@ def test_within_stops_the_chain() -> None:
     assert found is not None
     assert found[0] is v.operands[0] and found[1] == (2, 1, 0)
     assert view_strides(x) == (x, contiguous_strides((2, 3)))
+
+
+@fuzz_settings(200, 5000)
+@given(chain=chains())
+def test_random_chains_are_addressed_as_numpy_views_them(
+    chain: tuple[tuple[int, ...], list[Step]],
+) -> None:
+    """Strides, when found, address NumPy's view of the same chain; the base's index found
+    axis by axis (base_axis_terms), when found, is the one the offset unravels to."""
+    shape, steps = chain
+    x, v = _chain(shape, steps)
+    found = view_strides(v)
+    if found is None:
+        return
+    base, strides = found
+    assert base is x
+    data = np.arange(int(np.prod(shape)))
+    want = numpy_chain(data.reshape(shape), steps)
+    got = np.lib.stride_tricks.as_strided(data, want.shape, [s * 8 for s in strides])
+    np.testing.assert_array_equal(got, want)
+    terms = base_axis_terms(shape, want.shape, strides)
+    if terms is None:
+        return
+    idx = np.indices(want.shape)
+    index = [sum((idx[k] * m for k, m in axis), np.zeros(want.shape, np.int64)) for axis in terms]
+    np.testing.assert_array_equal(np.ravel_multi_index(index, shape), want)
+
+
+def test_an_axis_across_two_axes_of_the_base_has_no_terms() -> None:
+    _, v = _chain((2, 6), [(12,)])  # one axis over both rows
+    found = view_strides(v)
+    assert found is not None and found[1] == (1,)
+    assert base_axis_terms((2, 6), (12,), found[1]) is None
+    assert base_axis_terms((4, 6), (2, 2, 6), (12, 6, 1)) == [[(0, 2), (1, 1)], [(2, 1)]]

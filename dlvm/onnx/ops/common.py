@@ -4,7 +4,7 @@ kept dimensions, and checks of attributes and constant inputs."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -63,12 +63,24 @@ def operands(cx: Lowering, names: Sequence[str], dtype: DataType | None = None) 
 
 
 def cast(cx: Lowering, v: Value, dtype: DataType) -> Value:
+    """v as `dtype`: `dataTypeCast` within a base where it can, else `convert` (docs/ir.md):
+    to an integer truncates toward zero, to bool is != 0."""
     have = tensor(v).dtype
     if have is dtype:
         return v
-    if not have.can_cast_to(dtype):
-        raise LoweringError(f"cannot convert {have} to {dtype}: DLVM IR casts within a base")
-    return cx.emit("dataTypeCast", v, dtype=dtype)
+    if have.can_cast_to(dtype):
+        return cx.emit("dataTypeCast", v, dtype=dtype)
+    return cx.emit("convert", v, dtype=dtype)
+
+
+def in_f32(cx: Lowering, values: Sequence[Value], f: Callable[..., Value]) -> Value:
+    """f(*values), computed in f32 and rounded once to f16 when the values are f16, as NumPy
+    (ONNX's reference) computes products, sums and float functions of f16 arrays: the compiled
+    f16 kernels round every partial sum; f(*values) itself for other types."""
+    if not values or tensor(values[0]).dtype is not DataType.F16:
+        return f(*values)
+    wide = f(*(cx.emit("dataTypeCast", v, dtype=DataType.F32) for v in values))
+    return cx.emit("dataTypeCast", wide, dtype=DataType.F16)
 
 
 def broadcast_to(cx: Lowering, v: Value, shape: tuple[int, ...]) -> Value:
@@ -121,16 +133,31 @@ def identity(comb: str, dtype: DataType) -> int | float | bool:
     if dtype.is_float:
         return -math.inf if comb == "max" else math.inf
     if dtype.is_bool:
-        return comb == "min"
+        return comb in ("min", "and")
     half = 1 << (dtype.bits - 1)
     return -half if comb == "max" else half - 1
+
+
+class NeedsValue(str):
+    """A reason that a node needs the value of `tensor` at import: the importer tells which
+    graph inputs a model needs fixed (dlvm/onnx/fixed.py) from these."""
+
+    tensor: str
+
+    def __new__(cls, text: str, tensor: str) -> NeedsValue:
+        reason = super().__new__(cls, text)
+        reason.tensor = tensor
+        return reason
 
 
 def require_constant(node: Node, facts: Facts, *slots: int) -> list[str]:
     """A reason for each given input (when present) whose value is not known at import."""
     return [
-        f"input {i} ('{node.input(i)}') must be known at import time (a constant or an "
-        "initializer), not computed by the graph"
+        NeedsValue(
+            f"input {i} ('{node.input(i)}') must be known at import time (a constant or an "
+            "initializer), not computed by the graph",
+            node.input(i),
+        )
         for i in slots
         if node.input(i) and not facts.is_constant(node.input(i))
     ]

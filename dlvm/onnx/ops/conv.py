@@ -9,7 +9,7 @@ import math
 from dlvm.ir.compose import permute
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.graph import Facts, Node
-from dlvm.onnx.ops.common import reshape, tensor
+from dlvm.onnx.ops.common import in_f32, reshape, tensor
 from dlvm.onnx.ops.registry import HANDLERS
 
 AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
@@ -61,16 +61,20 @@ def conv(cx: Lowering, node: Node) -> None:
         x = reshape(cx, x, xs[:2] + (1,) + xs[2:])
         w = reshape(cx, w, ws[:2] + (1,) + ws[2:])
         strides, dilations, pads = (1, *strides), (1, *dilations), [(0, 0), *pads]
-    y = cx.emit(
-        "convolve",
-        x,
-        w,
-        strides=strides,
-        padding=tuple(pads),
-        leftDilation=(1,) * len(strides),
-        rightDilation=dilations,
-        groups=groups,
-    )
+    y = in_f32(
+        cx,
+        [x, w],
+        lambda a, k: cx.emit(
+            "convolve",
+            a,
+            k,
+            strides=strides,
+            padding=tuple(pads),
+            leftDilation=(1,) * len(strides),
+            rightDilation=dilations,
+            groups=groups,
+        ),
+    )  # f16 summed in f32 (common.in_f32)
     if node.input(2):
         b = cx.value(node.input(2))
         y = cx.emit("add", y, reshape(cx, b, (1, tensor(b).shape[0]) + (1,) * len(strides)))

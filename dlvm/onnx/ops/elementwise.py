@@ -75,12 +75,17 @@ def mod(cx: Lowering, node: Node) -> None:
 
 @HANDLERS.register("Pow")
 def power(cx: Lowering, node: Node) -> None:
-    x, e = operands(cx, node.inputs[:2], cx.dtype(node.input(0)))
+    """The base's type. An integer base with a float exponent is raised in f64 and truncated
+    back, as ONNX's reference computes it (NumPy's power, then astype)."""
+    base = cx.dtype(node.input(0))
+    exponent = cx.dtype(node.input(1))
+    wide = DataType.F64 if base.is_int and exponent.is_float else base
+    x, e = operands(cx, node.inputs[:2], wide)
     if isinstance(e, LiteralValue) and e.literal == ScalarLiteral(2.0):
         y = cx.emit("multiply", x, x)  # exact, and cheaper than power
     else:
         y = cx.emit("power", x, e)
-    cx.define(node.out(0), y)
+    cx.define(node.out(0), cast(cx, y, base))
 
 
 @HANDLERS.register(("Max", "Min", "Sum", "Mean"))
@@ -296,33 +301,19 @@ def _target(node: Node, facts: Facts) -> int:
 
 def _cast_check(node: Node, facts: Facts) -> list[str]:
     to = ir_type_of(_target(node, facts))
-    have = facts.elem_types.get(node.input(0))
-    source = ir_type_of(have) if have is not None else None
     if to is None:
         return [f"a cast to {onnx_type_name(_target(node, facts))}: DLVM IR has no such type"]
-    if source is not None and source is not to and not _castable(source, to):
-        return [
-            f"a cast from {source} to {to}: DLVM IR converts only within a base (float to "
-            "float, integer to a wider integer) and bools to numbers"
-        ]
     return []
-
-
-def _castable(source: DataType, to: DataType) -> bool:
-    return source.can_cast_to(to) or source.is_bool
 
 
 @HANDLERS.register("Cast", since=6, check=_cast_check)
 @HANDLERS.register("CastLike", since=15, check=_cast_check)
 def cast_op(cx: Lowering, node: Node) -> None:
+    """Any pair of the IR's types: floats to integers truncate toward zero (and saturate past
+    the range, NaN to 0, where ONNX leaves the result undefined), to bool is != 0."""
     to = ir_type_of(_target(node, cx.facts))
     assert to is not None
-    x = cx.value(node.input(0))
-    if tensor(x).dtype.is_bool and not to.is_bool:
-        y = cx.emit("select", cx.scalar(1, to), cx.scalar(0, to), x)
-    else:
-        y = cast(cx, x, to)
-    cx.define(node.out(0), y)
+    cx.define(node.out(0), cast(cx, cx.value(node.input(0)), to))
 
 
 @HANDLERS.register("IsNaN", since=9)

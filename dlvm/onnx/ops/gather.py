@@ -15,7 +15,14 @@ from dlvm.ir.types import DataType
 from dlvm.ir.values import Value
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.graph import Facts, Node
-from dlvm.onnx.ops.common import axis_of, cast, require_constant, reshape, tensor
+from dlvm.onnx.ops.common import (
+    NeedsValue,
+    axis_of,
+    cast,
+    require_constant,
+    reshape,
+    tensor,
+)
 from dlvm.onnx.ops.registry import HANDLERS
 
 # Positions are computed in i64 whatever the indices' type: a flat position can exceed i32.
@@ -145,7 +152,8 @@ def reverse_sequence(cx: Lowering, node: Node) -> None:
 def _check_compress(node: Node, facts: Facts) -> list[str]:
     reasons = require_constant(node, facts, 1)
     if reasons:
-        reasons[0] += " (the condition decides the result's shape, which DLVM IR fixes)"
+        why = " (the condition decides the result's shape, which DLVM IR fixes)"
+        reasons[0] = NeedsValue(reasons[0] + why, node.input(1))  # still a value to fix
     return reasons
 
 

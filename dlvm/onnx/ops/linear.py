@@ -8,11 +8,21 @@ import math
 
 import numpy as np
 
+from dlvm.ir.types import DataType
 from dlvm.ir.values import Value
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.graph import Node
-from dlvm.onnx.ops.common import broadcast_to, reshape, tensor, to_rank
+from dlvm.onnx.ops.common import broadcast_to, cast, in_f32, reshape, tensor, to_rank
 from dlvm.onnx.ops.registry import HANDLERS
+
+
+def dot(cx: Lowering, x: Value, y: Value) -> Value:
+    """The IR's `dot`; of float16 operands, summed in float32 and rounded once, as NumPy's
+    matmul (ONNX's reference) sums them, where the compiled f16 product sums in f16."""
+    if tensor(x).dtype is not DataType.F16:
+        return cx.emit("dot", x, y)
+    wide = cx.emit("dot", cast(cx, x, DataType.F32), cast(cx, y, DataType.F32))
+    return cast(cx, wide, DataType.F16)
 
 
 def matmul(cx: Lowering, x: Value, y: Value) -> Value:
@@ -21,7 +31,7 @@ def matmul(cx: Lowering, x: Value, y: Value) -> Value:
     if not sa or not sb:
         raise LoweringError("MatMul of a scalar")
     if len(sa) == 1 and len(sb) == 1:
-        return cx.emit("dot", x, y)
+        return dot(cx, x, y)
     ma = (1,) + sa if len(sa) == 1 else sa
     mb = sb + (1,) if len(sb) == 1 else sb
     if ma[-1] != mb[-2]:
@@ -42,14 +52,16 @@ def matmul(cx: Lowering, x: Value, y: Value) -> Value:
         rank = len(batch) + 2
         x = broadcast_to(cx, to_rank(cx, reshape(cx, x, ma), rank), batch + (m, k))
         y = broadcast_to(cx, to_rank(cx, reshape(cx, y, mb), rank), batch + (k, n))
-    product = cx.emit("dot", x, y)
+    product = dot(cx, x, y)
     shape = batch + ((m,) if len(sa) > 1 else ()) + ((n,) if len(sb) > 1 else ())
     return reshape(cx, product, shape)
 
 
 @HANDLERS.register("MatMul", since=1)
 def matmul_op(cx: Lowering, node: Node) -> None:
-    cx.define(node.out(0), matmul(cx, cx.value(node.input(0)), cx.value(node.input(1))))
+    """f16 products summed in f32 and rounded once (common.in_f32)."""
+    x, y = cx.value(node.input(0)), cx.value(node.input(1))
+    cx.define(node.out(0), in_f32(cx, [x, y], lambda a, b: matmul(cx, a, b)))
 
 
 @HANDLERS.register("Gemm", since=7)
@@ -60,7 +72,7 @@ def gemm(cx: Lowering, node: Node) -> None:
         a = cx.emit("transpose", a)
     if node.attr("transB", 0):
         b = cx.emit("transpose", b)
-    y = cx.emit("dot", a, b)
+    y = dot(cx, a, b)
     dt = tensor(y).dtype
     alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
     if alpha != 1.0:

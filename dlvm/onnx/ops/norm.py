@@ -9,7 +9,16 @@ import math
 from dlvm.ir.values import Value
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.graph import Facts, Node
-from dlvm.onnx.ops.common import axis_of, mean, reduce, reshape, tensor, to_rank
+from dlvm.onnx.ops.common import (
+    axes_of,
+    axis_of,
+    in_f32,
+    mean,
+    reduce,
+    reshape,
+    tensor,
+    to_rank,
+)
 from dlvm.onnx.ops.reduce import first_index
 from dlvm.onnx.ops.registry import HANDLERS
 
@@ -128,12 +137,14 @@ def lp_norm(cx: Lowering, node: Node) -> None:
 
 
 def softmax_along(cx: Lowering, x: Value, dims: tuple[int, ...], log: bool) -> Value:
-    """exp(x − max) / Σ exp(x − max), or its log, x − max − log Σ exp(x − max), along dims."""
+    """exp(x − max) / Σ exp(x − max), or its log, x − max − log Σ exp(x − max), along dims.
+    For f16, exp, log and the sum are computed in f32 and rounded, as NumPy (ONNX's
+    reference) computes them: the compiled f16 functions and sums are less exact."""
     s = cx.emit("subtract", x, reduce(cx, x, "max", dims, keep=True))
-    e = cx.emit("exp", s)
-    total = reduce(cx, e, "add", dims, keep=True)
+    e = in_f32(cx, [s], lambda v: cx.emit("exp", v))
+    total = in_f32(cx, [e], lambda v: reduce(cx, v, "add", dims, keep=True))
     if log:
-        return cx.emit("subtract", s, cx.emit("log", total))
+        return cx.emit("subtract", s, in_f32(cx, [total], lambda v: cx.emit("log", v)))
     return cx.emit("divide", e, total)
 
 
@@ -204,3 +215,63 @@ def softmax_2d(cx: Lowering, node: Node) -> None:
     if math.prod(xs[axis:]) == 0:
         raise LoweringError(f"{node.op_type} of an empty tensor")
     cx.define(node.out(0), softmax_along(cx, x, dims, node.op_type == "LogSoftmax"))
+
+
+def _normalised(cx: Lowering, x: Value, dims: tuple[int, ...], eps: float) -> Value:
+    """(x − mean) · rsqrt(var + ε), the statistics over dims (the biased variance)."""
+    dt = tensor(x).dtype
+    d = cx.emit("subtract", x, mean(cx, x, dims, keep=True))
+    variance = mean(cx, cx.emit("multiply", d, d), dims, keep=True)
+    return cx.emit("multiply", d, cx.emit("rsqrt", cx.emit("add", variance, cx.scalar(eps, dt))))
+
+
+def _per_channel(cx: Lowering, name: str, rank: int) -> Value:
+    """A [C] input viewed as [1, C, 1, …] against an input [N, C, spatial…]."""
+    v = cx.value(name)
+    return reshape(cx, v, (1, tensor(v).shape[0]) + (1,) * (rank - 2))
+
+
+@HANDLERS.register("InstanceNormalization", since=6)
+def instance_norm(cx: Lowering, node: Node) -> None:
+    """Each (sample, channel) plane normalised over its spatial axes, then · scale + B per
+    channel."""
+    x = cx.value(node.input(0))
+    rank = len(tensor(x).shape)
+    if rank < 3:
+        raise LoweringError(f"InstanceNormalization of {tensor(x).shape}: [N, C, spatial…]")
+    y = _normalised(cx, x, tuple(range(2, rank)), node.attr("epsilon", 1e-5))
+    y = cx.emit("multiply", y, _per_channel(cx, node.input(1), rank))
+    cx.define(node.out(0), cx.emit("add", y, _per_channel(cx, node.input(2), rank)))
+
+
+@HANDLERS.register("GroupNormalization", since=21)
+def group_norm(cx: Lowering, node: Node) -> None:
+    """The channels split into num_groups groups, each (sample, group) normalised over its
+    channels and spatial axes, then · scale + bias per channel. (Opset 18's form, scale and
+    bias per group, is deprecated: onnx's checker refuses a model of it.)"""
+    x = cx.value(node.input(0))
+    xs = tensor(x).shape
+    groups = node.attr("num_groups")
+    if len(xs) < 3 or xs[1] % groups:
+        raise LoweringError(f"GroupNormalization of {xs} in {groups} groups")
+    grouped = reshape(cx, x, (xs[0], groups, xs[1] // groups) + xs[2:])
+    y = _normalised(cx, grouped, tuple(range(2, len(xs) + 1)), node.attr("epsilon", 1e-5))
+    y = cx.emit("multiply", reshape(cx, y, xs), _per_channel(cx, node.input(1), len(xs)))
+    cx.define(node.out(0), cx.emit("add", y, _per_channel(cx, node.input(2), len(xs))))
+
+
+@HANDLERS.register("MeanVarianceNormalization", since=9)
+def mean_variance_norm(cx: Lowering, node: Node) -> None:
+    """(x − E[x]) / (sqrt(E[x²] − E[x]²) + 1e-9) over axes (default 0, 2, 3), ONNX's function
+    body for it."""
+    x = cx.value(node.input(0))
+    xs, dt = tensor(x).shape, tensor(x).dtype
+    dims = axes_of(node.attr("axes", [0, 2, 3]), len(xs))
+    mu = mean(cx, x, dims, keep=True)
+    variance = cx.emit(
+        "subtract",
+        mean(cx, cx.emit("multiply", x, x), dims, keep=True),
+        cx.emit("multiply", mu, mu),
+    )
+    spread = cx.emit("add", cx.emit("sqrt", variance), cx.scalar(1e-9, dt))
+    cx.define(node.out(0), cx.emit("divide", cx.emit("subtract", x, mu), spread))

@@ -32,8 +32,6 @@ def _check(node: Node, facts: Facts) -> list[str]:
             reasons.append(f"the activation {name} (only {', '.join(ACTIVATIONS)})")
     if node.attr("input_forget", 0):
         reasons.append("input_forget=1")
-    if node.op_type == "LSTM" and node.input(7):
-        reasons.append("peephole weights (input P)")
     if node.input(4):
         reasons += require_constant(node, facts, 4)
         lens = facts.value(node.input(4))
@@ -134,6 +132,11 @@ def _direction(
     h = _initial(cx, node, 5, d, batch, hidden, dt)
     c = _initial(cx, node, 6, d, batch, hidden, dt) if op == "LSTM" else None
     clip = node.attr("clip")
+    # LSTM's peephole weights [3·hidden] of gates i, o, f, each as [1, hidden]; None without.
+    peep = None
+    if op == "LSTM" and node.input(7):
+        p = _row(cx, cx.value(node.input(7)), d)
+        peep = [_piece(cx, p, k, hidden) for k in range(3)]
     outs: dict[int, Value] = {}
     for t in range(steps - 1, -1, -1) if reverse else range(steps):
         xs = [cx.emit("slice", v, lo=t * batch, hi=(t + 1) * batch - 1) for v in inputs]
@@ -152,22 +155,42 @@ def _direction(
             keep = cx.emit("multiply", z, h)
             fresh = cx.emit("multiply", cx.emit("subtract", cx.scalar(1, dt), z), cand)
             h = cx.emit("add", fresh, keep)
-        else:  # LSTM: gates i, o, f, c
-            i, o, f, cell = (_gate(cx, xs[k], h, recurrent[k], clip) for k in range(4))
+        else:  # LSTM: gates i, o, f, c; peepholes add P ⊙ c to i and f (the old c), o (the new)
             assert c is not None
+            old = c
+            i, f, cell = (
+                _gate(cx, xs[k], h, recurrent[k], clip, _peep(cx, peep, k, old)) for k in (0, 2, 3)
+            )
             c = cx.emit(
                 "add",
                 cx.emit("multiply", acts[0](f), c),
                 cx.emit("multiply", acts[0](i), acts[1](cell)),
             )
+            o = _gate(cx, xs[1], h, recurrent[1], clip, _peep(cx, peep, 1, c))
             h = cx.emit("multiply", acts[0](o), acts[2](c))
         outs[t] = reshape(cx, h, (1, 1, batch, hidden))
     return _stack(cx, [outs[t] for t in range(steps)], 0), h, c
 
 
-def _gate(cx: Lowering, x: Value, state: Value, weights: Value, clip: float | None) -> Value:
-    """A gate's argument at one step: its input product plus the state's, clipped."""
-    return _clip(cx, cx.emit("add", x, cx.emit("dot", state, weights)), clip)
+def _gate(
+    cx: Lowering,
+    x: Value,
+    state: Value,
+    weights: Value,
+    clip: float | None,
+    extra: Value | None = None,
+) -> Value:
+    """A gate's argument at one step: its input product plus the state's (plus a peephole's
+    term), clipped."""
+    v = cx.emit("add", x, cx.emit("dot", state, weights))
+    return _clip(cx, v if extra is None else cx.emit("add", v, extra), clip)
+
+
+def _peep(cx: Lowering, peep: list[Value] | None, gate: int, cell: Value) -> Value | None:
+    """The peephole term of LSTM gate i (0), o (1) or f (2): P ⊙ the cell state."""
+    if peep is None or gate == 3:
+        return None
+    return cx.emit("multiply", peep[gate], cell)
 
 
 def _row(cx: Lowering, v: Value, d: int) -> Value:

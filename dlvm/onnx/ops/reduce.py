@@ -1,6 +1,7 @@
 """Reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceSumSquare,
-ReduceL1, ReduceL2, ReduceLogSumExp, and ArgMax/ArgMin. Their axes are an attribute before opset
-13 (ReduceSum) or 18 (the others) and an input, known at import time, from then on."""
+ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp, and ArgMax/ArgMin. Their axes are an
+attribute before opset 13 (ReduceSum) or 18 (the others) and an input, known at import time,
+from then on."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ COMBS = {
     "ReduceL1": "add",
     "ReduceL2": "add",
     "ReduceLogSumExp": "add",
+    "ReduceLogSum": "add",
 }
 
 
@@ -56,11 +58,16 @@ def lower_reduce(cx: Lowering, node: Node) -> None:
         top = top if keep else reshape(cx, top, tensor(total).shape)
         cx.define(node.out(0), cx.emit("add", total, top))
         return
-    y = reduce(cx, x, COMBS[op], dims, keep)
+    comb = COMBS[op]
+    if dt.is_bool:  # the IR's min and max are numeric: on bools they are and and or
+        comb = {"min": "and", "max": "or"}.get(comb, comb)
+    y = reduce(cx, x, comb, dims, keep)
     if op == "ReduceMean" and dims:
         y = cx.emit("divide", y, cx.scalar(math.prod(xs[d] for d in dims), dt))
     elif op == "ReduceL2":
         y = cx.emit("sqrt", y)
+    elif op == "ReduceLogSum":
+        y = cx.emit("log", y)
     cx.define(node.out(0), y)
 
 

@@ -37,6 +37,7 @@ class Table:
 
     def __init__(self) -> None:
         self._by_op: dict[str, list[Handler]] = {}
+        self._refused: dict[str, str] = {}  # op types no handler will lower, with why
 
     def register(
         self,
@@ -54,6 +55,13 @@ class Table:
 
         return add
 
+    def refuse(self, op_types: Iterable[str], why: str) -> None:
+        """Says why `op_types` have no handler (instead of a bare "not supported")."""
+        self._refused.update(dict.fromkeys(op_types, why))
+
+    def refusal(self, op_type: str) -> str | None:
+        return self._refused.get(op_type)
+
     def find(self, op_type: str, opset: int) -> Handler | None:
         for h in self._by_op.get(op_type, ()):
             if h.accepts(opset):
@@ -68,6 +76,11 @@ class Table:
 
 
 HANDLERS = Table()
+
+HANDLERS.refuse(
+    ("Unique", "NonZero", "NonMaxSuppression"),
+    "the shape of its output depends on the values of its input, and DLVM IR's shapes are static",
+)
 
 
 def merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

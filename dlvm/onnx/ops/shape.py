@@ -109,7 +109,10 @@ def unsqueeze(cx: Lowering, node: Node) -> None:
 
 @HANDLERS.register("Concat", since=4)
 def concat(cx: Lowering, node: Node) -> None:
-    names = [n for n in node.inputs if n]
+    """Concat of the inputs, an empty one left out."""
+    names = [n for n in node.inputs if n and n not in cx.empty]
+    if not names:
+        raise LoweringError("Concat of empty tensors only (DLVM IR has no empty tensors)")
     values = [cx.value(n) for n in names]
     rank = len(tensor(values[0]).shape)
     if rank == 0:
@@ -130,10 +133,13 @@ def split(cx: Lowering, node: Node) -> None:
         count = node.attr("num_outputs", outputs)
         each = -(-xs[axis] // count)
         sizes = [min(each, xs[axis] - i * each) for i in range(count)]
-    if sum(sizes) != xs[axis] or len(sizes) != outputs or min(sizes) <= 0:
+    if sum(sizes) != xs[axis] or len(sizes) != outputs or min(sizes) < 0:
         raise LoweringError(f"Split of {xs[axis]} along axis {axis} into {sizes}")
     start = 0
     for name, size in zip(node.outputs, sizes):
+        if size == 0:  # a piece of nothing: empty, for a Concat to leave out
+            cx.empty[name] = xs[:axis] + (0,) + xs[axis + 1 :]
+            continue
         cx.define(name, _cut(cx, x, axis, start, start + size - 1))
         start += size
 
@@ -195,10 +201,13 @@ def tile(cx: Lowering, node: Node) -> None:
     cx.define(node.out(0), x)
 
 
+PAD_MODES = ("constant", "edge", "reflect", "wrap")
+
+
 def _check_pad(node: Node, facts: Facts) -> list[str]:
     reasons = []
-    if node.attr("mode", "constant") != "constant":
-        reasons.append(f"mode={node.attr('mode')} (only constant padding is supported)")
+    if node.attr("mode", "constant") not in PAD_MODES:
+        reasons.append(f"mode={node.attr('mode')} (one of {', '.join(PAD_MODES)})")
     if node.opset >= 11:
         reasons += require_constant(node, facts, 1, 2, 3)
     return reasons
@@ -206,6 +215,8 @@ def _check_pad(node: Node, facts: Facts) -> list[str]:
 
 @HANDLERS.register("Pad", since=2, check=_check_pad)
 def pad(cx: Lowering, node: Node) -> None:
+    """`constant` padding concatenates splats; `edge`, `reflect` and `wrap` gather, along each
+    padded axis, the source index of each output position (as NumPy's pad takes it)."""
     x = cx.value(node.input(0))
     t = tensor(x)
     rank = len(t.shape)
@@ -218,10 +229,16 @@ def pad(cx: Lowering, node: Node) -> None:
         pads, value, given = list(node.attr("pads")), node.attr("value", 0.0), []
     axes = [axis_of(a, rank) for a in given] or list(range(rank))
     count = len(axes)
+    mode = node.attr("mode", "constant")
     for i, axis in enumerate(axes):
         lo, hi = pads[i], pads[i + count]
         if lo < 0 or hi < 0:
             raise LoweringError("negative pads (cropping) are not supported")
+        if mode != "constant":
+            if lo or hi:
+                ids = _pad_sources(mode, tensor(x).shape[axis], lo, hi)
+                x = cx.emit("gather", x, cx.literal(ids), axis=axis)
+            continue
         parts: list[Value] = []
         for n in (lo, None, hi):
             if n is None:
@@ -234,6 +251,22 @@ def pad(cx: Lowering, node: Node) -> None:
         if len(parts) > 1:
             x = cx.emit("concatenate", *parts, axis=axis)
     cx.define(node.out(0), x)
+
+
+def _pad_sources(mode: str, n: int, lo: int, hi: int) -> np.ndarray:
+    """The index along the axis each element of the padded axis copies (NumPy's pad modes):
+    the nearest end (edge), the mirror image without repeating the end (reflect), or the
+    other end of the axis (wrap)."""
+    at = np.arange(-lo, n + hi)
+    if mode == "edge":
+        return np.clip(at, 0, n - 1)
+    if mode == "wrap":
+        return at % n
+    if n == 1:  # reflect: nothing to mirror
+        return np.zeros_like(at)
+    period = 2 * (n - 1)
+    folded = at % period
+    return np.where(folded < n, folded, period - folded)
 
 
 @HANDLERS.register("Gather", since=1)
@@ -268,26 +301,6 @@ def shape_query(cx: Lowering, node: Node) -> None:
     if known.size == 0:
         raise LoweringError("Shape of a scalar (DLVM IR has no empty tensors)")
     cx.define(node.out(0), cx.literal(known))
-
-
-def _check_cumsum(node: Node, facts: Facts) -> list[str]:
-    return require_constant(node, facts, 1)
-
-
-@HANDLERS.register("CumSum", since=11, check=_check_cumsum)
-def cumsum(cx: Lowering, node: Node) -> None:
-    """A running sum (`scan`) along axis; `reverse` runs it from the end, `exclusive` leaves out
-    each element itself."""
-    x = cx.value(node.input(0))
-    axis = axis_of(ints(cx.const(node.input(1)))[0], len(tensor(x).shape))
-    if node.attr("reverse", 0):
-        x = cx.emit("reverse", x, dims=(axis,))
-    y = cx.emit("scan", x, comb="add", dims=(axis,))
-    if node.attr("exclusive", 0):
-        y = cx.emit("subtract", y, x)
-    if node.attr("reverse", 0):
-        y = cx.emit("reverse", y, dims=(axis,))
-    cx.define(node.out(0), y)
 
 
 @HANDLERS.register("Trilu", since=14, check=lambda n, f: require_constant(n, f, 1))
