@@ -15,13 +15,21 @@ from collections.abc import Callable, Generator
 import numpy as np
 from llvmlite import ir
 
-from dlvm.codegen import conv_depthwise, conv_folded, conv_gemm, conv_kernel_grad, conv_long_sums
+from dlvm.codegen import (
+    conv_depthwise,
+    conv_folded,
+    conv_gemm,
+    conv_kernel_grad,
+    conv_long_sums,
+    conv_rows,
+)
 from dlvm.codegen.combinators import not_inlinable
 from dlvm.codegen.conv_depthwise import DepthwiseConv
 from dlvm.codegen.conv_folded import ConvFolded
 from dlvm.codegen.conv_gemm import ConvGemm
 from dlvm.codegen.conv_kernel_grad import KernelGradient
 from dlvm.codegen.conv_long_sums import LongSums
+from dlvm.codegen.conv_rows import ConvRows
 from dlvm.codegen.elementwise import binary, cast, compare, convert, unary
 from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.gather import (
@@ -502,7 +510,8 @@ class KernelGen:
         """A depthwise convolution with few outputs and long sums (a depthwise kernel's
         gradient) as dlvm.codegen.conv_long_sums's loop; other depthwise convolutions as a
         direct vectorised loop (dlvm.codegen.conv_depthwise); a kernel longer than the output
-        (a kernel's gradient) as dlvm.codegen.conv_kernel_grad's product; a
+        (a kernel's gradient) as dlvm.codegen.conv_kernel_grad's product; few output
+        positions and long sums as dlvm.codegen.conv_rows's row dots; a
         convolution as matrix products (dlvm.codegen.conv_gemm) where it suits them, with
         the element loop for a thread that cannot have the products' scratch buffer; the
         element loop alone otherwise (and in a GPU thread's share)."""
@@ -516,6 +525,9 @@ class KernelGen:
             return
         if self.flat or not conv_gemm.suits(self.core, lanes):
             self.convolve_elements(out, begin, end)
+            return
+        if conv_rows.suits(self.core, lanes):  # few output positions, long sums
+            ConvRows(self, self.core, out, lanes, self.conv_split).emit_images(begin, end)
             return
         b = self.b
         fallback = self.body.append_basic_block("conv.elements")
@@ -537,11 +549,31 @@ class KernelGen:
         b.position_at_end(done)
 
     def convolve_elements(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
-        """XLA's convolution (dlvm/interp/convolution.py), one output element at a time: the
-        sum over the group's input channels and the kernel taps of input × kernel, where the
-        input position of a tap is (p·stride + tap·rightDilation − padLow) / leftDilation
-        when that divides exactly and lands inside the input; then the epilogue, if any, at
-        that element (read back from out)."""
+        """XLA's convolution (dlvm/interp/convolution.py), one output element at a time
+        (convolve_element), over the body's share of the output."""
+        b = self.b
+        at = self.convolve_element(out)
+        t = tensor_type(self.core)
+        if self.conv_split == 1 or self.flat:
+            self.each_output(t, at, begin, end)
+            return
+        rows, split = math.prod(t.shape[2:-1]), self.conv_split
+
+        def block(n: ir.Value, r0: ir.Value) -> None:
+            def element(i: list[ir.Value]) -> None:
+                outer = unravel(b, b.add(r0, i[1]), t.shape[2:-1])
+                at([n, i[0], *outer, i[2]])
+
+            loop_nest(b, [t.shape[1], rows // split, t.shape[-1]], element)
+
+        conv_gemm.image_blocks(b, begin, end, split, rows, block)
+
+    def convolve_element(self, out: ir.Value) -> Callable[[list[ir.Value]], None]:
+        """at(idx) emits the output element at idx: the sum over the group's input channels
+        and the kernel taps of input × kernel, where the input position of a tap is
+        (p·stride + tap·rightDilation − padLow) / leftDilation when that divides exactly and
+        lands inside the input; then the epilogue, if any, at that element (read back from
+        out)."""
         b = self.b
         root = self.core
         x, k = root.operands
@@ -589,19 +621,7 @@ class KernelGen:
                 self.memo.clear()
                 self.store(out, o, t, self.elem(self.root, o))
 
-        if self.conv_split == 1 or self.flat:
-            self.each_output(t, at, begin, end)
-            return
-        rows, split = math.prod(t.shape[2:-1]), self.conv_split
-
-        def block(n: ir.Value, r0: ir.Value) -> None:
-            def element(i: list[ir.Value]) -> None:
-                outer = unravel(b, b.add(r0, i[1]), t.shape[2:-1])
-                at([n, i[0], *outer, i[2]])
-
-            loop_nest(b, [t.shape[1], rows // split, t.shape[-1]], element)
-
-        conv_gemm.image_blocks(b, begin, end, split, rows, block)
+        return at
 
     def each_output(
         self, t: TensorType, at: Callable[[list[ir.Value]], None], begin: ir.Value, end: ir.Value

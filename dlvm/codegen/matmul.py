@@ -330,6 +330,19 @@ class MatMul:
     def out_address(self, batch: list[ir.Value], i: ir.Value, j0: ir.Value, c: int) -> ir.Value:
         return self.kg.address(self.out, [*batch, i, self.b.add(j0, ir.Constant(I64, c))], self.t)
 
+    def store_sums(
+        self, batch: list[ir.Value], i: ir.Value, j0: ir.Value, sums: ir.Value, count: int
+    ) -> None:
+        """out[…, i, j0 + c] = sums[c] for c < count (a vector of count or more lanes): next
+        to each other in a row of the output, one store."""
+        b = self.b
+        vt = sums.type
+        assert isinstance(vt, ir.VectorType)
+        if count < vt.count:
+            sums = b.shuffle_vector(sums, ir.Constant(vt, None), ir.Constant(
+                ir.VectorType(I32, count), list(range(count))))  # fmt: skip
+        b.store(sums, self.out_address(batch, i, j0, 0), align=self.dt.size)
+
     def b_address(
         self, batch: list[ir.Value], p: ir.Value, p0: ir.Value, j0: ir.Value, c: int, width: int
     ) -> ir.Value:

@@ -14,11 +14,16 @@ the group's sums, stored at once, and the kernel's epilogue rewrites them in pla
 rows of W stay in L1 while the tiles of x pass over them.
 
 x is read in place too when its steps of p are contiguous; otherwise (a transpose computes it)
-its rows are first copied into a stack buffer, once per call."""
+its rows are first copied into a stack buffer, once per call.
+
+The loops serve any RowProduct: a MatMul, or a convolution with few output positions whose
+rows of x are its transposed im2col (dlvm.codegen.conv_rows), which stores each row's sums
+where its output puts them (store_sums)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from llvmlite import ir
 
@@ -30,7 +35,8 @@ from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Value
 
 if TYPE_CHECKING:
-    from dlvm.codegen.matmul import MatMul
+    from dlvm.codegen.kernel import KernelGen
+    from dlvm.codegen.matmul import MatMul, Tiling
 
 # Which products: one row of x, or up to MANY_ROWS rows with sums at least LONG_SUMS long and
 # SUMS_PER_ROW times as long as x has rows. Past that, each element of W is reused often
@@ -62,6 +68,36 @@ def rows_in_place(v: Value, ptrs: dict[Value, ir.Value]) -> tuple[ir.Value, tupl
     return ptrs[base], strides
 
 
+class RowProduct(Protocol):
+    """What the row-dot loops need of their product: x · Wᵀ with x m × k (rows of x at batch
+    index `batch` …), W n × k; where the sums go and the epilogue over a tile."""
+
+    kg: KernelGen
+    b: ir.IRBuilder
+    a: Value  # x, read through kg.elem when its rows are copied
+    m: int
+    k: int
+    n: int
+    dt: DataType
+    elem_ty: ir.Type
+    tile: Tiling  # its lanes
+
+    @property
+    def dot(self) -> Value:
+        """The kernel's product: an epilogue follows when it is not the kernel's root."""
+
+    def multiply_add(self, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value: ...
+
+    def store_sums(
+        self, batch: list[ir.Value], i: ir.Value, j0: ir.Value, sums: ir.Value, count: int
+    ) -> None:
+        """out[…, i, j0 + c] = sums[c] for c < count."""
+
+    def epilogue(
+        self, batch: list[ir.Value], i0: ir.Value, rows: int, j0: ir.Value, width: int
+    ) -> None: ...
+
+
 def row_dots(mm: MatMul) -> RowDots | None:
     """The row-dot kernel for mm's product when it suits: few rows and long sums (above), a
     float type, b a view of an argument with W's rows (b's columns) contiguous."""
@@ -86,11 +122,11 @@ def row_dots(mm: MatMul) -> RowDots | None:
 
 
 class RowDots:
-    """The row-dot loops of one MatMul (see the module docstring)."""
+    """The row-dot loops of one product (see the module docstring)."""
 
     def __init__(
-        self, mm: MatMul, w: tuple[ir.Value, tuple[int, ...]],
-        x: tuple[ir.Value, tuple[int, ...]] | None,
+        self, mm: RowProduct, w: tuple[ir.Value, tuple[int, ...]],
+        x: tuple[ir.Value, tuple[int, ...]] | None, chunk_bytes: int = 0,
     ) -> None:  # fmt: skip
         self.mm, self.b = mm, mm.b
         self.w_ptr, self.w_strides = w
@@ -98,13 +134,27 @@ class RowDots:
         self.lanes = lanes = mm.tile.lanes
         # One row of x: a group of `lanes` rows of W. More: half as many, read by `rows` rows
         # of x at a time (each element of W loaded once for them all).
-        self.width = lanes if mm.m == 1 else max(2, lanes // 2)
+        self.width = self.group_width(lanes, mm.m)
         registers = 24 if lanes * mm.dt.size * 8 >= 512 else 12  # accumulators (as tiling's)
         self.rows = max(1, min(mm.m, registers // self.width))
         self.unroll = max(1, CHAINS // (self.rows * self.width))
         self.vt = ir.VectorType(mm.elem_ty, self.lanes)
         self.copy = None if x is not None else mm.kg.alloca(
             ir.ArrayType(mm.elem_ty, mm.m * mm.k))  # fmt: skip
+        # Sums a chunk of p at a time (`chunk` elements, whole blocks of vectors) when the
+        # group's rows of W would not stay in L1 while the tiles of x pass: each tile's
+        # accumulators wait in `partial` between chunks.
+        self.chunk: int | None = None
+        self.partial: ir.Value | None = None
+        if chunk_bytes and self.rows < mm.m:
+            block = lanes * self.unroll
+            self.chunk = max(block, chunk_bytes // (self.width * mm.dt.size) // block * block)
+            self.partial = mm.kg.alloca(ir.ArrayType(self.vt, mm.m * self.width * self.unroll))
+
+    @staticmethod
+    def group_width(lanes: int, m: int) -> int:
+        """The columns of a group (above), for m rows of x."""
+        return lanes if m == 1 else max(2, lanes // 2)
 
     def emit(
         self, batch: list[ir.Value], begin: ir.Value, end: ir.Value,
@@ -145,20 +195,52 @@ class RowDots:
         self, batch: list[ir.Value], begin: ir.Value, end: ir.Value, j0: ir.Value, count: int
     ) -> None:
         """Columns [j0, j0 + count) of rows [begin, end), tiles of `rows` rows (then one
-        shorter tile), then the epilogue there."""
-        b, mm, rows = self.b, self.mm, self.rows
+        shorter tile), then the epilogue there. With `chunk`, the sums go a chunk of p at a
+        time over every tile, each tile's accumulators kept in `partial` between chunks."""
+        b, mm = self.b, self.mm
         w_rows = [self.w_row(batch, b.add(j0, _c(j))) for j in range(count)]
 
-        def tile(i0: ir.Value, size: int) -> None:
-            xs = [self.x_row(batch, b.add(i0, _c(r))) for r in range(size)]
-            for r, sums in enumerate(self.dots(xs, w_rows)):
-                if count < self.lanes:
-                    sums = b.shuffle_vector(sums, ir.Constant(self.vt, None), ir.Constant(
-                        ir.VectorType(I32, count), list(range(count))))  # fmt: skip
-                b.store(sums, mm.out_address(batch, b.add(i0, _c(r)), j0, 0), align=mm.dt.size)
+        def finish(i0: ir.Value, size: int, acc: list[list[list[ir.Value]]]) -> None:
+            for r, sums in enumerate(self.folded(acc)):
+                mm.store_sums(batch, b.add(i0, _c(r)), j0, sums, count)
             if mm.kg.root is not mm.dot:
                 mm.epilogue(batch, i0, size, j0, count)
 
+        def whole(i0: ir.Value, size: int) -> None:
+            xs = [self.x_row(batch, b.add(i0, _c(r))) for r in range(size)]
+            acc = self.accumulators(size, count)
+            self.sweep(xs, w_rows, acc, _c(0), mm.k)
+            finish(i0, size, acc)
+
+        if self.chunk is None or mm.k <= self.chunk:
+            self.tiles(begin, end, whole)
+            return
+        chunk = self.chunk
+        chunks = -(-mm.k // chunk)
+        last = mm.k - (chunks - 1) * chunk
+
+        def part(p0: ir.Value, length: int, final: bool) -> None:
+            def tile(i0: ir.Value, size: int) -> None:
+                xs = [self.x_row(batch, b.add(i0, _c(r))) for r in range(size)]
+                acc = self.accumulators(size, count)
+                kept = self.kept(b.sub(i0, begin), size, count)
+                with b.if_then(b.icmp_unsigned("!=", p0, _c(0))):
+                    self.move(kept, acc, load=True)
+                self.sweep(xs, w_rows, acc, p0, length)
+                if final:
+                    finish(i0, size, acc)
+                else:
+                    self.move(kept, acc, load=False)
+
+            self.tiles(begin, end, tile)
+
+        counted_loop(b, 0, chunks - 1, lambda c: part(b.mul(c, _c(chunk)), chunk, False),
+                     name="kc")  # fmt: skip
+        part(_c(mm.k - last), last, True)
+
+    def tiles(self, begin: ir.Value, end: ir.Value, tile: Callable[[ir.Value, int], None]) -> None:
+        """tile(i0, size) over rows [begin, end): tiles of `rows` rows, then one shorter."""
+        b, rows = self.b, self.rows
         full = b.udiv(b.sub(end, begin), _c(rows))
         counted_loop(b, 0, full, lambda t: tile(b.add(begin, b.mul(t, _c(rows))), rows),
                      name="xt")  # fmt: skip
@@ -168,15 +250,44 @@ class RowDots:
             with b.if_then(b.icmp_unsigned("==", rest, _c(size))):
                 tile(i0, size)
 
-    def dots(self, xs: list[ir.Value], w_rows: list[ir.Value]) -> list[ir.Value]:
-        """For each row x of xs, the vector of x · w for each row w of w_rows (lanes of them at
-        most, the rest 0)."""
-        b, mm, lanes, unroll, vt = self.b, self.mm, self.lanes, self.unroll, self.vt
-        acc = [[[mm.kg.alloca(vt) for _ in range(unroll)] for _ in w_rows] for _ in xs]
+    def accumulators(self, size: int, count: int) -> list[list[list[ir.Value]]]:
+        """acc[r][j][u]: zeroed vector slots for `size` rows of x and `count` rows of W."""
+        b, vt = self.b, self.vt
+        acc = [[[self.mm.kg.alloca(vt) for _ in range(self.unroll)] for _ in range(count)]
+               for _ in range(size)]  # fmt: skip
         for row in acc:
             for slots in row:
                 for slot in slots:
                     b.store(ir.Constant(vt, None), slot)
+        return acc
+
+    def kept(self, i: ir.Value, size: int, count: int) -> list[list[list[ir.Value]]]:
+        """The addresses in `partial` of the accumulators of the tile at row i (from begin)."""
+        b = self.b
+        assert self.partial is not None
+        per_row = self.width * self.unroll
+        first = b.mul(i, _c(per_row))
+        return [[[b.gep(self.partial, [_c(0), b.add(first, _c(r * per_row + j * self.unroll + u))])
+                  for u in range(self.unroll)] for j in range(count)]
+                for r in range(size)]  # fmt: skip
+
+    def move(self, kept: list[list[list[ir.Value]]], acc: list[list[list[ir.Value]]],
+             load: bool) -> None:  # fmt: skip
+        """acc = kept (load) or kept = acc."""
+        b = self.b
+        for kr, ar in zip(kept, acc):
+            for ks, as_ in zip(kr, ar):
+                for k_slot, a_slot in zip(ks, as_):
+                    src, dst = (k_slot, a_slot) if load else (a_slot, k_slot)
+                    b.store(b.load(src), dst)
+
+    def sweep(
+        self, xs: list[ir.Value], w_rows: list[ir.Value], acc: list[list[list[ir.Value]]],
+        p0: ir.Value, length: int,
+    ) -> None:  # fmt: skip
+        """acc[r][j][u] += x_r · w_j over p in [p0, p0 + length), in vectors of `lanes`, the
+        last elements padded with zeros (0 · 0: no NaN from what lies beyond)."""
+        b, mm, lanes, unroll = self.b, self.mm, self.lanes, self.unroll
         block = lanes * unroll
 
         def step(p: ir.Value, u: int, count: int = lanes) -> None:
@@ -187,19 +298,23 @@ class RowDots:
                     slot = row[j][u]
                     b.store(mm.multiply_add(x, wv, b.load(slot)), slot)
 
-        blocks = mm.k // block
+        blocks = length // block
 
         def one_block(q: ir.Value) -> None:
             for u in range(unroll):
-                step(b.add(b.mul(q, _c(block)), _c(u * lanes)), u)
+                step(b.add(p0, b.add(b.mul(q, _c(block)), _c(u * lanes))), u)
 
         counted_loop(b, 0, blocks, one_block, name="wp")
-        for u in range(mm.k % block // lanes):  # whole vectors left after the blocks
-            step(_c(blocks * block + u * lanes), u)
-        rest = mm.k % lanes
-        if rest:  # the last elements, padded with zeros (0 · 0: no NaN from what lies beyond)
-            step(_c(mm.k - rest), 0, rest)
-        zero = ir.Constant(vt, None)
+        for u in range(length % block // lanes):  # whole vectors left after the blocks
+            step(b.add(p0, _c(blocks * block + u * lanes)), u)
+        rest = length % lanes
+        if rest:
+            step(b.add(p0, _c(length - rest)), 0, rest)
+
+    def folded(self, acc: list[list[list[ir.Value]]]) -> list[ir.Value]:
+        """Each row's sums: its accumulators added, folded into one vector."""
+        b, lanes = self.b, self.lanes
+        zero = ir.Constant(self.vt, None)
         out = []
         for row in acc:
             totals = []

@@ -9,7 +9,9 @@ takes at least G iterations of the parallel loop. A matrix product with only a f
 convolution with a batch smaller than CONV_SHARES (inference, often a batch of 1) adds `split
 S`: the parallel loop runs over each image's S blocks of output rows (the output positions but
 the last axis), S the fewest that divide the rows and give batch × S ≥ CONV_SHARES shares, so
-that more threads than images get work. A host function gets `[schedule host]`.
+that more threads than images get work (a convolution that runs as dot products of the
+kernel's rows, dlvm.codegen.conv_rows, cuts its output channels into the S blocks instead).
+A host function gets `[schedule host]`.
 
 Scheduling for CUDA as well (`cuda=True`, a library that runs on either device) gives every
 `[compute]` function a second line, its GPU launch:
