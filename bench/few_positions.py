@@ -11,14 +11,13 @@ processes), and prints the median per call of the blocks. Run it with DLRT_NUM_T
 
 from __future__ import annotations
 
-import argparse
-import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ab  # noqa: E402
 
 PAD = "padding (1, 1), (1, 1)"
 # (name, input shape, kernel shape, options): ResNet-18 at 32x32's last two stages (s4: 4x4
@@ -70,64 +69,16 @@ def module_text() -> str:
 
 
 def build(directory: Path, cpu: str) -> None:
-    from dlvm.codegen.build import build_library
-    from dlvm.codegen.spec import module_spec
-    from dlvm.ir import parse_module
-
-    directory.mkdir(parents=True, exist_ok=True)
-    module = parse_module(module_text(), "fp.dl")
-    build_library(module, module_spec(module, "fp"), directory / "fp.so", cpu=cpu)
-
-
-def per_call(fn, args: list[np.ndarray], calls: int) -> float:
-    start = time.process_time()
-    for _ in range(calls):
-        fn(*args)
-    return (time.process_time() - start) / calls
+    ab.build(directory, "fp", module_text(), cpu)
 
 
 def timing(dirs: list[Path], blocks: int) -> None:
-    import dlvm
-
-    libs = [dlvm.load(d / "fp.so") for d in dirs]
-    print(f"ms per call, median of {blocks} blocks (process time), one thread")
-    print("| case | " + " | ".join(str(d) for d in dirs) + " | ratio |")
-    print("|---|" + "---:|" * (len(dirs) + 1))
+    cases = []
     for i, (name, x, k, _) in enumerate(CASES):
         rng = np.random.default_rng(i)
-        args = [rng.standard_normal(s).astype(np.float32) for s in (x, k)]
-        fns = [getattr(lib, f"f{i}").unsafe_direct() for lib in libs]
-        results = [fn(*args) for fn in fns]
-        for r in results[1:]:
-            np.testing.assert_allclose(r, results[0], rtol=1e-3, atol=1e-3)
-        calls = 1
-        while per_call(fns[0], args, calls) * calls < 0.05 and calls < 1 << 20:
-            calls *= 2
-        times: list[list[float]] = [[] for _ in fns]
-        for _ in range(blocks):
-            for t, fn in zip(times, fns):
-                t.append(per_call(fn, args, calls))
-        med = [statistics.median(t) * 1e3 for t in times]
-        print(f"| {name} | " + " | ".join(f"{v:.3f}" for v in med) + f" | {med[-1] / med[0]:.2f} |")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build")
-    b.add_argument("directory", type=Path)
-    b.add_argument("--cpu", default="native", help="target CPU (x86-64-v3: AVX2)")
-    t = sub.add_parser("time")
-    t.add_argument("directories", type=Path, nargs="+")
-    t.add_argument("--blocks", type=int, default=9)
-    args = parser.parse_args()
-    if args.command == "build":
-        build(args.directory, args.cpu)
-    else:
-        if os.environ.get("DLRT_NUM_THREADS") != "1":
-            print("note: DLRT_NUM_THREADS is not 1", file=sys.stderr)
-        timing(args.directories, args.blocks)
+        cases.append((name, [rng.standard_normal(s).astype(np.float32) for s in (x, k)]))
+    ab.timing(dirs, "fp", cases, blocks, tolerance=1e-3, digits=3)
 
 
 if __name__ == "__main__":
-    main()
+    ab.main(__doc__, build, timing, blocks=9)

@@ -12,14 +12,13 @@ the median per call of the blocks. Run it with DLRT_NUM_THREADS=1."""
 
 from __future__ import annotations
 
-import argparse
-import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ab  # noqa: E402
 
 # (name, m, k, n, dtype, transposed weight, epilogue: bias and relu)
 CASES = [
@@ -72,13 +71,7 @@ def module_text() -> str:
 
 
 def build(directory: Path, cpu: str) -> None:
-    from dlvm.codegen.build import build_library
-    from dlvm.codegen.spec import module_spec
-    from dlvm.ir import parse_module
-
-    directory.mkdir(parents=True, exist_ok=True)
-    module = parse_module(module_text(), "nt.dl")
-    build_library(module, module_spec(module, "nt"), directory / "nt.so", cpu=cpu)
+    ab.build(directory, "nt", module_text(), cpu)
 
 
 def inputs(index: int) -> list[np.ndarray]:
@@ -89,55 +82,10 @@ def inputs(index: int) -> list[np.ndarray]:
     return [rng.uniform(-1, 1, s).astype(dtype) for s in [(m, k), w, (1, n)]]
 
 
-def per_call(fn, args: list[np.ndarray], calls: int) -> float:
-    start = time.process_time()
-    for _ in range(calls):
-        fn(*args)
-    return (time.process_time() - start) / calls
-
-
 def timing(dirs: list[Path], blocks: int) -> None:
-    import dlvm
-
-    libs = [dlvm.load(d / "nt.so") for d in dirs]
-    print(f"ms per call, median of {blocks} blocks (process time), one thread")
-    print("| case | " + " | ".join(str(d) for d in dirs) + " | ratio |")
-    print("|---|" + "---:|" * (len(dirs) + 1))
-    for i, c in enumerate(CASES):
-        args = inputs(i)
-        fns = [getattr(lib, f"f{i}").unsafe_direct() for lib in libs]
-        results = [fn(*args) for fn in fns]
-        for r in results[1:]:
-            np.testing.assert_allclose(r, results[0], rtol=1e-4, atol=1e-4)
-        calls = 1
-        while per_call(fns[0], args, calls) * calls < 0.05 and calls < 1 << 20:
-            calls *= 2
-        times: list[list[float]] = [[] for _ in fns]
-        for _ in range(blocks):
-            for t, fn in zip(times, fns):
-                t.append(per_call(fn, args, calls))
-        med = [statistics.median(t) * 1e3 for t in times]
-        ratio = med[-1] / med[0]
-        print(f"| {c[0]} | " + " | ".join(f"{x:.4f}" for x in med) + f" | {ratio:.2f} |")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build")
-    b.add_argument("directory", type=Path)
-    b.add_argument("--cpu", default="native", help="target CPU (x86-64-v3: AVX2)")
-    t = sub.add_parser("time")
-    t.add_argument("directories", type=Path, nargs="+")
-    t.add_argument("--blocks", type=int, default=12)
-    args = parser.parse_args()
-    if args.command == "build":
-        build(args.directory, args.cpu)
-    else:
-        if os.environ.get("DLRT_NUM_THREADS") != "1":
-            print("note: DLRT_NUM_THREADS is not 1", file=sys.stderr)
-        timing(args.directories, args.blocks)
+    cases = [(c[0], inputs(i)) for i, c in enumerate(CASES)]
+    ab.timing(dirs, "nt", cases, blocks, tolerance=1e-4, digits=4)
 
 
 if __name__ == "__main__":
-    main()
+    ab.main(__doc__, build, timing, blocks=12)

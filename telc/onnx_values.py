@@ -5,12 +5,12 @@ one number, or `@file.npy`. Each problem is a diagnostic naming the option."""
 from __future__ import annotations
 
 import math
-import zipfile
 
 import numpy as np
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.types import DataType
+from telc.npy import NpyError, read_array
 
 _BOOLS = {"true": True, "false": False, "1": True, "0": False}
 
@@ -75,19 +75,9 @@ def _number(option: str, word: str, dtype: np.dtype) -> bool | int | float:
 
 def _read(option: str, path: str) -> np.ndarray:
     try:
-        loaded = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise _error(f"{option}: {path}: no such file") from None
-    except IsADirectoryError:
-        raise _error(f"{option}: {path}: is a directory") from None
-    except OSError as e:
-        raise _error(f"{option}: {path}: {e.strerror or e}") from None
-    except (ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise _error(f"{option}: {path}: not a NumPy .npy file ({e})") from None
-    if isinstance(loaded, np.lib.npyio.NpzFile):
-        loaded.close()
-        raise _error(f"{option}: {path}: an .npz archive; give one array, an .npy file")
-    return np.asarray(loaded)
+        return read_array(path)
+    except NpyError as e:
+        raise _error(f"{option}: {e}") from None
 
 
 def _converted(option: str, array: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import io
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from telc.cache import write_atomically
+from telc.npy import NpyError, read_array
 
 FULL = 64  # tensors with more elements are summarised: corners and min/mean/max
 
@@ -76,28 +76,10 @@ def read_inputs(entry: Any, given: dict[str, str]) -> list[np.ndarray]:
 
 
 def _read(name: str, path: str) -> np.ndarray:
-    where = f"input '{name}': {path}"
     try:
-        with open(path, "rb") as f:
-            magic = f.read(6)
-        if magic != b"\x93NUMPY" and not magic.startswith(b"PK\x03\x04"):
-            raise RunError(f"{where}: not a NumPy .npy file (save one with numpy.save)")
-        loaded = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise RunError(f"{where}: no such file") from None
-    except IsADirectoryError:
-        raise RunError(f"{where}: is a directory") from None
-    except OSError as e:
-        raise RunError(f"{where}: {e.strerror or e}") from None
-    except (ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise RunError(f"{where}: not a NumPy .npy file ({e})") from None
-    if isinstance(loaded, np.lib.npyio.NpzFile):
-        with loaded:
-            keys = list(loaded.keys())
-            if name in keys or len(keys) == 1:
-                return np.asarray(loaded[name if name in keys else keys[0]])
-        raise RunError(f"{where}: the archive holds {', '.join(keys) or 'nothing'}, not '{name}'")
-    return np.asarray(loaded)
+        return read_array(path, key=name)
+    except NpyError as e:
+        raise RunError(f"input '{name}': {e}") from None
 
 
 def _convert(t: Any, path: str, arr: np.ndarray) -> np.ndarray:

@@ -75,19 +75,13 @@ def loop_nest(
 
 
 def linear_index(b: ir.IRBuilder, idx: list[ir.Value], shape: tuple[int, ...]) -> ir.Value:
-    """Row-major offset of idx in a tensor of this shape."""
-    off: ir.Value = ir.Constant(I64, 0)
-    stride = 1
-    for i, n in reversed(list(zip(idx, shape))):
-        if n != 1:
-            term = i if stride == 1 else b.mul(i, ir.Constant(I64, stride), flags=["nsw"])
-            off = (
-                term
-                if isinstance(off, ir.Constant) and off.constant == 0
-                else b.add(off, term, flags=["nsw"])
-            )
+    """Row-major offset of idx in a tensor of this shape (an axis of size 1, whose index is 0,
+    adds nothing)."""
+    strides, stride = [], 1
+    for n in reversed(shape):
+        strides.append(0 if n == 1 else stride)
         stride *= n
-    return off
+    return strided_offset(b, idx, tuple(reversed(strides)))
 
 
 def strided_offset(b: ir.IRBuilder, idx: list[ir.Value], strides: tuple[int, ...]) -> ir.Value:

@@ -116,6 +116,7 @@ FRONT_END = (
     "telc.program",
     "telc.onnx_use",
     "telc.onnx_values",
+    "telc.npy",
     "telc.lower",
 )
 DRIVER = ("telc.driver", "telc.library", "telc.build", "telc.cache", "telc.progress")
