@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from convlib import DTYPES, assert_close, out_shape, ty
+from irlib import run_elsewhere
 
 from dlvm.codegen import conv_rows
 from dlvm.codegen.build import LibraryBuild, build_library
@@ -154,18 +154,6 @@ def library(request, tmp_path_factory) -> Path:
     return path
 
 
-RUNNER = """
-import sys
-import numpy as np
-import dlvm
-data = np.load(sys.argv[2])
-with dlvm.load(sys.argv[1]) as lib:
-    out = {name: getattr(lib, name)(*(data[f"{name}.{i}"] for i in range(4)))
-           for name in sys.argv[3:]}
-np.savez(sys.argv[2] + ".out.npz", **{k: np.asarray(v) for k, v in out.items()})
-"""
-
-
 # aligned_alloc failing: the runtime's dlrt_scratch then has no buffer to give.
 NO_SCRATCH = """#include <stddef.h>
 void *aligned_alloc(size_t alignment, size_t size) { (void)alignment; (void)size; return NULL; }
@@ -174,14 +162,8 @@ void *aligned_alloc(size_t alignment, size_t size) { (void)alignment; (void)size
 
 def run_cases(library: Path, tmp_path: Path, env: dict[str, str]) -> None:
     """Every case in a process of its own with `env`, against the interpreter."""
-    data = {f"{name}.{i}": a for name, n, dt in NAMES for i, a in enumerate(inputs(n, dt))}
-    np.savez(tmp_path / "in.npz", **data)
-    runner = tmp_path / "run.py"
-    runner.write_text(RUNNER)
-    names = [name for name, _, _ in NAMES]
-    subprocess.run([sys.executable, str(runner), str(library), str(tmp_path / "in.npz"), *names],
-                   check=True, env=env)  # fmt: skip
-    got = np.load(tmp_path / "in.npz.out.npz")
+    calls = {name: inputs(n, dt) for name, n, dt in NAMES}
+    got = run_elsewhere(library, calls, tmp_path, env)
     reference = parse_module(TEXT, "crows.dl")
     for name, n, dt in NAMES:
         want = np.asarray(run_function(reference, name, inputs(n, dt)))

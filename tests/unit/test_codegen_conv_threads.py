@@ -6,14 +6,12 @@ and the depthwise loop."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from convlib import out_shape, ty
-from irlib import ir_library
+from irlib import ir_library, run_elsewhere
 
 from dlvm.interp import run_function
 from dlvm.ir import parse_module
@@ -75,18 +73,6 @@ def test_the_split_is_the_fewest_blocks_of_rows_that_give_eight_shares():
         assert sched.get("split") == split, (name, str(sched))
 
 
-RUNNER = """
-import sys
-import numpy as np
-import dlvm
-data = np.load(sys.argv[2])
-with dlvm.load(sys.argv[1]) as lib:
-    out = {name: getattr(lib, name)(*(data[f"{name}.{i}"] for i in range(3)))
-           for name in sys.argv[3:]}
-np.savez(sys.argv[2] + ".out.npz", **{k: np.asarray(v) for k, v in out.items()})
-"""
-
-
 @pytest.fixture(scope="module")
 def library(tmp_path_factory) -> Path:
     return ir_library(TEXT, "threads", tmp_path_factory.mktemp("threads"))
@@ -96,15 +82,10 @@ def library(tmp_path_factory) -> Path:
 def test_shared_rows_compute_what_the_interpreter_does(library, tmp_path, threads):
     """Each thread count in a process of its own (the runtime reads DLRT_NUM_THREADS once)."""
     reference = parse_module(TEXT, "threads.dl")
-    data = {f"{symbol(c[0])}.{i}": a for n, c in enumerate(CASES) for i, a in enumerate(inputs(n))}
-    np.savez(tmp_path / "in.npz", **data)
-    runner = tmp_path / "run.py"
-    runner.write_text(RUNNER)
+    calls = {symbol(c[0]): inputs(n) for n, c in enumerate(CASES)}
     env = {**os.environ, "DLRT_NUM_THREADS": str(threads)}
-    names = [symbol(c[0]) for c in CASES]
-    subprocess.run([sys.executable, str(runner), str(library), str(tmp_path / "in.npz"), *names],
-                   check=True, env=env)  # fmt: skip
-    got = np.load(tmp_path / "in.npz.out.npz")
+    got = run_elsewhere(library, calls, tmp_path, env)
+    names = list(calls)
     for n, name in enumerate(names):
         want = np.asarray(run_function(reference, name, inputs(n)))
         scale = max(1.0, float(np.abs(want).max()))

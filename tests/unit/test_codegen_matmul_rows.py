@@ -8,12 +8,11 @@ by square blocks for the products with more rows."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from irlib import run_elsewhere
 
 import dlvm
 from dlvm.codegen.build import LibraryBuild, build_library
@@ -127,30 +126,13 @@ def library(request, tmp_path_factory) -> Path:
     return path
 
 
-RUNNER = """
-import sys
-import numpy as np
-import dlvm
-data = np.load(sys.argv[2])
-with dlvm.load(sys.argv[1]) as lib:
-    out = {name: getattr(lib, name)(*(data[f"{name}.{i}"] for i in range(3)))
-           for name in sys.argv[3:]}
-np.savez(sys.argv[2] + ".out.npz", **{k: np.asarray(v) for k, v in out.items()})
-"""
-
-
 @pytest.mark.parametrize("threads", [1, 2, 13])
 def test_row_dots_compute_what_the_interpreter_does(library, tmp_path, threads):
     """Each thread count in a process of its own (the runtime reads DLRT_NUM_THREADS once)."""
-    data = {f"{symbol(c[0])}.{i}": a for n, c in enumerate(ALL) for i, a in enumerate(inputs(n))}
-    np.savez(tmp_path / "in.npz", **data)
-    runner = tmp_path / "run.py"
-    runner.write_text(RUNNER)
+    calls = {symbol(c[0]): inputs(n) for n, c in enumerate(ALL)}
     env = {**os.environ, "DLRT_NUM_THREADS": str(threads)}
-    names = [symbol(c[0]) for c in ALL]
-    subprocess.run([sys.executable, str(runner), str(library), str(tmp_path / "in.npz"), *names],
-                   check=True, env=env)  # fmt: skip
-    got = np.load(tmp_path / "in.npz.out.npz")
+    got = run_elsewhere(library, calls, tmp_path, env)
+    names = list(calls)
     for n, name in enumerate(names):
         check(name, got[name], expected(n))
 
