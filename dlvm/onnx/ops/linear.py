@@ -8,21 +8,18 @@ import math
 
 import numpy as np
 
-from dlvm.ir.types import DataType
 from dlvm.ir.values import Value
 from dlvm.onnx.context import Lowering, LoweringError
 from dlvm.onnx.graph import Node
-from dlvm.onnx.ops.common import broadcast_to, cast, in_f32, reshape, tensor, to_rank
+from dlvm.onnx.ops.common import broadcast_to, in_f32, reshape, tensor, to_rank
 from dlvm.onnx.ops.registry import HANDLERS
 
 
 def dot(cx: Lowering, x: Value, y: Value) -> Value:
-    """The IR's `dot`; of float16 operands, summed in float32 and rounded once, as NumPy's
-    matmul (ONNX's reference) sums them, where the compiled f16 product sums in f16."""
-    if tensor(x).dtype is not DataType.F16:
-        return cx.emit("dot", x, y)
-    wide = cx.emit("dot", cast(cx, x, DataType.F32), cast(cx, y, DataType.F32))
-    return cast(cx, wide, DataType.F16)
+    """The IR's `dot`; of float16 operands, summed in float32 and rounded once (common.in_f32),
+    as NumPy's matmul (ONNX's reference) sums them, where the compiled f16 product sums in f16.
+    Every product of the importer (MatMul, Gemm, Attention) is made here."""
+    return in_f32(cx, [x, y], lambda a, b: cx.emit("dot", a, b))
 
 
 def matmul(cx: Lowering, x: Value, y: Value) -> Value:
@@ -59,9 +56,8 @@ def matmul(cx: Lowering, x: Value, y: Value) -> Value:
 
 @HANDLERS.register("MatMul", since=1)
 def matmul_op(cx: Lowering, node: Node) -> None:
-    """f16 products summed in f32 and rounded once (common.in_f32)."""
     x, y = cx.value(node.input(0)), cx.value(node.input(1))
-    cx.define(node.out(0), in_f32(cx, [x, y], lambda a, b: matmul(cx, a, b)))
+    cx.define(node.out(0), matmul(cx, x, y))
 
 
 @HANDLERS.register("Gemm", since=7)
