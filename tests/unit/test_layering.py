@@ -46,9 +46,10 @@ What each layer may import (a module may always import its own layer):
   their exit statuses and diagnostics reporting.
 
 And across layers: only dlvm.codegen imports llvmlite; only dlvm.runtime and dlvm.loader
-import ctypes; only dlvm.distributed.mpi imports mpi4py (an optional extra); no module imports the `dlvm` package facade or a name it re-exports (it is the
-users' entry, and NNKit, which it re-exports, importing it made a cycle); every module belongs
-to a layer. The code generator's modules import each other without a cycle."""
+import ctypes; only dlvm.distributed.mpi imports mpi4py (an optional extra); no module imports
+the `dlvm` package facade or a name it re-exports (it is the users' entry, and NNKit, which it
+re-exports, importing it made a cycle); every module belongs to a layer. The code generator's
+modules import each other without a cycle."""
 
 from __future__ import annotations
 
