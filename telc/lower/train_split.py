@@ -73,17 +73,17 @@ def lower_split(
     fn, arguments = start_entry(cx, name, args)
     given = [TV(ty, a) for (_, ty), a in zip(args, arguments)]
     scale = given[len(sums)]
+    scales: dict[DataType, TV] = {DataType.F64: scale}
 
     def mean(v: TV) -> TV:
         """v (a sum over the ranks) times the scale, in v's element type."""
         ty = v.ty
         if not isinstance(ty, TensorType) or not ty.dtype.is_float:
             return v  # an integer buffer: each rank's own
-        s = scale
-        if s.ty != TensorType((), ty.dtype):
-            c = cx.emit("convert", [s.ir()], span, dtype=ty.dtype)
-            s = TV(c.type, c)
-        out = train.exprs.ops.elementwise("*", v, s, span)
+        if ty.dtype not in scales:  # converted once per element type
+            c = cx.emit("convert", [scale.ir()], span, dtype=ty.dtype)
+            scales[ty.dtype] = TV(c.type, c)
+        out = train.exprs.ops.elementwise("*", v, scales[ty.dtype], span)
         assert isinstance(out, TV), "a tensor times a scalar of its type"
         return out
 
