@@ -6,7 +6,8 @@ is, and what is done with it, comes from its info string: a language, then optio
   tel         A complete TEL module: parsed, checked, lowered, differentiated and optimised by
               telc's driver. `invalid`: it must be rejected with diagnostics instead.
   dl, dlvm    A complete IR module: parsed and verified. `invalid`: it must be rejected.
-  python      Run, in document order, in one namespace per document.
+  python      Run, in document order, in one namespace per document. `file=NAME`: written to
+              NAME and not run (a script a later `console run` block runs, say under mpiexec).
   c           Compiled (syntax and types: `cc -std=c11 -Wall -Werror -fsyntax-only`) against the
               headers written so far, the newest first. `model=M`: against the library of
               samples/M.tel, whose header is included first and for which `NAME_` stands for
@@ -68,7 +69,7 @@ WORDS = {
     "tel": {"file", "invalid"},
     "dl": {"file", "invalid"},
     "dlvm": {"file", "invalid"},
-    "python": set(),
+    "python": {"file"},
     "c": {"file", "model", "mpi"},
     "json": {"model"},
     "sh": {"run"},
@@ -257,6 +258,9 @@ def run_dl(run: DocumentRun, block: Block) -> None:
 
 
 def run_python(run: DocumentRun, block: Block) -> None:
+    if "file" in block.words:  # a script for a later command: written, not run here
+        run.source_path(block, ".py")
+        return
     code = compile("\n" * block.line + block.text, str(block.path), "exec")
     cwd = os.getcwd()
     os.chdir(run.workdir)
