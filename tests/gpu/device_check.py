@@ -91,8 +91,9 @@ def run(directory: Path, out: Path) -> int:
         "import sys, numpy, torch; "
         "print(sys.version, numpy.__version__, torch.__version__, torch.cuda.get_device_name(0))"
     )
+    nccl = "import cupy; from cupy.cuda import nccl; print(cupy.__version__, nccl.get_version())"
     with open(out / "env.txt", "w", encoding="utf-8") as f:
-        for command in (["nvidia-smi"], [python, "-c", versions]):
+        for command in (["nvidia-smi"], [python, "-c", versions], [python, "-c", nccl]):
             try:
                 f.write(subprocess.run(command, capture_output=True, text=True, timeout=60).stdout)
             except (OSError, subprocess.TimeoutExpired) as e:
