@@ -4,9 +4,7 @@ side (pytest-xdist), and CI, which requires MPI, cannot skip these tests."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,16 +13,15 @@ import pytest
 from mpilaunch import (
     BIN,
     REQUIRE_MPI,
+    TIMED_OUT,
     Launched,
     launch,
     missing_mpi,
     mpicc_path,
     mpiexec_path,
     needs_mpi,
-    run_bounded,
-    running,
-    tagged_processes,
 )
+from mpireap import mpich_segments, running, unheld
 
 ALLREDUCE = """
 import sys
@@ -88,21 +85,26 @@ def test_two_ranks_allreduce(tmp_path):
 
 @needs_mpi
 def test_a_rank_that_raises_ends_the_launch(tmp_path):
+    before = mpich_segments()
     launched = launch(script(tmp_path, RAISES), 2, [], timeout=120)
     assert launched.rc != 0, launched.report()
     assert "RuntimeError: rank 1 gives up" in launched.rank_stderr[1], launched.report()
     # MPI_Abort ends rank 0's wait at once (a fraction of a second here), not the timeout.
     assert launched.seconds < 60 and not launched.timed_out, launched.report()
+    # The segment of shared memory that MPI_Finalize did not unlink is gone all the same.
+    assert unheld(mpich_segments() - before) == []
 
 
 @needs_mpi
 def test_a_rank_that_never_arrives_is_ended_at_the_timeout(tmp_path):
+    before = mpich_segments()
     launched = launch(script(tmp_path, HANGS), 2, [], timeout=10)
-    assert launched.timed_out and launched.rc != 0, launched.report()
-    assert 10 <= launched.seconds < 30, launched.report()
+    assert launched.timed_out and launched.rc == TIMED_OUT, launched.report()
+    assert 10 <= launched.seconds < 20, launched.report()
     # What the ranks printed before they were ended comes back, and neither outlives the launch.
     assert [len(out.splitlines()) for out in launched.rank_stdout] == [1, 1], launched.report()
     assert len(pids(launched)) == 2 and not any(running(pid) for pid in pids(launched))
+    assert unheld(mpich_segments() - before) == []
 
 
 @needs_mpi
@@ -118,27 +120,6 @@ def test_launches_run_side_by_side(tmp_path):
     for i, launched in enumerate(results):
         assert launched.rc == 0, launched.report()
         assert launched.rank_stdout[1] == f"rank 1 of 2: {3.0 * i}\n", launched.report()
-
-
-def test_run_bounded_ends_processes_that_left_its_session(tmp_path):
-    # Hydra puts each rank in a session of its own; the launcher finds them by their
-    # environment. Here a grandchild leaves the session and both would sleep for ever.
-    grandchild = "import time; time.sleep(10**6)"
-    child = (
-        "import subprocess, sys, time\n"
-        f"p = subprocess.Popen([sys.executable, '-c', {grandchild!r}], start_new_session=True)\n"
-        "print(p.pid, flush=True)\n"
-        "time.sleep(10**6)\n"
-    )
-    command = [sys.executable, "-c", child]
-    rc, seconds, expired = run_bounded(command, 3, dict(os.environ), tmp_path)
-    assert expired and rc != 0 and 3 <= seconds < 15
-    grandchild_pid = int((tmp_path / "mpiexec.out").read_text())
-    assert not running(grandchild_pid)
-
-
-def test_tagged_processes_finds_none_for_an_unused_tag():
-    assert tagged_processes("no launch has this tag") == []
 
 
 @needs_mpi
