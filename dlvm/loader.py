@@ -17,7 +17,15 @@ from typing import Any
 import numpy as np
 
 from dlvm.library_check import Refused, check_library
-from dlvm.runtime import DLDataType, DLDevice, DLDeviceType, DLTensor, DType, Status
+from dlvm.runtime import (
+    AllreduceFn,
+    DLDataType,
+    DLDevice,
+    DLDeviceType,
+    DLTensor,
+    DType,
+    Status,
+)
 
 ABI_VERSION = 1
 
@@ -37,6 +45,23 @@ class LibraryError(RuntimeError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (int(self.status), self.message))
+
+
+class DeviceBuffer:
+    """What an all-reduce hook is given for a model on a GPU: `count` elements of `dtype` at
+    device address `pointer` of GPU `device` (for NCCL, CuPy or PyTorch to sum in place)."""
+
+    def __init__(self, pointer: int, count: int, dtype: np.dtype, device: int) -> None:
+        self.pointer, self.count, self.dtype, self.device = pointer, count, dtype, device
+
+    def __repr__(self) -> str:
+        where = f"{self.pointer:#x} on cuda:{self.device}"
+        return f"DeviceBuffer({self.count} x {self.dtype} at {where})"
+
+
+# A model's all-reduce hook in Python: sums its argument in place across the processes (a NumPy
+# array of host memory, or a DeviceBuffer), raising on failure.
+AllreduceHook = Callable[["np.ndarray | DeviceBuffer"], None]
 
 
 class LibraryFileError(LibraryError):
@@ -516,6 +541,13 @@ class Model:
         self._load = self._function(self.c_name + "_load", 2)
         self._get_param = self._function(self.c_name + "_get_param", 3)
         self._set_param = self._function(self.c_name + "_set_param", 3)
+        self._set_allreduce = self._lookup(self.c_name + "_set_allreduce")
+        self._set_allreduce.restype = ctypes.c_int32
+        self._set_allreduce.argtypes = [
+            ctypes.c_void_p, AllreduceFn, ctypes.c_void_p, ctypes.c_int32
+        ]  # fmt: skip
+        self._hook: Any = None  # the ctypes callback the library holds, kept alive here
+        self._hook_error: BaseException | None = None
         self.entries = {e["name"]: Entry(self, e) for e in self.manifest["entries"]}
         handle = ctypes.c_void_p()
         self._check(create(device.encode("utf-8"), seed, ctypes.byref(handle)))
@@ -546,7 +578,9 @@ class Model:
 
     def _check(self, status: int) -> None:
         if status != 0:
-            raise LibraryError(status, self._last_error().decode("utf-8", "replace"))
+            error = LibraryError(status, self._last_error().decode("utf-8", "replace"))
+            cause, self._hook_error = self._hook_error, None
+            raise error from cause
 
     def _call(self, fn: Any, *args: Any) -> None:
         with self._lock:
@@ -586,6 +620,41 @@ class Model:
     def load(self, path: str | os.PathLike[str]) -> None:
         """Reads a checkpoint written by `save`; on error the model is unchanged."""
         self._call(self._load, _c_path(path))
+
+    # -- data-parallel training --
+
+    def set_allreduce(self, hook: AllreduceHook | None, ranks: int = 1) -> None:
+        """Makes each train step sum its loss, gradients and float buffers across `ranks`
+        processes by calling `hook` on them (a 1-D NumPy array over host memory, or a
+        DeviceBuffer for a model on a GPU), then apply the optimiser to the means
+        (docs/distributed.md); None removes it. The library must be built with
+        --distributed. An exception in the hook fails the step, which changes nothing, with
+        a LibraryError (status COLLECTIVE) raised from it."""
+        if hook is None:
+            self._call(self._set_allreduce, AllreduceFn(), None, 0)
+            self._hook = None
+            return
+        if not callable(hook):
+            raise TypeError(f"the all-reduce hook must be callable, got {_describe(hook)}")
+        if not isinstance(ranks, int) or isinstance(ranks, bool) or not 1 <= ranks < 2**31:
+            raise ValueError(f"ranks must be the number of processes (at least 1), got {ranks!r}")
+
+        def call(_ctx: Any, pointer: int, count: int, dtype: int, device: DLDevice) -> int:
+            try:
+                kind = DType(dtype).numpy
+                if device.device_type == DLDeviceType.CUDA:
+                    hook(DeviceBuffer(pointer, count, kind, device.device_id))
+                else:
+                    buffer = (ctypes.c_char * (count * kind.itemsize)).from_address(pointer)
+                    hook(np.frombuffer(memoryview(buffer), kind, count))
+                return 0
+            except BaseException as e:  # noqa: BLE001 - it goes back to the caller of the step
+                self._hook_error = e
+                return 1
+
+        callback = AllreduceFn(call)
+        self._call(self._set_allreduce, callback, None, ranks)
+        self._hook = callback
 
     # -- lifetime --
 

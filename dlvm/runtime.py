@@ -183,6 +183,7 @@ class Status(enum.IntEnum):
     FORMAT = 5
     INTERNAL = 6
     TRAP = 7
+    COLLECTIVE = 8
 
 
 class DType(enum.IntEnum):
@@ -311,21 +312,24 @@ class DlrtPlan(ctypes.Structure):
 class DlrtEntry(ctypes.Structure):
     """dlrt_entry: an entry point of a model, as the glue describes it."""
 
-    _fields_ = [
-        ("name", ctypes.c_char_p),
-        ("kind", ctypes.c_char_p),
-        ("symbol", ctypes.c_char_p),
-        ("host_name", ctypes.c_char_p),
-        ("host", DlrtHost),
-        ("inputs", ctypes.c_int32),
-        ("outputs", ctypes.c_int32),
-        ("args", ctypes.POINTER(DlrtTensor)),
-        ("buffers", ctypes.c_int32),
-        ("buffer", ctypes.POINTER(ctypes.c_int32)),
-        ("step", ctypes.c_int32),  # a DType, or -1
-        ("plan", ctypes.POINTER(DlrtPlan)),
-        ("cpu", ctypes.c_char_p),
-    ]
+
+DlrtEntry._fields_ = [
+    ("name", ctypes.c_char_p),
+    ("kind", ctypes.c_char_p),
+    ("symbol", ctypes.c_char_p),
+    ("host_name", ctypes.c_char_p),
+    ("host", DlrtHost),
+    ("inputs", ctypes.c_int32),
+    ("outputs", ctypes.c_int32),
+    ("args", ctypes.POINTER(DlrtTensor)),
+    ("buffers", ctypes.c_int32),
+    ("buffer", ctypes.POINTER(ctypes.c_int32)),
+    ("step", ctypes.c_int32),  # a DType, or -1
+    ("plan", ctypes.POINTER(DlrtPlan)),
+    ("cpu", ctypes.c_char_p),
+    ("grads", ctypes.POINTER(DlrtEntry)),  # the parts of a --distributed train entry
+    ("apply", ctypes.POINTER(DlrtEntry)),
+]
 
 
 class DlrtModelCuda(ctypes.Structure):
@@ -393,6 +397,12 @@ class DLDataTypeCode(enum.IntEnum):
 
 class DLDevice(ctypes.Structure):
     _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int32)]
+
+
+# dlrt_allreduce_fn (dlrt.h): (ctx, buffer, count, dtype, device) -> 0, or a failure.
+AllreduceFn = ctypes.CFUNCTYPE(
+    ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, DLDevice
+)
 
 
 class DLDataType(ctypes.Structure):

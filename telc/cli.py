@@ -241,6 +241,13 @@ _codegen = _options(
         "--cpu", default="native", show_default=True, help="Target CPU: native, x86-64-v3, znver4…"
     ),
     click.option(
+        "--distributed",
+        is_flag=True,
+        help="Also build each train step in two halves, so that processes training the model "
+        "together can sum its gradients between them (NAME_set_allreduce; "
+        "docs/distributed.md).",
+    ),
+    click.option(
         "--no-cache",
         is_flag=True,
         help="Neither use nor fill the build cache of finished builds (TELC_CACHE_DIR, else "
@@ -315,9 +322,9 @@ def _onnx_options(
 
 
 def _build_options(
-    defines: Any, level: str, target: str, cpu: str, gpu: str, tf32: bool
+    defines: Any, level: str, target: str, cpu: str, gpu: str, tf32: bool, distributed: bool
 ) -> BuildOptions:
-    return BuildOptions(tuple(defines), int(level), target, cpu, gpu, tf32)
+    return BuildOptions(tuple(defines), int(level), target, cpu, gpu, tf32, distributed)
 
 
 def _chatter(quiet: bool, verbose: bool) -> None:
@@ -419,6 +426,7 @@ def build(
     cpu: str,
     gpu: str,
     tf32: bool,
+    distributed: bool,
     no_cache: bool,
     defines: Any,
     quiet: bool,
@@ -433,7 +441,7 @@ def build(
     onnx = _onnx_options(file, shapes, values, train_loss, labels, optimizer)
     if emit == "obj" and not output and sys.stdout.isatty():
         raise click.UsageError("--emit obj writes binary: give -o FILE.o (or a pipe)")
-    options = _build_options(defines, level, target, cpu, gpu, tf32)
+    options = _build_options(defines, level, target, cpu, gpu, tf32, distributed)
     progress = Progress(quiet, verbose)  # stderr only: stdout carries the emitted text
     library = Path(output or Path(file).stem + ".so") if emit == "so" else None
     warnings: list[str] = []
@@ -549,6 +557,7 @@ def run(
     cpu: str,
     gpu: str,
     tf32: bool,
+    distributed: bool,
     no_cache: bool,
     defines: Any,
     quiet: bool,
@@ -565,7 +574,7 @@ def run(
     onnx = _onnx_options(file, shapes, values, train_loss, labels, optimizer)
     if device.startswith("cuda"):
         target = "cuda"  # the library must hold the kernels
-    options = _build_options(defines, level, target, cpu, gpu, tf32)
+    options = _build_options(defines, level, target, cpu, gpu, tf32, distributed)
     progress = Progress(quiet, verbose)
     warnings: list[str] = []
     err = console()

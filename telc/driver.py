@@ -20,7 +20,7 @@ from dlvm.transforms.pass_manager import PassManager, PassRun
 from dlvm.transforms.pipelines import PIPELINES, Pipeline
 from telc import __version__
 from telc.limits import MAX_DIGITS, digits
-from telc.lower import Interface, lower
+from telc.lower import Entry, Interface, lower
 from telc.program import Program, load
 
 STAGES = ("tel", "ast", "ir", "optimized", "compute", "schedule", "llvm", "asm", "ptx", "obj", "so")
@@ -89,6 +89,7 @@ class BuildOptions:
     cpu: str = "native"
     gpu: str = DEFAULT_GPU  # the CUDA architecture of --target cuda and --emit ptx
     tf32: bool = False  # f32 products in TF32 on tensor cores (CUDA)
+    distributed: bool = False  # each train entry also in halves (docs/distributed.md)
 
     @property
     def values(self) -> dict[str, int | float]:
@@ -101,6 +102,8 @@ class BuildOptions:
             fixed.append(f"--gpu={self.gpu}")
         if self.tf32 and self.target == "cuda":  # --tf32 changes nothing on the CPU
             fixed.append("--tf32")
+        if self.distributed:
+            fixed.append("--distributed")
         return fixed + [f"-D {n}={v!r}" for n, v in sorted(self.defines)]
 
 
@@ -162,21 +165,24 @@ def compile_text(
     defines: dict[str, int | float] | None = None,
     timings: Timings | None = None,
     values: dict[str, str] | None = None,
+    distributed: bool = False,
 ) -> Compiled:
     """TEL source to verified raw IR and its interface; stages parse and lower (which checks
     shapes and element types in the same walk). `values` fixes inputs of the ONNX models the
-    program uses (`--value`)."""
+    program uses (`--value`); `distributed` adds each train entry's halves (`--distributed`)."""
     timings = timings if timings is not None else Timings()
     with timings.stage("parse"):
         program = load(path, text, defines, values)
-    return lower_program(program, timings)
+    return lower_program(program, timings, distributed)
 
 
-def lower_program(program: Program, timings: Timings | None = None) -> Compiled:
+def lower_program(
+    program: Program, timings: Timings | None = None, distributed: bool = False
+) -> Compiled:
     """A loaded program to verified raw IR and its interface (stage lower)."""
     timings = timings if timings is not None else Timings()
     with timings.stage("lower"):
-        module, interface = lower(program)
+        module, interface = lower(program, distributed)
         diags = verify(module)
     if diags:
         path = program.root.path
@@ -215,31 +221,37 @@ def library_spec(interface: Interface) -> LibrarySpec:
     states: dict[str, StateSpec] = {}
     entries = []
     init = None
-    for e in interface.entries:
+
+    def entry_spec(e: Entry) -> EntrySpec:
         inputs = tuple(tensor(n, t) for n, t in e.inputs)
-        if e.kind == "init":
-            init = e.name
-            continue
         state_names = tuple(f"{p}_{s}" for p, s, _ in e.states)
         for (p, _, t), name in zip(e.states, state_names):
             st = tensor(name, t)
             states.setdefault(name, StateSpec(name, p, st.dtype, st.shape))
         outputs = e.outputs
-        if e.kind == "train":
+        trains = e.kind in ("train", "apply")
+        if trains:
             outputs = outputs[: len(outputs) - len(e.params) - len(e.states)]
-        entries.append(
-            EntrySpec(
-                e.name,
-                e.kind,
-                e.name,
-                inputs,
-                tuple(tensor(n, t) for n, t in outputs),
-                tuple(e.params),
-                state_names,
-                e.step is not None,
-                tensor("step", e.step).dtype if e.step is not None else "f32",
-            )
+        grads, apply = (entry_spec(p) for p in e.parts) if e.parts else (None, None)
+        return EntrySpec(
+            e.name,
+            "train" if trains else "infer" if e.kind == "grads" else e.kind,
+            e.name,
+            inputs,
+            tuple(tensor(n, t) for n, t in outputs),
+            tuple(e.params),
+            state_names,
+            e.step is not None,
+            tensor("step", e.step).dtype if e.step is not None else "f32",
+            grads,
+            apply,
         )
+
+    for e in interface.entries:
+        if e.kind == "init":
+            init = e.name
+        else:
+            entries.append(entry_spec(e))
     return LibrarySpec(
         interface.name,
         f"telc {__version__}",

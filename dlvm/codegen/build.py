@@ -156,7 +156,7 @@ class LibraryBuild:
         """The module with only what the entries reach, at stage schedule: the given one when
         it is already that, else a copy."""
         spec = self.spec
-        roots = {e.host for e in spec.entries} | ({spec.init} if spec.init else set())
+        roots = {e.host for e in spec.every_entry()} | ({spec.init} if spec.init else set())
         given = self.given
         if given.stage == "schedule" and not unreachable(given, roots):
             return given

@@ -11,8 +11,15 @@ from dlvm.codegen import glue_cuda
 from dlvm.codegen.glue_cuda import CudaGlue
 from dlvm.codegen.glue_header import api_prototypes, dl_prototype, entry_prototype, header_source
 from dlvm.codegen.glue_layout import ABI_VERSION, DTYPES, Layout, SpecError, entry_args
-from dlvm.codegen.glue_text import Pool, c_comment, c_string, c_string_lines, wrap_call
-from dlvm.codegen.spec import LibrarySpec, TensorSpec, host_symbol
+from dlvm.codegen.glue_text import (
+    Pool,
+    c_comment,
+    c_string,
+    c_string_lines,
+    element,
+    wrap_call,
+)
+from dlvm.codegen.spec import EntrySpec, LibrarySpec, TensorSpec, host_symbol
 
 __all__ = [
     "SpecError",
@@ -134,18 +141,29 @@ def _tables(layout: Layout, cuda: CudaGlue | None) -> list[str]:
 
     model_tensors = tensors([TensorSpec(t.name, t.dtype, t.shape) for t in layout.tensors])
     plans = glue_cuda.tables(cuda, spec, indices) if cuda is not None else None
-    entries = []
-    for e in spec.entries:
+
+    def row(e: EntrySpec, symbol: str, parts: tuple[str, str]) -> list[str]:
         sym = host_symbol(e.host)
-        fields = [c_string(e.name), c_string(e.kind), c_string(layout.symbol(e)), c_string(sym)]
+        fields = [c_string(e.name), c_string(e.kind), c_string(symbol), c_string(sym)]
         fields += [thunks[sym], str(len(e.inputs)), str(len(e.outputs))]
         fields += [tensors(list(entry_args(e))), str(len(e.params) + len(e.states))]
         fields += [indices.at(layout.buffers(e))]
         fields.append(DTYPES[e.step_dtype][1] if e.step else "-1")
         plan = plans.plans[e.name] if plans is not None else "NULL"
         reason = cuda.plans[e.name] if cuda is not None else None
-        fields += [plan, c_string(reason) if isinstance(reason, str) else "NULL"]
-        entries.append(fields)
+        fields += [plan, c_string(reason) if isinstance(reason, str) else "NULL", *parts]
+        return fields
+
+    # The halves of distributed train entries (entries of their own to the runtime, named by
+    # their train entry's symbol in messages), then the entries.
+    part_rows: list[list[str]] = []
+    entries = []
+    for e in spec.entries:
+        parts = ("NULL", "NULL")
+        if e.parts():
+            parts = (element("parts", len(part_rows)), element("parts", len(part_rows) + 1))
+            part_rows += [row(p, layout.symbol(e), ("NULL", "NULL")) for p in e.parts()]
+        entries.append(row(e, layout.symbol(e), parts))
     state_params = indices.at([layout.index[s.param] for s in spec.states])
     init = host_symbol(spec.init) if spec.init is not None else None
     model = [c_string(spec.name), c_string(layout.name), c_string(spec.compiler)]
@@ -163,6 +181,11 @@ def _tables(layout: Layout, cuda: CudaGlue | None) -> list[str]:
     out += indices.declaration()
     if plans is not None:
         out += plans.lines
+    if part_rows:
+        out.append("static const dlrt_entry parts[] = {")
+        for fields in part_rows:
+            out += wrap_call("    {", fields, "},", width=100)
+        out.append("};")
     if entries:
         out.append("static const dlrt_entry entries[] = {")
         for fields in entries:
@@ -204,6 +227,7 @@ def _api(layout: Layout, manifest_bytes: int) -> list[str]:
     define(api["load"], runtime("load", model, "path"))
     define(api["get_param"], runtime("get_param", const_model, "name", "out"))
     define(api["set_param"], runtime("set_param", model, "name", "data"))
+    define(api["set_allreduce"], runtime("set_allreduce", model, "fn", "ctx", "ranks"))
     define(
         api["manifest"],
         f"static char json[{manifest_bytes}]; /* written by the first call */",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from dlvm.codegen.cuda import Launch
 from dlvm.codegen.device_plan import DevicePlan, NotPlannable, device_plan
-from dlvm.codegen.glue_text import Pool, c_string, wrap_call
+from dlvm.codegen.glue_text import Pool, c_string, element, wrap_call
 from dlvm.codegen.spec import LibrarySpec
 from dlvm.ir.values import Function, Module
 
@@ -35,7 +35,7 @@ def cuda_glue(module: Module, spec: LibrarySpec, launches: list[Launch], gpu: st
         if fn.compute and fn.blocks:
             kernels[fn] = len(kernels)
     plans: dict[str, DevicePlan | str] = {}
-    for e in spec.entries:
+    for e in spec.every_entry():
         host = module.function_named(e.host)
         assert host is not None, e.host
         n_in, n_out, n_state = len(e.inputs), len(e.outputs), len(e.params) + len(e.states)
@@ -77,19 +77,19 @@ def tables(cuda: CudaGlue, spec: LibrarySpec, indices: Pool) -> CudaTables:
     slots: list[str] = []
     rows: list[str] = []
     plans: dict[str, str] = {}
-    for e in spec.entries:
+    for e in spec.every_entry():
         plan = cuda.plans[e.name]
         if not isinstance(plan, DevicePlan):
             plans[e.name] = "NULL"
             continue
-        steps = _at("launches", len(launches)) if plan.steps else "NULL"
+        steps = element("launches", len(launches)) if plan.steps else "NULL"
         launches += [f"{{{k}, {indices.at(used)}}}" for k, used in plan.steps]
-        where = _at("slots", len(slots)) if plan.slots else "NULL"
+        where = element("slots", len(slots)) if plan.slots else "NULL"
         slots += [f"{{{_or_none(s.argument)}, {_or_none(s.result)}, {s.offset}}}"
                   for s in plan.slots]  # fmt: skip
         fields = [steps, str(len(plan.steps)), str(len(plan.slots)), where]
         fields += [indices.at(plan.uploads), indices.at(plan.results)]
-        plans[e.name] = _at("plans", len(rows))
+        plans[e.name] = element("plans", len(rows))
         rows.append("    {" + ", ".join(fields) + "},")
     if launches:
         out += wrap_call("static const dlrt_launch launches[] = {", launches, "};")
@@ -100,10 +100,6 @@ def tables(cuda: CudaGlue, spec: LibrarySpec, indices: Pool) -> CudaTables:
     fields = [c_string(cuda.gpu), "dl_cuda_ptx", kernels, str(len(cuda.kernels)), str(cuda.scratch)]
     out += wrap_call("static const dlrt_model_cuda cuda = {", fields, "};")
     return CudaTables(out, plans, "&cuda")
-
-
-def _at(array: str, offset: int) -> str:
-    return f"{array} + {offset}" if offset else array
 
 
 def _or_none(value: int | None) -> str:

@@ -75,6 +75,13 @@ def api_prototypes(name: str) -> dict[str, str]:
         "load": ("dlrt_status", f"{model} *m", "const char *path"),
         "get_param": ("dlrt_status", f"const {model} *m", "const char *name", "void *out"),
         "set_param": ("dlrt_status", f"{model} *m", "const char *name", "const void *data"),
+        "set_allreduce": (
+            "dlrt_status",
+            f"{model} *m",
+            "dlrt_allreduce_fn fn",
+            "void *ctx",
+            "int32_t ranks",
+        ),
         "manifest": ("const char *", "void"),
     }
     out = {}
@@ -160,6 +167,8 @@ def header_source(spec: LibrarySpec, cuda: CudaGlue | None = None) -> str:
         "/* Copies parameter `name` to / from a buffer of its size (see the table above). */",
         api["get_param"] + ";",
         api["set_param"] + ";",
+        *_allreduce_comment(spec),
+        api["set_allreduce"] + ";",
         "/* The manifest (JSON, docs/c-abi.md section 2); static storage. */",
         api["manifest"] + ";",
         "",
@@ -171,6 +180,19 @@ def header_source(spec: LibrarySpec, cuda: CudaGlue | None = None) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _allreduce_comment(spec: LibrarySpec) -> list[str]:
+    if any(e.parts() for e in spec.entries):
+        return [
+            "/* Data-parallel training (docs/distributed.md): with fn set, each train step sums",
+            "   its loss, gradients and float buffers across `ranks` processes through fn, and",
+            "   applies the optimiser to the means; fn NULL removes it. */",
+        ]
+    return [
+        "/* Data-parallel training needs a library built with --distributed: this one answers",
+        "   DLRT_ERR_INVALID_ARGUMENT, saying so, unless fn is NULL. */",
+    ]
 
 
 def _tensor_table_comment(spec: LibrarySpec) -> list[str]:

@@ -39,7 +39,16 @@ STEP_DTYPES = ("i8", "i16", "i32", "i64", "f32", "f64")
 ENTRY_KINDS = ("infer", "train", "export")
 
 # NAME_<x> functions every library exports; an entry may not take one of these names.
-API_FUNCTIONS = ("create", "destroy", "save", "load", "get_param", "set_param", "manifest")
+API_FUNCTIONS = (
+    "create",
+    "destroy",
+    "save",
+    "load",
+    "get_param",
+    "set_param",
+    "set_allreduce",
+    "manifest",
+)
 
 
 class Layout:
@@ -61,7 +70,7 @@ class Layout:
         if len(self.index) != len(self.tensors):
             raise SpecError(f"model '{spec.name}': parameter and state names must be unique")
         every: list[TensorSpec | StateSpec] = [*spec.params, *spec.states]
-        every += [a for e in spec.entries for a in entry_args(e)]
+        every += [a for e in spec.every_entry() for a in entry_args(e)]
         for t in every:
             if t.dtype not in DTYPES:
                 raise SpecError(f"model '{spec.name}': '{t.name}' has unknown dtype '{t.dtype}'")
@@ -81,8 +90,11 @@ class Layout:
         for s in spec.states:
             if s.param not in params:
                 raise SpecError(f"state '{s.name}' belongs to unknown parameter '{s.param}'")
-        for e in spec.entries:
+        for e in spec.every_entry():
             self._check_entry(e, params, {s.name for s in spec.states})
+        for e in spec.entries:
+            if (e.grads is None) != (e.apply is None) or (e.grads and e.kind != "train"):
+                raise SpecError(f"entry '{e.name}': parts are a train entry's grads and apply")
         self._check_symbols()
 
     def _check_entry(self, e: EntrySpec, params: set[str], states: set[str]) -> None:
@@ -136,12 +148,18 @@ class Layout:
     def hosts(self) -> list[tuple[str, int, int]]:
         """Each host function the glue calls, once, in first-use order: (symbol, args, results)."""
         found: dict[str, tuple[int, int]] = {}
+        functions: dict[str, str] = {}
         if self.spec.init is not None:
             found[host_symbol(self.spec.init)] = (0, self.n_params)
-        for e in self.spec.entries:
+            functions[host_symbol(self.spec.init)] = self.spec.init
+        for e in self.spec.every_entry():
             sym, arity = host_symbol(e.host), self.host_arity(e)
             if found.setdefault(sym, arity) != arity:
                 raise SpecError(f"host function {sym} is called with two different signatures")
+            # Two IR functions whose names differ only where C has no character (`f.grads`
+            # and `f_grads`) would be one symbol.
+            if functions.setdefault(sym, e.host) != e.host:
+                raise SpecError(f"functions '{functions[sym]}' and '{e.host}' are both {sym}")
         return [(sym, a, r) for sym, (a, r) in found.items()]
 
 

@@ -52,6 +52,11 @@ def c_comment(text: str) -> str:
     return text.replace("*/", "* /").replace("/*", "/ *").replace("??", "? ?")
 
 
+def element(array: str, offset: int) -> str:
+    """The C expression of element `offset` of `array`'s first element: `array + offset`."""
+    return f"{array} + {offset}" if offset else array
+
+
 def dims(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
@@ -91,8 +96,7 @@ class Pool:
         if key not in self.offsets:
             self.offsets[key] = len(self.values)
             self.values += key
-        offset = self.offsets[key]
-        return f"{self.array} + {offset}" if offset else self.array
+        return element(self.array, self.offsets[key])
 
     def declaration(self) -> list[str]:
         """The array's definition (nothing when no list was asked for)."""

@@ -37,7 +37,12 @@ class EntrySpec:
     """An entry point. Its host function `dl_<host>` takes the inputs, then the parameters named
     in `params` (in that order), then the states named in `states`, then the step when `step`
     is set (a scalar of `step_dtype`), and returns the outputs; for a train entry, the outputs
-    are followed by the new values of `params` and then of `states`."""
+    are followed by the new values of `params` and then of `states`.
+
+    A train entry of a library built with `--distributed` has two parts, each an entry of its
+    own to the runtime (docs/distributed.md): `grads` (an infer entry: the loss, each gradient
+    and each updated buffer, into one block the runtime sums across processes) and `apply` (a
+    train entry taking those sums and the scale 1/ranks, with this entry's outputs)."""
 
     name: str
     kind: str  # "infer" | "train" | "export"
@@ -48,6 +53,12 @@ class EntrySpec:
     states: tuple[str, ...] = ()
     step: bool = False
     step_dtype: str = "f32"
+    grads: EntrySpec | None = None
+    apply: EntrySpec | None = None
+
+    def parts(self) -> tuple[EntrySpec, ...]:
+        """The entry's halves (grads, apply), or nothing."""
+        return (self.grads, self.apply) if self.grads and self.apply else ()
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,10 @@ class LibrarySpec:
     @property
     def c_name(self) -> str:
         return c_identifier(self.name)
+
+    def every_entry(self) -> tuple[EntrySpec, ...]:
+        """The entries and, after each, its parts (the halves of a distributed train entry)."""
+        return tuple(x for e in self.entries for x in (e, *e.parts()))
 
 
 def c_identifier(name: str) -> str:

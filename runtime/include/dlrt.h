@@ -40,7 +40,8 @@ typedef enum {
     DLRT_ERR_IO = 4,
     DLRT_ERR_FORMAT = 5,
     DLRT_ERR_INTERNAL = 6,
-    DLRT_ERR_TRAP = 7 /* the program ran a `trap` instruction */
+    DLRT_ERR_TRAP = 7, /* the program ran a `trap` instruction */
+    DLRT_ERR_COLLECTIVE = 8 /* the all-reduce hook of a data-parallel train step failed */
 } dlrt_status;
 
 /* ---- Errors: one message per thread, set by every function that returns a non-OK status. ---- */
@@ -283,6 +284,16 @@ typedef struct DLManagedTensor {
 
 #endif /* DLPACK_DLPACK_H_ */
 
+/* ---- Data-parallel training (docs/distributed.md) ----
+   The collective a host hands a model with NAME_set_allreduce: sums the `count` elements of
+   `dtype` at `buffer` in place across the processes that train the model (MPI_Allreduce with
+   MPI_SUM, ncclAllReduce with ncclSum), and returns 0 once the sums are there (for GPU memory:
+   once the work it queued is finished). `device` says where `buffer` is: {kDLCPU, 0}, or
+   {kDLCUDA, N} for a model on "cuda:N". Any other return value fails the step, which then
+   changes nothing in the model. */
+typedef int32_t (*dlrt_allreduce_fn)(void *ctx, void *buffer, int64_t count, dlrt_dtype dtype,
+                                     DLDevice device);
+
 /* Checks DLTensor `t`, argument `name` of function `fn`, against a dtype and shape (contiguous
    row-major; bool is kDLBool of 8 bits) and its byte_offset (data + byte_offset + its bytes in
    the address space as one object, the first element aligned to its size); sets *data to its
@@ -330,8 +341,12 @@ typedef struct {
 
 /* An entry point NAME_<entry>: its host function takes the inputs, the model's tensors listed
    in `buffer`, the step (a scalar of dtype `step`) and then the outputs; a "train" entry's
-   host also returns the new values of the `buffer` tensors. */
-typedef struct {
+   host also returns the new values of the `buffer` tensors. A train entry of a library built
+   with --distributed has two parts, entries of their own (docs/distributed.md): `grads` (the
+   loss, each gradient and each updated buffer, as outputs) and `apply` (a train entry taking
+   their sums across processes and the scale 1/ranks, an f64 scalar). */
+typedef struct dlrt_entry dlrt_entry;
+struct dlrt_entry {
     const char *name;       /* as in the manifest */
     const char *kind;       /* "infer", "train" or "export" */
     const char *symbol;     /* NAME_<entry> */
@@ -345,7 +360,9 @@ typedef struct {
     int32_t step;            /* a dlrt_dtype, or -1 when the host takes no step */
     const dlrt_plan *plan;   /* CUDA: the entry's device plan, or NULL: it runs on the CPU */
     const char *cpu;         /* CUDA: why the entry has no plan (NULL with a plan) */
-} dlrt_entry;
+    const dlrt_entry *grads; /* --distributed: the train entry's parts, or NULL */
+    const dlrt_entry *apply;
+};
 
 /* The CUDA part of a library built for CUDA: the kernels' PTX and their launches. */
 typedef struct {
@@ -397,6 +414,10 @@ dlrt_status dlrt_model_get_param(const dlrt_model_spec *spec, const dlrt_model *
                                  const char *name, void *out);
 dlrt_status dlrt_model_set_param(const dlrt_model_spec *spec, dlrt_model *m, const char *name,
                                  const void *data);
+/* NAME_set_allreduce (docs/distributed.md): the collective a train step sums across processes
+   with, over `ranks` processes; fn NULL removes it. */
+dlrt_status dlrt_model_set_allreduce(const dlrt_model_spec *spec, dlrt_model *m,
+                                     dlrt_allreduce_fn fn, void *ctx, int32_t ranks);
 /* NAME_manifest: the manifest (docs/c-abi.md section 2) written into `buffer` (the glue's, of
    exactly its length plus one) by the first call, and returned; "" when it cannot be. */
 const char *dlrt_model_manifest(const dlrt_model_spec *spec, char *buffer, size_t size);

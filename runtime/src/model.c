@@ -55,6 +55,7 @@ void dlrt_model_destroy(dlrt_model *m) {
     if (m == NULL) {
         return;
     }
+    dlrt_model_allreduce_close(m);
     if (m->cuda != NULL) {
         dlrt_model_cuda_close(m);
     }

@@ -27,6 +27,15 @@ struct dlrt_model {
     void **dspare;  /* on the device: the second set for train entries */
     void *scratch;  /* device memory of the plans' inputs and temporaries */
     int host_stale; /* the device's parameters are newer than buf's */
+    /* Data-parallel training (model_allreduce.c): the host's collective (NULL when unset),
+       over `ranks` processes, and the block a train entry's grads part writes into: `sums`
+       in host memory, `dsums` in the GPU's, `sums_bytes` each. */
+    dlrt_allreduce_fn allreduce;
+    void *allreduce_ctx;
+    int32_t ranks;
+    void *sums;
+    void *dsums;
+    size_t sums_bytes;
 };
 
 /* Every tensor of the model: parameters, then states. */
@@ -57,6 +66,18 @@ bool dlrt_model_has_step(const dlrt_model_spec *spec);
 dlrt_status dlrt_model_host_status(const char *fn, const char *host, int32_t rc);
 /* Whether entry `e` is a train entry. */
 bool dlrt_model_trains(const dlrt_entry *e);
+/* model_entry.c. Entry `e` run by its host function on the CPU, its arguments checked (`fn`
+   names it in messages). */
+dlrt_status dlrt_model_run_cpu(dlrt_model *m, const dlrt_entry *e, void *const *args,
+                               const char *fn);
+
+/* model_allreduce.c. A train step of entry `e` (which has parts) across processes: its grads
+   part into the sums block, the hook on each float run of it, then its apply part. `dev` (NULL:
+   none) says which arguments are memory of the model's GPU. */
+dlrt_status dlrt_model_distributed(dlrt_model *m, const dlrt_entry *e, void *const *args,
+                                   const unsigned char *dev);
+/* Frees the sums blocks and forgets the hook. */
+void dlrt_model_allreduce_close(dlrt_model *m);
 
 /* model_cuda.c. "cuda:N": N, or -1 when it is too large (`device` checked by the caller). */
 int dlrt_model_ordinal(const char *device);

@@ -132,6 +132,39 @@ static dlrt_status check_entry(const char *fn, const dlrt_model_spec *spec, cons
     return e->plan == NULL ? DLRT_OK : check_plan(fn, spec, e);
 }
 
+/* Checks the parts of train entry `e` (--distributed): both or neither; grads takes e's inputs
+   and buffers and is no train entry; apply is one, over e's buffers and step, with e's outputs
+   after its inputs, the last of which is the f64 scale; grads' outputs are apply's first inputs. */
+static dlrt_status check_parts(const char *fn, const dlrt_model_spec *spec, const dlrt_entry *e) {
+    const dlrt_entry *g = e->grads, *a = e->apply;
+    if (g == NULL && a == NULL) {
+        return DLRT_OK;
+    }
+    bool ok = g != NULL && a != NULL && dlrt_model_trains(e) && g->grads == NULL &&
+              a->grads == NULL && g->apply == NULL && a->apply == NULL;
+    dlrt_status s = ok ? check_entry(fn, spec, g) : DLRT_OK;
+    if (ok && s == DLRT_OK) {
+        s = check_entry(fn, spec, a);
+    }
+    if (s != DLRT_OK) {
+        return s;
+    }
+    ok = ok && !dlrt_model_trains(g) && dlrt_model_trains(a) && g->inputs == e->inputs &&
+         a->inputs == g->outputs + 1 && a->outputs == e->outputs && a->buffers == e->buffers &&
+         a->step == e->step && a->args[a->inputs - 1].dtype == DLRT_F64 &&
+         a->args[a->inputs - 1].rank == 0;
+    for (int32_t i = 0; ok && i < g->outputs; i++) {
+        const dlrt_tensor *x = &g->args[g->inputs + i], *y = &a->args[i];
+        ok = x->dtype == y->dtype && dlrt_model_bytes(x) == dlrt_model_bytes(y);
+    }
+    if (!ok) {
+        return dlrt_error(DLRT_ERR_INTERNAL,
+                          "%s: the distributed parts of entry '%s' do not fit together", fn,
+                          e->name);
+    }
+    return DLRT_OK;
+}
+
 dlrt_status dlrt_model_check(const dlrt_model_spec *spec, const char *fn) {
     if (spec->name == NULL || spec->compiler == NULL || spec->params < 0 || spec->states < 0 ||
         spec->params > INT32_MAX - spec->states || spec->entry_count < 0 || spec->buffers < 0 ||
@@ -163,6 +196,9 @@ dlrt_status dlrt_model_check(const dlrt_model_spec *spec, const char *fn) {
     }
     for (int32_t k = 0; k < spec->entry_count; k++) {
         s = check_entry(fn, spec, &spec->entries[k]);
+        if (s == DLRT_OK) {
+            s = check_parts(fn, spec, &spec->entries[k]);
+        }
         if (s != DLRT_OK) {
             return s;
         }

@@ -35,9 +35,8 @@ void dlrt_model_step(const dlrt_model *m, const dlrt_entry *e, dlrt_step_value *
     }
 }
 
-/* Runs entry `e` on the CPU, its arguments checked (`fn` names it in messages). */
-static dlrt_status run_on_cpu(dlrt_model *m, const dlrt_entry *e, void *const *args,
-                              const char *fn) {
+dlrt_status dlrt_model_run_cpu(dlrt_model *m, const dlrt_entry *e, void *const *args,
+                               const char *fn) {
     bool train = dlrt_model_trains(e);
     size_t count = (size_t)(e->inputs + e->buffers + (e->step >= 0) + e->outputs) +
                    (train ? (size_t)e->buffers : 0);
@@ -102,6 +101,9 @@ dlrt_status dlrt_model_call(const dlrt_model_spec *spec, int32_t entry, dlrt_mod
             return dlrt_model_null(fn, e->args[i].name);
         }
     }
+    if (e->grads != NULL && m->allreduce != NULL) {
+        return dlrt_model_distributed(m, e, args, NULL);
+    }
     if (m->cuda != NULL) {
         if (e->plan != NULL) {
             return dlrt_model_run_plan(m, e, args, NULL);
@@ -111,7 +113,7 @@ dlrt_status dlrt_model_call(const dlrt_model_spec *spec, int32_t entry, dlrt_mod
             return dlrt_error(DLRT_ERR_DEVICE, "%s: %s", fn, dlrt_last_error());
         }
     }
-    return run_on_cpu(m, e, args, fn);
+    return dlrt_model_run_cpu(m, e, args, fn);
 }
 
 /* "NAME_<entry>_dl" in `fn` (DLRT_MODEL_FN bytes), for messages: made only on failure, so that
@@ -155,7 +157,9 @@ dlrt_status dlrt_model_call_dl(const dlrt_model_spec *spec, int32_t entry, dlrt_
         }
         on_device |= s == DLRT_OK && dev[i];
     }
-    if (s == DLRT_OK && on_device && e->plan != NULL) {
+    if (s == DLRT_OK && e->grads != NULL && m->allreduce != NULL) {
+        s = dlrt_model_distributed(m, e, data, dev);
+    } else if (s == DLRT_OK && on_device && e->plan != NULL) {
         s = dlrt_model_run_plan(m, e, data, dev);
     } else if (s == DLRT_OK && on_device) {
         s = dlrt_error(DLRT_ERR_DEVICE,

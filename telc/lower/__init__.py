@@ -13,11 +13,12 @@ from telc.program import Program
 
 
 @deep_stack
-def lower(program: Program) -> tuple[Module, Interface]:
-    """The IR module and entry-point interface of a loaded program; DiagnosticError with
-    every error found. It recurses as deeply as the program nests (up to MAX_DEPTH levels),
-    so it runs on a deep stack (telc.limits)."""
-    model = Model(program)
+def lower(program: Program, distributed: bool = False) -> tuple[Module, Interface]:
+    """The IR module and entry-point interface of a loaded program (with each train entry's
+    halves for `--distributed`); DiagnosticError with every error found. It recurses as
+    deeply as the program nests (up to MAX_DEPTH levels), so it runs on a deep stack
+    (telc.limits)."""
+    model = Model(program, distributed)
     interface = model.lower_program()
     diags = model.cx.diags
     if diags:

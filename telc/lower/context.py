@@ -95,8 +95,10 @@ class Scope:
 class Context:
     """The shared state of one lowering and the helpers that emit IR at its insertion point."""
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, distributed: bool = False) -> None:
         self.program = program
+        # Whether each train entry also gets its halves E.grads and E.apply (--distributed).
+        self.distributed = distributed
         self.module = Module(program.root.name)
         self.diags: list[Diagnostic] = []
         self._seen: set[tuple[int, int, str]] = set()

@@ -21,12 +21,15 @@ class Entry:
     map onto the model: inputs, parameters, optimiser state, the step count, outputs."""
 
     name: str
-    kind: str  # "init" | "infer" | "train" | "export"
+    kind: str  # "init" | "infer" | "train" | "export", or "grads" | "apply" (parts)
     inputs: list[tuple[str, Type]] = field(default_factory=list)
     params: list[str] = field(default_factory=list)
     states: list[tuple[str, str, Type]] = field(default_factory=list)  # (param, state, type)
     step: Type | None = None
     outputs: list[tuple[str, Type]] = field(default_factory=list)
+    # A train entry of a library built with --distributed: its halves E.grads and E.apply
+    # (telc.lower.train_split), which the runtime calls with an all-reduce between them.
+    parts: tuple[Entry, Entry] | None = None
 
 
 @dataclass

@@ -40,9 +40,9 @@ Source = None | list[str] | ast.Train | ast.Function
 class Model:
     """The lowering of one program."""
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, distributed: bool = False) -> None:
         self.program = program
-        self.cx = cx = Context(program)
+        self.cx = cx = Context(program, distributed)
         self.resolve = Resolver(cx)
         self.ops = TensorOps(cx)
         self.exprs = ExprLowerer(cx, self.resolve, self.ops)

@@ -4,6 +4,7 @@ state and hyper-parameters."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple, NoReturn
 
 from dlvm.ir.builder import gradient_declaration
@@ -25,6 +26,7 @@ from telc.lower.entries import (
 from telc.lower.exprs import ExprLowerer
 from telc.lower.habits import unknown_keyword
 from telc.lower.resolve import Resolver
+from telc.lower.train_split import lower_split
 from telc.lower.values import TV, FnRef, _Poison, describe, show
 from telc.program import Unit, suggest
 
@@ -113,7 +115,6 @@ class TrainLowerer:
 
     def lower_train(self, entry: Entry, t: ast.Train, order: list[str]) -> None:
         cx = self.cx
-        root = cx.program.root
         # The objective, a function of the inputs, every parameter and every buffer, returning
         # the loss and then the buffers' new values.
         obj, in_types, p_types, b_types, updated = self.objective(
@@ -131,8 +132,8 @@ class TrainLowerer:
         keeping = tuple(range(1 + len(updated)))
         grad = cx.module.add_function(gradient_declaration(name, obj, wrt, keeping, source=source))
         # The optimiser.
-        states, step_type, hypers = self.optimizer(t)
-        fn_ast, unit = self.optimizer_ref(t)
+        optimiser = self.optimizer(t)
+        states, step_type, _ = optimiser
         args = in_types + p_types + b_types
         args += [(f"{p}_{s}", ty) for p, ty in p_types for s in states]
         if step_type is not None:
@@ -156,16 +157,51 @@ class TrainLowerer:
                 new_buffers.append(TV(ty, v))
             else:
                 new_buffers.append(TV(ty, arguments[n_in + len(params) + i]))
+        step_tv = TV(step_type, arguments[-1]) if step_type is not None else None
+
+        def gradient(i: int) -> TV:
+            g = cx.emit("extract", [r], span, keys=(ElementKey(index=i),))
+            cx.name_value(g, "d" + params[i])
+            return TV(g.type, g)
+
+        weights = [TV(ty, arguments[n_in + i]) for i, (_, ty) in enumerate(p_types)]
+        state_tvs = [TV(ty, a) for (_, ty), a in zip(args[len(every) :], arguments[len(every) :])]
+        new_params, new_states = self.update(
+            t, p_types, weights, gradient, state_tvs, step_tv, optimiser
+        )
+        entry.outputs = [("loss", loss_v.type)] + p_types + b_types
+        entry.outputs += [(f"{p}_{s}", ty) for p, ty in p_types for s in states]
+        results = [TV(loss_v.type, loss_v), *new_params, *new_buffers, *new_states]
+        finish_entry(cx, self.exprs.ops, fn, results, span, always_tuple=True)
+        if cx.distributed:
+            shapes = (in_types, p_types, b_types)
+            entry.parts = lower_split(self, entry, t, grad, shapes, list(updated), optimiser)
+
+    def update(
+        self,
+        t: ast.Train,
+        p_types: list[tuple[str, Type]],
+        weights: list[TV],
+        gradient: Callable[[int], TV],
+        state_tvs: list[TV],
+        step_tv: TV | None,
+        optimiser: Optimiser,
+    ) -> tuple[list[TV], list[TV]]:
+        """The optimiser applied to each parameter at the insertion point, in turn: parameter
+        i's weight, gradient(i) (asked for just before its update) and states (`state_tvs`
+        holds each parameter's states in turn); the new parameters and the new states."""
+        cx = self.cx
+        root = cx.program.root
+        span = t.span
+        states, _, hypers = optimiser
+        fn_ast, unit = self.optimizer_ref(t)
         new_params: list[TV] = []
         new_states: list[TV] = []
-        step_tv = TV(step_type, arguments[-1]) if step_type is not None else None
-        for i, (p, ty) in enumerate(p_types):
-            w = TV(ty, arguments[n_in + i])
-            g = cx.emit("extract", [r], span, keys=(ElementKey(index=i),))
-            cx.name_value(g, "d" + p)
-            base = len(every) + i * len(states)
-            st = [TV(ty, arguments[base + j]) for j in range(len(states))]
-            call_args, spans = self.optimizer_args(fn_ast, w, TV(ty, g), st, step_tv, hypers, t)
+        for i, (p, _) in enumerate(p_types):
+            w = weights[i]
+            g = gradient(i)
+            st = state_tvs[i * len(states) : (i + 1) * len(states)]
+            call_args, spans = self.optimizer_args(fn_ast, w, g, st, step_tv, hypers, t)
             out = self.calls.call_with(
                 FnRef(fn_ast, unit), call_args, spans, t.optimizer_span,
                 Scope(root, training=True, paramless="an optimiser sees only the parameter it"
@@ -190,10 +226,7 @@ class TrainLowerer:
             else:
                 new_params.append(out)
             cx.name_value(new_params[-1].value, p)
-        entry.outputs = [("loss", loss_v.type)] + p_types + b_types
-        entry.outputs += [(f"{p}_{s}", ty) for p, ty in p_types for s in states]
-        results = [TV(loss_v.type, loss_v), *new_params, *new_buffers, *new_states]
-        finish_entry(cx, self.exprs.ops, fn, results, span, always_tuple=True)
+        return new_params, new_states
 
     def buffer_updates(self, scope: Scope) -> dict[str, TV]:
         """The new value of each buffer a `name <- e` updates (checked by check_updates), in

@@ -87,21 +87,48 @@ def run(directory: Path, out: Path) -> int:
     env["PYTHONUNBUFFERED"] = "1"
     env["DLVM_GPU_PREBUILT"] = str(directory / "tests")
     python = sys.executable
+    versions = (
+        "import sys, numpy, torch; "
+        "print(sys.version, numpy.__version__, torch.__version__, torch.cuda.get_device_name(0))"
+    )
+    nccl = "import cupy; from cupy.cuda import nccl; print(cupy.__version__, nccl.get_version())"
     with open(out / "env.txt", "w", encoding="utf-8") as f:
-        for command in (["nvidia-smi"], [python, "-c", "import sys, numpy, torch; print(sys.version,"
-                        " numpy.__version__, torch.__version__, torch.cuda.get_device_name(0))"]):  # fmt: skip
+        for command in (["nvidia-smi"], [python, "-c", versions], [python, "-c", nccl]):
             try:
                 f.write(subprocess.run(command, capture_output=True, text=True, timeout=60).stdout)
             except (OSError, subprocess.TimeoutExpired) as e:
                 f.write(f"{command[0]}: {e}\n")
     workers = ["-n", "8"] if _has("xdist") else []
     summary = [
-        step("tests", [python, "-m", "pytest", "tests/gpu", "-p", "no:cacheprovider", "-rfEs",
-                       "--junitxml", str(out / "tests.xml"), *workers], out, env),  # fmt: skip
-        step("digits", [python, "-c", DIGITS.format(library=directory / "tests" / "digits.so")],
-             out, env),  # fmt: skip
-        step("bench", [python, "bench/gpu.py", "run", str(directory / "bench"), "--runs", "20",
-                       "--write"], out, env),  # fmt: skip
+        step(
+            "tests",
+            [
+                python,
+                "-m",
+                "pytest",
+                "tests/gpu",
+                "-p",
+                "no:cacheprovider",
+                "-rfEs",
+                "--junitxml",
+                str(out / "tests.xml"),
+                *workers,
+            ],
+            out,
+            env,
+        ),  # fmt: skip
+        step(
+            "digits",
+            [python, "-c", DIGITS.format(library=directory / "tests" / "digits.so")],
+            out,
+            env,
+        ),  # fmt: skip
+        step(
+            "bench",
+            [python, "bench/gpu.py", "run", str(directory / "bench"), "--runs", "20", "--write"],
+            out,
+            env,
+        ),  # fmt: skip
     ]
     results = (ROOT / "bench" / "RESULTS.md").read_text(encoding="utf-8")
     marks = ("<!-- gpu results", "<!-- end of gpu results -->")

@@ -14,6 +14,7 @@ import os
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,10 +100,10 @@ needs_mpi = pytest.mark.skipif(
 
 
 def launch(
-    script: str | Path,
+    script: str | os.PathLike[str],
     ranks: int,
-    args: list[str],
-    timeout: float,
+    args: Sequence[str] = (),
+    timeout: float = 60.0,
     env: dict[str, str] | None = None,
 ) -> Launched:
     """Runs `script` with `args` on `ranks` MPI ranks on this machine, with the environment's
@@ -123,7 +124,7 @@ def launch(
             # mid-line when Python's output is unbuffered.
             *("-outfile-pattern", f"{out}/%r.out", "-errfile-pattern", f"{out}/%r.err"),
             *("-n", str(ranks)),
-            *(sys.executable, "-m", "mpi4py", str(script), *args),
+            *(sys.executable, "-m", "mpi4py", os.fspath(script), *args),
         ]
         child_env = {
             **os.environ,

@@ -59,6 +59,22 @@ def build_sample(name: str, directory: Path) -> Path:
     return path
 
 
+def build_distributed_sample(
+    name: str, directory: Path, cuda: bool = False, defines: dict[str, int | float] | None = None
+) -> Path:
+    """samples/NAME.tel built with --distributed (each train entry also in halves) into
+    DIRECTORY/NAME.so, for CUDA too with `cuda`; `defines` as -D gives them."""
+    from dlvm.codegen.build import build_library
+
+    path = sample_path(name)
+    with open(path, encoding="utf-8") as f:
+        compiled = compile_text(path, f.read(), defines, distributed=True)
+    optimize(compiled.module)
+    library = Path(directory) / f"{name}.so"
+    build_library(compiled.module, compiled.spec, library, cuda=cuda)
+    return library
+
+
 def shared_sample_library(name: str, root: Path) -> Path:
     """samples/NAME.tel built once into ROOT/NAME/ (ROOT shared by the processes of one test
     run, which take turns through a lock file): the path of NAME.so."""

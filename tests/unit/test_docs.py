@@ -6,18 +6,22 @@ is, and what is done with it, comes from its info string: a language, then optio
   tel         A complete TEL module: parsed, checked, lowered, differentiated and optimised by
               telc's driver. `invalid`: it must be rejected with diagnostics instead.
   dl, dlvm    A complete IR module: parsed and verified. `invalid`: it must be rejected.
-  python      Run, in document order, in one namespace per document.
+  python      Run, in document order, in one namespace per document. `file=NAME`: written to
+              NAME and not run (a script a later `console run` block runs, say under mpiexec).
   c           Compiled (syntax and types: `cc -std=c11 -Wall -Werror -fsyntax-only`) against the
               headers written so far, the newest first. `model=M`: against the library of
               samples/M.tel, whose header is included first and for which `NAME_` stands for
               `M_`; the block may restate declarations of that header (enum and struct typedefs
-              are then compared member by member).
+              are then compared member by member). `mpi`: it includes <mpi.h>, found beside the
+              MPI compiler wrapper (mpicc) of the virtual environment (the `mpi` extra's
+              MPICH); skipped, saying so, where there is none.
   json        Parsed. `model=M`: its keys, at every level, are those of M's manifest, in order.
   sh          Not run, unless `run`: then run by `bash -e`, which must succeed.
   console     Not run, unless `run`: each `$ ` line is a command, the lines after it its expected
               output (stdout and stderr together); `...` stands for any text within a line, or
               for any number of lines on a line of its own. Every command must exit with status
-              0, or N with `status=N`.
+              0, or N with `status=N`. `mpi`: it runs MPI programs (mpicc, mpiexec); skipped,
+              saying so, where the virtual environment has no MPI compiler wrapper.
   text        Never run: grammars, schemas, sample output.
 
 A block with another info string, or none, or with a word its language does not take, fails:
@@ -65,11 +69,11 @@ WORDS = {
     "tel": {"file", "invalid"},
     "dl": {"file", "invalid"},
     "dlvm": {"file", "invalid"},
-    "python": set(),
-    "c": {"file", "model"},
+    "python": {"file"},
+    "c": {"file", "model", "mpi"},
     "json": {"model"},
     "sh": {"run"},
-    "console": {"run", "status"},
+    "console": {"run", "status", "mpi"},
     "text": set(),
 }
 
@@ -254,6 +258,9 @@ def run_dl(run: DocumentRun, block: Block) -> None:
 
 
 def run_python(run: DocumentRun, block: Block) -> None:
+    if "file" in block.words:  # a script for a later command: written, not run here
+        run.source_path(block, ".py")
+        return
     code = compile("\n" * block.line + block.text, str(block.path), "exec")
     cwd = os.getcwd()
     os.chdir(run.workdir)
@@ -303,7 +310,19 @@ def restated(code: str) -> str:
     return _ANONYMOUS.sub(lambda m: checks(m) + "\n" * m[0].count("\n"), code)
 
 
+def needs_mpi(block: Block) -> list[str]:
+    """The include option of MPI's header for a block marked `mpi` (none for another block);
+    the test is skipped where the virtual environment has no MPI compiler wrapper."""
+    if "mpi" not in block.words:
+        return []
+    header = BIN.parent / "include" / "mpi.h"
+    if not (BIN / "mpicc").exists() or not header.exists():
+        pytest.skip(f"{block.id}: needs MPI (pip install 'telc[mpi]': mpicc and mpi.h)")
+    return [f"-I{header.parent}"]
+
+
 def run_c(run: DocumentRun, block: Block) -> None:
+    mpi = needs_mpi(block)
     path = run.source_path(block, ".c")
     # The directories of the headers written so far, the newest first: the build just before
     # a block is the one it is about.
@@ -319,7 +338,7 @@ def run_c(run: DocumentRun, block: Block) -> None:
     if prelude or "file" not in block.words:
         path = run.workdir / f"block_L{block.line}.c"
         path.write_text(f'{prelude}#line {block.line + 1} "{block.path}"\n{code}', encoding="utf-8")
-    cmd = [CC, "-std=c11", "-Wall", "-Werror", "-fsyntax-only"]
+    cmd = [CC, "-std=c11", "-Wall", "-Werror", "-fsyntax-only", *mpi]
     cmd += [f"-I{d}" for d in [*includes, run.workdir]] + [str(path)]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=run.workdir, timeout=120)
     if done.returncode != 0:
@@ -408,6 +427,7 @@ def output_matches(expected: list[str], actual: list[str]) -> bool:
 
 
 def run_console(run: DocumentRun, block: Block) -> None:
+    needs_mpi(block)
     status = int(block.words.get("status", "0"))
     for command, expected in console_session(block.text):
         done = subprocess.run(["bash", "-c", command], cwd=run.workdir, env=run.environment(),

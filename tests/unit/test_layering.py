@@ -30,6 +30,8 @@ What each layer may import (a module may always import its own layer):
   dlvm.interp (`dlopt --run`), dlvm.codegen (dlc), and the package's `__version__`.
 - dlvm.onnx (the ONNX importer): dlvm.ir, dlvm.diagnostics and dlvm.sources; what it makes is
   IR, which the driver builds like any other.
+- dlvm.distributed (data-parallel training of a loaded model): dlvm.loader, and dlvm.runtime for
+  the status a library's error carries.
 - dlvm (the package facade): dlvm.loader and dlvm.nnkit, whose names it re-exports for users.
 - telc's front end (telc.ast, telc.types, telc.syntax, telc.syntax_tree, telc.limits,
   telc.program, telc.onnx_use, telc.lower): dlvm.ir, dlvm.diagnostics, dlvm.sources (the files
@@ -44,9 +46,10 @@ What each layer may import (a module may always import its own layer):
   their exit statuses and diagnostics reporting.
 
 And across layers: only dlvm.codegen imports llvmlite; only dlvm.runtime and dlvm.loader
-import ctypes; no module imports the `dlvm` package facade or a name it re-exports (it is the
-users' entry, and NNKit, which it re-exports, importing it made a cycle); every module belongs
-to a layer. The code generator's modules import each other without a cycle."""
+import ctypes; only dlvm.distributed.mpi imports mpi4py (an optional extra); no module imports
+the `dlvm` package facade or a name it re-exports (it is the users' entry, and NNKit, which it
+re-exports, importing it made a cycle); every module belongs to a layer. The code generator's
+modules import each other without a cycle."""
 
 from __future__ import annotations
 
@@ -185,6 +188,7 @@ LAYERS = [
         ),
     ),
     Layer("onnx", ("dlvm.onnx",), ("dlvm.ir", "dlvm.diagnostics", "dlvm.sources")),
+    Layer("distributed", ("dlvm.distributed",), ("dlvm.loader", "dlvm.runtime")),
     Layer("facade", ("dlvm",), ("dlvm.loader", "dlvm.nnkit")),
     Layer(
         "telc front end",
@@ -221,7 +225,11 @@ LAYERS = [
     ),
 ]
 # Imports outside the project that only some layers may make.
-RESTRICTED = {"llvmlite": ("dlvm.codegen",), "ctypes": ("dlvm.runtime", "dlvm.loader")}
+RESTRICTED = {
+    "llvmlite": ("dlvm.codegen",),
+    "ctypes": ("dlvm.runtime", "dlvm.loader"),
+    "mpi4py": ("dlvm.distributed.mpi",),
+}
 FACADE_NAMES = frozenset(dlvm.__all__)
 
 
@@ -251,7 +259,8 @@ def layer_violations(imports: dict[str, set[str]]) -> list[str]:
 
 
 def restricted_violations(imports: dict[str, set[str]]) -> list[str]:
-    """`module imports name` for each llvmlite or ctypes import outside the modules allowed."""
+    """`module imports name` for each llvmlite, ctypes or mpi4py import outside the modules
+    allowed."""
     out = []
     for module, names in sorted(imports.items()):
         for name in sorted(names):
@@ -358,11 +367,16 @@ def test_a_planted_module_outside_every_layer_is_reported():
         ("dlvm.nnkit.jit", "ctypes.CDLL"),
         ("dlvm.codegen.build", "ctypes"),
         ("telc.run", "ctypes"),
+        ("dlvm.distributed.parallel", "mpi4py.MPI"),
     ],
 )
 def test_a_planted_llvmlite_or_ctypes_import_is_reported(module, name):
     assert restricted_violations({module: {name}}) == [f"{module} imports {name}"]
-    allowed = {"dlvm.codegen.kernel": {"llvmlite.ir"}, "dlvm.loader": {"ctypes.c_void_p"}}
+    allowed = {
+        "dlvm.codegen.kernel": {"llvmlite.ir"},
+        "dlvm.loader": {"ctypes.c_void_p"},
+        "dlvm.distributed.mpi": {"mpi4py.MPI"},
+    }
     assert restricted_violations(allowed) == []
 
 
