@@ -465,7 +465,8 @@ def test_only_the_documented_symbols_are_exported(library: Path):
     ).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.strip()}
     api = ("create", "destroy", "infer", "train_step", "double", "save", "load")
-    api += ("get_param", "set_param", "manifest", "infer_dl", "train_step_dl", "double_dl")
+    api += ("get_param", "set_param", "set_allreduce", "manifest")
+    api += ("infer_dl", "train_step_dl", "double_dl")
     assert names - {"_init", "_fini"} == {f"tiny_{n}" for n in api} | {"dlrt_last_error"}
     assert set(elf_exported_functions(str(library)) or ()) == names - {"_init", "_fini"}
 

@@ -131,9 +131,17 @@ def header_enums() -> dict[str, dict[str, int]]:
 
 
 def header_structs() -> dict[str, list[str]]:
+    """Each struct's fields: `typedef struct {…} name;`, or `struct name {…};` (the form of a
+    struct that points to its own type, declared first by `typedef struct name name;`)."""
     structs = {}
+    text = header_text()
     pattern = r"typedef struct(?:\s+\w+)?\s*\{(.*?)\}\s*(\w+);"
-    for body, name in re.findall(pattern, header_text(), re.S):
+    found = re.findall(pattern, text, re.S)
+    found += [
+        (body, name)
+        for name, body in re.findall(r"(?<!typedef )\bstruct\s+(\w+)\s*\{([^{}]*)\}\s*;", text)
+    ]
+    for body, name in found:
         fields = []
         for decl in (d.strip() for d in body.split(";") if d.strip()):
             pointer_to_function = re.search(r"\(\*\s*(\w+)\)", decl)
