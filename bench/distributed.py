@@ -107,10 +107,12 @@ def worker(library: str, steps: int) -> None:
 
 def run_config(processes: int, threads: int, library: Path, steps: int) -> dict[str, float]:
     env = dict(os.environ, DLRT_NUM_THREADS=str(threads), PYTHONPATH=str(ROOT))
-    command = [sys.executable, __file__, "worker", str(library), "--steps", str(steps)]
-    if processes > 1:
+    command = [__file__, "worker", str(library), "--steps", str(steps)]
+    if processes > 1:  # -m mpi4py: a rank that fails ends the job instead of hanging it
         mpiexec = Path(sys.executable).with_name("mpiexec")
-        command = [str(mpiexec), "-n", str(processes), *command]
+        command = [str(mpiexec), "-n", str(processes), sys.executable, "-m", "mpi4py", *command]
+    else:
+        command = [sys.executable, *command]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"bench/distributed.py: {' '.join(command)} failed:\n{done.stderr}")
