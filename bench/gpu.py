@@ -1,6 +1,8 @@
 """The GPU benchmark: libraries built by telc for CUDA against PyTorch eager,
 torch.compile and JAX on the same GPU, in one run: MLP 784-512-256-10 inference at batch 1 and
-4096, its SGD train step at batch 4096, the chain tanh(a*x + b) * sigmoid(x) on 256M floats
+4096, its SGD train step at batch 4096 (also built with --distributed, through the all-reduce
+hook with NCCL on one rank: the data-parallel path's own cost), the chain
+tanh(a*x + b) * sigmoid(x) on 256M floats
 (with the device-to-device copy bandwidth it is held to), and an 8192^3 f32 matrix product
 (cuBLAS through PyTorch) in f32 and in TF32 (ours built with --tf32, cuBLAS with TF32
 allowed). Every contender's arrays live on the GPU; ours are passed through DLPack, so the
@@ -53,13 +55,14 @@ def build(directory: Path, gpu: str) -> None:
         "mlp_b1": (MLP, {"B": 1}),
         "mlp_b4096": (MLP, {"B": 4096}),
         "train_b4096": (MLP, {"B": 4096}),
+        "train_b4096_dp": (MLP, {"B": 4096}),
         "chain": (CHAIN, {"N": CHAIN_N}),
         "matmul": (MATMUL, {"N": MATMUL_N}),
         "matmul_tf32": (MATMUL, {"N": MATMUL_N}),
     }
     for name, (text, defines) in sources.items():
         t0 = time.perf_counter()
-        compiled = compile_text(f"{name}.tel", text, defines)
+        compiled = compile_text(f"{name}.tel", text, defines, distributed=name.endswith("_dp"))
         optimize(compiled.module)
         build_library(compiled.module, compiled.spec, directory / f"{name}.so",
                       cuda=True, gpu=gpu, tf32=name.endswith("tf32"))  # fmt: skip
@@ -165,6 +168,13 @@ def run(directory: Path, runs: int, write: bool) -> int:
 
     for case in ("mlp_b1", "mlp_b4096", "train_b4096"):
         results[case] = mlp(case)
+    try:
+        dp = _data_parallel(directory, params(), rng, gpu, sync, runs)
+    except Exception as e:  # noqa: BLE001 - reported; the other cases still run
+        print(f"bench/gpu.py: the data-parallel step failed: {e!r}")
+        dp = None
+    if dp is not None:
+        results["train_dp"] = dp
 
     x = torch.randn(CHAIN_N, device=dev)
     out = torch.empty_like(x)
@@ -204,6 +214,48 @@ def run(directory: Path, runs: int, write: bool) -> int:
     if write:
         write_results(Path(__file__).with_name("RESULTS.md"), table)
     return 0
+
+
+def _data_parallel(
+    directory: Path,
+    p: dict[str, Any],
+    rng: Any,
+    gpu: Callable[[Any], Any],
+    sync: Callable[[], None],
+    runs: int,
+) -> dict[str, list[float]] | None:
+    """The MLP train step at batch 4096 of a library built with --distributed: its plain step,
+    and the step through the all-reduce hook summed by NCCL on one rank (the whole
+    data-parallel path but the network); "in NCCL" is the time inside the hook."""
+    import numpy as np
+
+    import dlvm
+
+    try:
+        from dlvm.distributed import NcclCommunicator
+
+        comm = NcclCommunicator(0, 1)
+    except ImportError as e:
+        print(f"bench/gpu.py: the data-parallel step is not measured ({e})")
+        return None
+    x = rng.standard_normal((4096, 784)).astype(np.float32)
+    labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 4096)]
+    xg, lg = gpu(x), gpu(labels)
+    inside: list[float] = []
+
+    def hook(buffer: Any) -> None:
+        t0 = time.perf_counter()
+        comm.allreduce(buffer)
+        inside.append(time.perf_counter() - t0)
+
+    with dlvm.load(directory / "train_b4096_dp.so", device="cuda:0") as model:
+        for k, v in p.items():
+            model.set_param(k, v)
+        row = {"plain step": timed(lambda: model.train_step(xg, lg), sync, runs)}
+        model.set_allreduce(hook, 1)
+        row["ours"] = timed(lambda: model.train_step(xg, lg), sync, runs)
+    row["in NCCL"] = inside[-runs:]
+    return row
 
 
 def _peers() -> set[str]:
@@ -273,6 +325,7 @@ def report(results: dict[str, dict[str, list[float]]], device: str, runs: int) -
         "mlp_b1": "MLP inference, batch 1",
         "mlp_b4096": "MLP inference, batch 4096",
         "train_b4096": "MLP train step (SGD), batch 4096",
+        "train_dp": "the same, --distributed, all-reduce by NCCL on 1 rank",
         "chain": "tanh(a*x+b)*sigmoid(x), 256M f32",
         "matmul": "matmul 8192^3 f32 (no TF32)",
         "matmul_tf32": "matmul 8192^3 f32 in TF32 (--tf32; cuBLAS with TF32)",
@@ -293,7 +346,7 @@ def report(results: dict[str, dict[str, list[float]]], device: str, runs: int) -
                 rate = f"{2 * 4 * CHAIN_N / med / 1e9:.0f} GB/s"
             elif case.startswith("matmul"):
                 rate = f"{2 * MATMUL_N**3 / med / 1e12:.1f} TFLOP/s"
-            ratio = "" if name == "ours" else f"{ours / med:.2f}"
+            ratio = "" if name in ("ours", "in NCCL") else f"{ours / med:.2f}"
             lines.append(f"| {titles[case]} | {name} | {med * 1e3:.3f} | {min(ts) * 1e3:.3f} |"
                          f" {rate} | {ratio} |")  # fmt: skip
     lines += ["", "| goal | measured | met |", "|---|---:|---|"]

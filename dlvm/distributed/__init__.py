@@ -1,5 +1,5 @@
 """dlvm.distributed: data-parallel training of a model library built with --distributed
-(docs/distributed-python.md). `DataParallel` wraps a loaded model and a `Communicator`:
+(docs/distributed.md). `DataParallel` wraps a loaded model and a `Communicator`:
 `MpiCommunicator` (mpi4py, host memory) or `NcclCommunicator` (NCCL through CuPy, a GPU's
 memory; imported when first named, so CuPy is not needed otherwise)."""
 
