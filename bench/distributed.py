@@ -32,11 +32,13 @@ from cases import MLP  # noqa: E402
 
 BATCH = 128
 MARKS = ("<!-- measured: bench/distributed.py --write -->", "<!-- end of measured -->")
-# (name, processes, threads per process, library): the configurations compared.
+# (name, processes, threads per process, library, whether one process calls a hook that does
+# nothing): the configurations compared; the last prices the halves against the plain step.
 CONFIGS = [
-    ("2 processes x 1 thread", 2, 1, "half"),
-    ("1 process x 2 threads", 1, 2, "whole"),
-    ("1 process x 1 thread", 1, 1, "whole"),
+    ("2 processes x 1 thread", 2, 1, "half", False),
+    ("1 process x 2 threads", 1, 2, "whole", False),
+    ("1 process x 1 thread", 1, 1, "whole", False),
+    ("1 process x 1 thread, the halves (a hook that sums nothing)", 1, 1, "whole", True),
 ]
 
 
@@ -54,7 +56,7 @@ def build(directory: Path) -> dict[str, Path]:
     return out
 
 
-def worker(library: str, steps: int) -> None:
+def worker(library: str, steps: int, idle_hook: bool) -> None:
     """One rank: warm-up steps, then `steps` timed ones; rank 0 prints a JSON line."""
     import numpy as np
 
@@ -90,6 +92,8 @@ def worker(library: str, steps: int) -> None:
             barrier = comm.barrier
         else:
             rank, step, barrier = 0, model.train_step, lambda: None
+            if idle_hook:
+                model.set_allreduce(lambda block: None, 1)
         assert x.shape[0] == rows
         for _ in range(max(20, steps // 10)):
             step(x, labels)
@@ -105,9 +109,12 @@ def worker(library: str, steps: int) -> None:
                           "allreduce_ms": 1e3 * timed_in_hook[0] / steps}))  # fmt: skip
 
 
-def run_config(processes: int, threads: int, library: Path, steps: int) -> dict[str, float]:
+def run_config(
+    processes: int, threads: int, library: Path, steps: int, idle_hook: bool
+) -> dict[str, float]:
     env = dict(os.environ, DLRT_NUM_THREADS=str(threads), PYTHONPATH=str(ROOT))
     command = [__file__, "worker", str(library), "--steps", str(steps)]
+    command += ["--idle-hook"] if idle_hook else []
     if processes > 1:  # -m mpi4py: a rank that fails ends the job instead of hanging it
         mpiexec = Path(sys.executable).with_name("mpiexec")
         command = [str(mpiexec), "-n", str(processes), sys.executable, "-m", "mpi4py", *command]
@@ -124,8 +131,8 @@ def measure(steps: int, repeats: int) -> str:
         libraries = build(Path(scratch))
         runs: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in CONFIGS}
         for _ in range(repeats):
-            for name, processes, threads, library in CONFIGS:
-                runs[name].append(run_config(processes, threads, libraries[library], steps))
+            for name, processes, threads, library, idle in CONFIGS:
+                runs[name].append(run_config(processes, threads, libraries[library], steps, idle))
     load = os.getloadavg()[0]
     median = {n: statistics.median(r["step_ms"] for r in rs) for n, rs in runs.items()}
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -141,7 +148,7 @@ def measure(steps: int, repeats: int) -> str:
     ]
     for name, *_ in CONFIGS:
         hook = statistics.median(r["allreduce_ms"] for r in runs[name])
-        shown = f"{hook:.3f}" if hook else "-"
+        shown = f"{hook:.3f}" if name.startswith("2") else "-"
         rate = BATCH / median[name] * 1e3
         lines.append(f"| {name} | {median[name]:.3f} | {rate:,.0f} | {shown} |")
     two, threads = median[CONFIGS[0][0]], median[CONFIGS[1][0]]
@@ -163,12 +170,13 @@ def main() -> int:
     w = sub.add_parser("worker", help="one rank (run by mpiexec)")
     w.add_argument("library")
     w.add_argument("--steps", type=int, default=300)
+    w.add_argument("--idle-hook", action="store_true")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     if args.command == "worker":
-        worker(args.library, args.steps)
+        worker(args.library, args.steps, args.idle_hook)
         return 0
     table = measure(args.steps, args.repeats)
     print(table)

@@ -45,6 +45,7 @@ class MpiCommunicator:
         # Requests given up on at their deadline, with the buffers MPI may still write: kept
         # alive so that a late completion lands in memory this object owns.
         self._abandoned: list[tuple[Any, np.ndarray | None]] = []
+        self._staging: dict[tuple[np.dtype, int], np.ndarray] = {}
 
     @property
     def rank(self) -> int:
@@ -66,9 +67,15 @@ class MpiCommunicator:
             )
         if not isinstance(buffer, np.ndarray) or not buffer.flags.c_contiguous:
             raise TypeError(f"allreduce needs a contiguous NumPy array, got {type(buffer)!r}")
-        # The sum is taken in a copy: after a timeout MPI may still write into it, and the
-        # model's block must not be written once the step has failed.
-        staging = np.array(buffer, copy=True)
+        # The sum is taken in a block of this object's: after a timeout MPI may still write
+        # into it, and the model's block must not be written once the step has failed (nor
+        # after the model has freed it). The block is kept from step to step (a new one per
+        # step costs its page faults, as much as the copies), and replaced once abandoned.
+        key = (buffer.dtype, buffer.size)
+        staging = self._staging.get(key)
+        if staging is None:
+            staging = self._staging[key] = np.empty(buffer.size, buffer.dtype)
+        staging[...] = buffer
         what = f"the all-reduce of {staging.size} {staging.dtype} elements"
         self._wait(
             lambda: self.comm.Iallreduce(self._mpi.IN_PLACE, staging, self._mpi.SUM), what, staging
@@ -105,6 +112,7 @@ class MpiCommunicator:
                 now = time.monotonic()
                 if now >= deadline:
                     self._abandoned.append((request, keep))
+                    self._staging = {k: v for k, v in self._staging.items() if v is not keep}
                     raise CollectiveError(
                         f"rank {self.rank} of {self.size}: {what} did not finish in"
                         f" {self.timeout:g} s: another rank failed or stopped (end the job,"
