@@ -144,3 +144,33 @@ def test_ranks_must_count_processes(xor, ranks):
 def test_the_hook_must_be_callable(xor):
     with dlvm.load(xor) as model, pytest.raises(TypeError, match="must be callable"):
         model.set_allreduce("MPI_SUM", ranks=2)  # type: ignore[arg-type]
+
+
+def test_an_imported_onnx_model_trains_across_ranks_too(tmp_path):
+    """`telc build model.onnx --train-loss … --distributed`: the imported graph's train entry
+    has halves as a TEL model's does, and `--distributed` is part of the build's cache key."""
+    from click.testing import CliRunner
+
+    from telc.cli import cli
+
+    env = {"TELC_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["build", "samples/lenet.onnx", "--train-loss", "cross_entropy", "--labels"]
+    args += ["labels:1x10", "-q"]
+    for name, extra in (("plain", []), ("ranked", ["--distributed"])):
+        done = CliRunner().invoke(cli, [*args, *extra, "-o", str(tmp_path / f"{name}.so")], env=env)
+        assert done.exit_code == 0, done.output
+    rng = np.random.default_rng(0)
+    with (
+        dlvm.load(tmp_path / "plain.so") as plain,
+        dlvm.load(tmp_path / "ranked.so") as ranked,
+    ):
+        inputs = {t.name: rng.random(t.shape).astype(t.dtype) for t in plain.train_step.inputs}
+        with pytest.raises(LibraryError, match="without --distributed"):
+            plain.set_allreduce(lambda block: None, 2)
+        calls: list[tuple[np.dtype, int]] = []
+        ranked.set_allreduce(doubling(calls), ranks=2)
+        for _ in range(2):
+            assert ranked.train_step(**inputs) == plain.train_step(**inputs)
+        for name, value in plain.params.items():
+            np.testing.assert_array_equal(ranked.params[name], value, err_msg=name)
+        assert len(calls) == 2
