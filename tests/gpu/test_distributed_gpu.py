@@ -25,15 +25,11 @@ def built_distributed(directory: Path) -> Path:
     prebuilt = os.environ.get("DLVM_GPU_PREBUILT")
     if prebuilt:
         return Path(prebuilt) / f"{NAME}.so"
-    from telhelp import sample_path
+    from telhelp import compiled_sample
 
     from dlvm.codegen.build import build_library
-    from telc.driver import compile_text, optimize
 
-    path = sample_path("digits")
-    with open(path, encoding="utf-8") as f:
-        compiled = compile_text(path, f.read(), distributed=True)
-    optimize(compiled.module)
+    compiled = compiled_sample("digits", distributed=True)
     library = directory / f"{NAME}.so"
     build_library(compiled.module, compiled.spec, library, cuda=True)
     return library

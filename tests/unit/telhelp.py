@@ -39,12 +39,15 @@ def sample_path(name: str) -> str:
 
 
 @functools.cache
-def compiled_sample(name: str, level: int = DEFAULT_OPT_LEVEL) -> Compiled:
+def compiled_sample(
+    name: str, level: int = DEFAULT_OPT_LEVEL, distributed: bool = False
+) -> Compiled:
     """samples/NAME.tel compiled and optimised at -O`level` (differentiated), shared by the
-    tests of one process; nothing the tests do modifies it."""
+    tests of one process; nothing the tests do modifies it. `distributed`: as --distributed
+    builds it, each train entry also in halves."""
     path = sample_path(name)
     with open(path, encoding="utf-8") as f:
-        compiled = compile_text(path, f.read())
+        compiled = compile_text(path, f.read(), distributed=distributed)
     optimize(compiled.module, level=level)
     return compiled
 
@@ -59,19 +62,13 @@ def build_sample(name: str, directory: Path) -> Path:
     return path
 
 
-def build_distributed_sample(
-    name: str, directory: Path, cuda: bool = False, defines: dict[str, int | float] | None = None
-) -> Path:
-    """samples/NAME.tel built with --distributed (each train entry also in halves) into
-    DIRECTORY/NAME.so, for CUDA too with `cuda`; `defines` as -D gives them."""
+def build_distributed_sample(name: str, directory: Path) -> Path:
+    """samples/NAME.tel built with --distributed into DIRECTORY/NAME.so."""
     from dlvm.codegen.build import build_library
 
-    path = sample_path(name)
-    with open(path, encoding="utf-8") as f:
-        compiled = compile_text(path, f.read(), defines, distributed=True)
-    optimize(compiled.module)
+    compiled = compiled_sample(name, distributed=True)
     library = Path(directory) / f"{name}.so"
-    build_library(compiled.module, compiled.spec, library, cuda=cuda)
+    build_library(compiled.module, compiled.spec, library)
     return library
 
 

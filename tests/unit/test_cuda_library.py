@@ -24,6 +24,7 @@ import dlvm
 from dlvm import runtime as rt
 from dlvm.codegen.build import build_library, schedule
 from dlvm.loader import LibraryError
+from telc.driver import Compiled
 
 FAKE_DRIVER = Path(__file__).with_name("fake_cuda.c")
 
@@ -48,15 +49,18 @@ def counts(driver: Path) -> list[int]:
     return list(values)
 
 
-@functools.cache
-def build(name: str, root: Path) -> tuple[Path, Path]:
-    """The sample's library built for CUDA, and its kernels emulated (once per process)."""
-    compiled = compiled_sample(name)
-    directory = root / f"cuda-lib-{name}"
+def build_emulated(compiled: Compiled, name: str, directory: Path) -> tuple[Path, Path]:
+    """DIRECTORY/NAME.so, `compiled`'s library built for CUDA, and its kernels emulated."""
     library = directory / f"{name}.so"
     build_library(compiled.module, compiled.spec, library, cuda=True)
     Emulator(schedule(copy.deepcopy(compiled.module), cuda=True), directory / "emu")
     return library, directory / "emu" / "kernels.so"
+
+
+@functools.cache
+def build(name: str, root: Path) -> tuple[Path, Path]:
+    """The sample's library built for CUDA, and its kernels emulated (once per process)."""
+    return build_emulated(compiled_sample(name), name, root / f"cuda-lib-{name}")
 
 
 @pytest.fixture(scope="module", params=sample_names())

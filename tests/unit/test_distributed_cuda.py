@@ -7,7 +7,6 @@ leaves the model as it was."""
 
 from __future__ import annotations
 
-import copy
 import ctypes
 import functools
 from pathlib import Path
@@ -15,15 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import test_cuda_library
-from cuda_emulator import Emulator
-from telhelp import inputs_for, sample_path
-from test_cuda_library import XOR_LABELS, XOR_X, DeviceArray, close, transfers
+from telhelp import compiled_sample, inputs_for
+from test_cuda_library import XOR_LABELS, XOR_X, DeviceArray, build_emulated, close, transfers
 
 import dlvm
-from dlvm.codegen.build import build_library, schedule
 from dlvm.loader import DeviceBuffer, LibraryError
 from dlvm.runtime import Status
-from telc.driver import Compiled, compile_text, optimize
 
 # The stand-in driver, built once, and the fixture that points the runtime at it.
 fake_driver = test_cuda_library.fake_driver
@@ -33,24 +29,10 @@ STEPS = 4
 
 
 @functools.cache
-def distributed(name: str) -> Compiled:
-    """samples/NAME.tel compiled with --distributed and optimised (once per process)."""
-    path = sample_path(name)
-    with open(path, encoding="utf-8") as f:
-        compiled = compile_text(path, f.read(), distributed=True)
-    optimize(compiled.module)
-    return compiled
-
-
-@functools.cache
 def build(name: str, root: Path) -> tuple[Path, Path]:
     """The sample's --distributed library built for CUDA, and its kernels emulated."""
-    compiled = distributed(name)
     directory = root / f"cuda-distributed-{name}"
-    library = directory / f"{name}.so"
-    build_library(compiled.module, compiled.spec, library, cuda=True)
-    Emulator(schedule(copy.deepcopy(compiled.module), cuda=True), directory / "emu")
-    return library, directory / "emu" / "kernels.so"
+    return build_emulated(compiled_sample(name, distributed=True), name, directory)
 
 
 @pytest.fixture(scope="module", params=["xor", "digits"])
@@ -84,7 +66,8 @@ class Doubling:
 
 
 def train_inputs(name: str, seed: int) -> dict[str, np.ndarray]:
-    (train,) = [e for e in distributed(name).interface.entries if e.kind == "train"]
+    entries = compiled_sample(name, distributed=True).interface.entries
+    (train,) = [e for e in entries if e.kind == "train"]
     return inputs_for(train.inputs, seed)
 
 
