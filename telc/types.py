@@ -9,6 +9,7 @@ DTYPES: dict[str, DataType] = {
     "float16": DataType.F16,
     "float32": DataType.F32,
     "float64": DataType.F64,
+    "bfloat16": DataType.BF16,
     "int8": DataType.I8,
     "int16": DataType.I16,
     "int32": DataType.I32,
@@ -24,7 +25,12 @@ ANY_INT = "int"
 # parameters, its result and its body use as a dimension (`x as [B x heads x D / heads]`).
 DIM_PARAM = "dim"
 
-_FLOAT_MAX = {DataType.F16: 65504.0, DataType.F32: 3.4028234663852886e38}
+_FLOAT_MAX = {
+    DataType.F16: 65504.0,
+    DataType.F32: 3.4028234663852886e38,
+    # bf16's largest finite value (0x7F7F)
+    DataType.BF16: 3.3895313892515355e38,
+}
 
 
 def fits(value: int | float, dtype: DataType) -> bool:

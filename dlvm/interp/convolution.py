@@ -12,11 +12,19 @@ from __future__ import annotations
 import numpy as np
 
 from dlvm.interp.errors import InterpreterError
+from dlvm.interp.objects import is_bf16
 from dlvm.interp.registry import impl
 
 
 def convolve(x, k, strides, padding, left_dilation, right_dilation, groups, dtype):
-    """The reference convolution: one einsum per kernel tap (loops over offsets, not pixels)."""
+    """The reference convolution: one einsum per kernel tap (loops over offsets, not pixels).
+    bf16 (which einsum does not take) is computed in f32 and rounded once at the end."""
+    if is_bf16(np.dtype(dtype)):
+        wide = convolve(
+            x.astype(np.float32), k.astype(np.float32), strides, padding, left_dilation,
+            right_dilation, groups, np.dtype(np.float32),
+        )  # fmt: skip
+        return wide.astype(dtype)
     if k.ndim != x.ndim:
         raise InterpreterError(f"kernel rank {k.ndim} differs from input rank {x.ndim}")
     if x.shape[1] // groups != k.shape[1]:

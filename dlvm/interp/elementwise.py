@@ -14,7 +14,7 @@ import numpy as np
 
 from dlvm.interp import special
 from dlvm.interp.errors import InterpreterError
-from dlvm.interp.objects import NP_DTYPES
+from dlvm.interp.objects import NP_DTYPES, is_float_dtype
 from dlvm.interp.registry import impl
 from dlvm.ir.types import TensorType, canonical
 
@@ -75,7 +75,7 @@ def _nonzero_divisor(b: Array) -> None:
 
 def _truncate_divide(a: Array, b: Array) -> Array:
     """Quotient rounded toward zero (C and LLVM `sdiv`); floats give trunc(a / b)."""
-    if a.dtype.kind == "f":
+    if is_float_dtype(a.dtype):
         return np.trunc(a / b)
     _nonzero_divisor(b)
     q = np.floor_divide(a, b)
@@ -85,7 +85,7 @@ def _truncate_divide(a: Array, b: Array) -> Array:
 
 def _divide(a: Array, b: Array) -> Array:
     """True division for floats; for integers the truncating quotient, like `sdiv`."""
-    return np.true_divide(a, b) if a.dtype.kind == "f" else _truncate_divide(a, b)
+    return np.true_divide(a, b) if is_float_dtype(a.dtype) else _truncate_divide(a, b)
 
 
 def _floor_divide(a: Array, b: Array) -> Array:
@@ -201,7 +201,7 @@ def _convert(frame, inst, args):
     to = frame.dtype(inst.type)
     if to.kind == "b":
         return np.asarray(x != 0)
-    if x.dtype.kind == "f" and to.kind in "iu":
+    if is_float_dtype(x.dtype) and to.kind in "iu":
         return _float_to_int(x, to)
     return x.astype(to)
 

@@ -3,7 +3,9 @@
 Tensors are NumPy arrays (scalars 0-d), tuples Python tuples, structs dicts keyed by field name
 (without `#`), arrays lists, enums `EnumValue(case, values)`. Memory is modelled by `Buffer`s of
 cells addressed by `Pointer`s; boxes are reference-counted one-cell buffers; the AD stack is a
-list. Aggregate values are immutable: updates build new values.
+list. Aggregate values are immutable: updates build new values. bf16 tensors are arrays of
+ml_dtypes.bfloat16 (the optional extra `bf16`), which rounds to nearest even as NumPy's float16
+does.
 """
 
 from __future__ import annotations
@@ -11,6 +13,11 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
+
+try:
+    import ml_dtypes
+except ImportError:  # the optional extra `bf16`: without it a bf16 value cannot be made
+    ml_dtypes = None
 
 from dlvm.interp.errors import InterpreterError
 from dlvm.ir.types import (
@@ -40,11 +47,28 @@ NP_DTYPES: dict[DataType, np.dtype] = {
     DataType.F32: np.dtype(np.float32),
     DataType.F64: np.dtype(np.float64),
 }
+if ml_dtypes is not None:
+    NP_DTYPES[DataType.BF16] = np.dtype(ml_dtypes.bfloat16)
 
 
 def np_dtype(dt: DataType, float64: bool = False) -> np.dtype:
     """The NumPy dtype holding `dt`; every float type is f64 in float64 mode."""
-    return NP_DTYPES[DataType.F64] if float64 and dt.is_float else NP_DTYPES[dt]
+    if float64 and dt.is_float:
+        return NP_DTYPES[DataType.F64]
+    if dt not in NP_DTYPES:
+        raise InterpreterError(f"{dt} values need the ml_dtypes package (pip install 'telc[bf16]')")
+    return NP_DTYPES[dt]
+
+
+def is_bf16(d: np.dtype) -> bool:
+    """Whether a NumPy dtype is ml_dtypes' bfloat16."""
+    return DataType.BF16 in NP_DTYPES and d == NP_DTYPES[DataType.BF16]
+
+
+def is_float_dtype(d: np.dtype) -> bool:
+    """Whether a NumPy dtype holds floats: NumPy's own (kind 'f') or ml_dtypes' bfloat16, whose
+    kind is 'V'."""
+    return d.kind == "f" or is_bf16(d)
 
 
 class EnumValue(NamedTuple):
@@ -314,7 +338,7 @@ def _conform_tensor(t: TensorType, value: Any, float64: bool, convert: bool, wha
     if arr.shape != t.shape:
         raise InterpreterError(f"{what}: expected {t}, got shape {arr.shape}")
     if explicit:
-        widened = float64 and t.dtype.is_float and arr.dtype.kind == "f"
+        widened = float64 and t.dtype.is_float and is_float_dtype(arr.dtype)
         ok = arr.dtype == NP_DTYPES[t.dtype] or widened
     else:
         kinds = {"bool": "b", "int": "biu", "float": "biuf"}[t.dtype.base.value]

@@ -14,6 +14,7 @@ import numpy as np
 
 from dlvm.interp.elementwise import BINARY
 from dlvm.interp.errors import InterpreterError
+from dlvm.interp.objects import is_bf16
 from dlvm.interp.registry import impl
 from dlvm.ir.values import Function
 from dlvm.ir.windows import window_padding
@@ -58,6 +59,11 @@ def _reduce(frame, inst, args):
     dims = tuple(sorted(inst.attrs["dims"]))
     comb = inst.attrs["comb"]
     dtype = frame.dtype(inst.type)
+    if comb == "add" and is_bf16(dtype):
+        # A bf16 sum accumulates in f64 and is rounded once, as compiled code's (docs/ir.md,
+        # "Reductions"); ml_dtypes would round after every add (256 + 1 is 256 in bf16).
+        wide = np.add.reduce(x.astype(np.float64), axis=dims, initial=float(init[()]))
+        return np.asarray(wide, dtype=dtype)
     if isinstance(comb, str) and comb in UFUNCS:
         return np.asarray(UFUNCS[comb].reduce(x, axis=dims, initial=init[()]), dtype=dtype)
     fn = combinator(frame, comb, dtype)

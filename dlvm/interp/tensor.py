@@ -7,13 +7,19 @@ from __future__ import annotations
 import numpy as np
 
 from dlvm.interp.errors import InterpreterError
+from dlvm.interp.objects import is_bf16, is_float_dtype
 from dlvm.interp.registry import impl
 
 
 @impl("dot")
 def _dot(frame, inst, args):
-    """Matrix product with a batch prefix (NumPy `matmul`); two vectors give a scalar."""
-    return np.asarray(np.matmul(args[0], args[1]), dtype=frame.dtype(inst.type))
+    """Matrix product with a batch prefix (NumPy `matmul`); two vectors give a scalar. bf16
+    operands are multiplied and summed in f32 and the result rounded once, as compiled code
+    does (and NumPy does for f16)."""
+    a, b = args
+    if is_bf16(a.dtype):
+        a, b = a.astype(np.float32), b.astype(np.float32)
+    return np.asarray(np.matmul(a, b), dtype=frame.dtype(inst.type))
 
 
 @impl("transpose")
@@ -110,7 +116,7 @@ def _random(frame, inst, args):
     shape = inst.attrs["shape"]
     dtype = frame.dtype(inst.type)
     rng = frame.interp.rng
-    if dtype.kind == "f":
+    if is_float_dtype(dtype):
         if hi < lo:
             raise InterpreterError(f"random range [{lo}, {hi}) is empty")
         r = rng.uniform(lo, hi, size=shape).astype(dtype)

@@ -20,7 +20,8 @@ class Base(enum.Enum):
 
 
 class DataType(enum.Enum):
-    """A scalar element type; `bool`, `i8`…`i64`, `f16`…`f64`."""
+    """A scalar element type; `bool`, `i8`…`i64`, `f16`…`f64`, `bf16` (bfloat16: f32's exponent
+    range, 8 bits of significand)."""
 
     BOOL = ("bool", Base.BOOL, 1)
     I8 = ("i8", Base.INT, 8)
@@ -30,6 +31,7 @@ class DataType(enum.Enum):
     F16 = ("f16", Base.FLOAT, 16)
     F32 = ("f32", Base.FLOAT, 32)
     F64 = ("f64", Base.FLOAT, 64)
+    BF16 = ("bf16", Base.FLOAT, 16)
 
     def __init__(self, text: str, base: Base, bits: int) -> None:
         self.text = text

@@ -10,7 +10,7 @@ from typing import NoReturn, cast
 import numpy as np
 
 from dlvm.diagnostics import Diagnostic, DiagnosticError
-from dlvm.ir.types import FunctionType, TensorType, TupleType, canonical
+from dlvm.ir.types import DataType, FunctionType, TensorType, TupleType, canonical
 from dlvm.ir.values import Module
 
 NUMPY_DTYPES = {
@@ -23,6 +23,19 @@ NUMPY_DTYPES = {
     "f32": np.float32,
     "f64": np.float64,
 }
+
+
+def _numpy_dtype(dt: DataType, index: int) -> np.dtype:
+    """The NumPy dtype an argument of element type dt is read as (bf16: ml_dtypes')."""
+    if dt.text in NUMPY_DTYPES:
+        return np.dtype(NUMPY_DTYPES[dt.text])
+    from dlvm.interp import InterpreterError
+    from dlvm.interp.objects import np_dtype
+
+    try:
+        return np_dtype(dt)
+    except InterpreterError as e:
+        raise _fail(f"argument {index}: {e}") from None
 
 
 def _fail(message: str) -> DiagnosticError:
@@ -50,7 +63,7 @@ def read_argument(text: str, ty, index: int, fname: str) -> np.ndarray:
     try:
         # A float past the type's range is infinity, as a literal of that type is: quietly.
         with np.errstate(over="ignore"):
-            arr: np.ndarray = np.asarray(value, dtype=NUMPY_DTYPES[t.dtype.text])
+            arr: np.ndarray = np.asarray(value, dtype=_numpy_dtype(t.dtype, index))
         # No silent truncation: 1.5 is not an i64, 2 is not a bool.
         exact = t.dtype.is_float or np.array_equal(arr, np.asarray(value))
     except (TypeError, ValueError, OverflowError):

@@ -44,7 +44,7 @@ class Interface:
 
 
 # The element types a train entry's step count can be passed in: the runtime converts its int64
-# count to each of them (dlvm.codegen.glue_layout.STEP_DTYPES; f16 is not one).
+# count to each of them (dlvm.codegen.glue_layout.STEP_DTYPES; f16 and bf16 are not).
 STEP_DTYPES = ("i8", "i16", "i32", "i64", "f32", "f64")
 
 

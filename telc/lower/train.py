@@ -358,7 +358,7 @@ class TrainLowerer:
 
     def step_error(self, t: ast.Train, ty: Type) -> NoReturn:
         """Reports an optimiser whose `step` cannot be given the step count, at `using`."""
-        if isinstance(ty, TensorType) and ty.shape == () and ty.dtype.text == "f16":
+        if isinstance(ty, TensorType) and ty.shape == () and ty.dtype.text in ("f16", "bf16"):
             fix = "train the model in f32, or use an optimiser whose step is declared f32 or i64"
         else:
             fix = "declare the optimiser's argument step: [] or step: i64"
