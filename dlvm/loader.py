@@ -140,6 +140,8 @@ class Tensor:
         to i32 when the values fit); anything else is a TypeError."""
         what = f"{where} '{self.name}'"
         arr = _as_array(value, what)
+        if self.dtype_name == "bf16" and arr.dtype != self.dtype and arr.dtype.kind in "biuf":
+            arr = _bf16(arr, self.dtype)
         if arr.dtype != self.dtype:
             ok = arr.dtype.kind in "biuf" and np.can_cast(arr.dtype, self.dtype, "same_kind")
             if not ok:
@@ -157,6 +159,20 @@ class Tensor:
                 f" got {dims(arr.shape)}"
             )
         return np.require(arr, dtype=self.dtype, requirements=["C_CONTIGUOUS", "ALIGNED"])
+
+
+def _bf16(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Numbers (bool, integers, floats) as bf16 elements of `dtype`: ml_dtypes.bfloat16, or
+    without ml_dtypes uint16 bits, which are taken as they are (already bf16) and every other
+    dtype rounded to nearest even through f32, NaN kept (quiet), as ml_dtypes rounds."""
+    if dtype.kind != "u":
+        return arr.astype(dtype)
+    if arr.dtype == dtype:
+        return arr
+    bits = np.ascontiguousarray(arr, np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16
+    quiet_nan = (bits >> 16) | 0x40
+    return np.where(np.isnan(bits.view(np.float32)), quiet_nan, rounded).astype(np.uint16)
 
 
 def _describe(value: Any) -> str:
@@ -188,7 +204,10 @@ def _pointer(arr: np.ndarray) -> int:
     # A ctypes view of a writable buffer gives the address in a quarter of the time of
     # arr.ctypes.data, which counts at batch 1 (a few calls per microsecond of model).
     if arr.flags.writeable and arr.size:
-        return ctypes.addressof(_BYTES.from_buffer(arr))  # type: ignore[arg-type]
+        try:
+            return ctypes.addressof(_BYTES.from_buffer(arr))  # type: ignore[arg-type]
+        except ValueError:  # ml_dtypes' bfloat16 has no buffer-protocol format
+            pass
     return arr.ctypes.data or _EMPTY.ctypes.data
 
 

@@ -18,6 +18,11 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+try:
+    import ml_dtypes
+except ImportError:  # the optional extra `bf16`: bf16 tensors are then uint16 arrays of the bits
+    ml_dtypes = None
+
 from dlvm import artifacts
 from dlvm.c_compiler import c_compiler
 from dlvm.diagnostics import BuildFailure
@@ -197,6 +202,7 @@ class DType(enum.IntEnum):
     F16 = 5
     F32 = 6
     F64 = 7
+    BF16 = 8
 
     @property
     def ir_name(self) -> str:
@@ -205,6 +211,8 @@ class DType(enum.IntEnum):
 
     @property
     def numpy(self) -> np.dtype:
+        """The NumPy dtype of the elements; bf16 is ml_dtypes.bfloat16 when ml_dtypes is
+        installed, else uint16 (the bits)."""
         return np.dtype(_NUMPY_TYPES[self])
 
     @property
@@ -224,7 +232,7 @@ class DType(enum.IntEnum):
         """The DType of a NumPy dtype in native byte order; ValueError for any other."""
         wanted = np.dtype(dtype)
         for member in cls:
-            if member.numpy == wanted:
+            if member.numpy == wanted and (member is not DType.BF16 or wanted.kind != "u"):
                 return member
         raise ValueError(f"NumPy dtype {wanted.str} has no dlrt_dtype")
 
@@ -238,6 +246,7 @@ _NUMPY_TYPES: dict[DType, type] = {
     DType.F16: np.float16,
     DType.F32: np.float32,
     DType.F64: np.float64,
+    DType.BF16: np.uint16 if ml_dtypes is None else ml_dtypes.bfloat16,
 }
 
 
@@ -415,6 +424,8 @@ class DLDataType(ctypes.Structure):
             code = DLDataTypeCode.Bool
         elif dtype in (DType.F16, DType.F32, DType.F64):
             code = DLDataTypeCode.Float
+        elif dtype is DType.BF16:
+            code = DLDataTypeCode.Bfloat
         else:
             code = DLDataTypeCode.Int
         return cls(code, 8 * dtype.size, 1)

@@ -21,6 +21,7 @@ from typing import TypeVar
 
 from dlvm.analysis.call_graph import CallGraph
 from dlvm.c_compiler import c_compiler
+from dlvm.codegen.bf16_products import products_in_f32
 from dlvm.codegen.cuda import ptx, ptx_object
 from dlvm.codegen.glue import check_spec, glue_source, header_source
 from dlvm.codegen.glue_cuda import CudaGlue, cuda_glue
@@ -78,7 +79,9 @@ def keep_reachable(module: Module, roots: set[str]) -> None:
 
 def schedule(module: Module, cpu: str = "native", cuda: bool = False, tf32: bool = False) -> Module:
     """compute-generation then compute-scheduling for `cpu`'s vector width (and for CUDA as
-    well with `cuda`, f32 products in TF32 with `tf32`): the module ends at stage schedule."""
+    well with `cuda`, f32 products in TF32 with `tf32`): the module ends at stage schedule.
+    bf16 products are taken in f32 first (dlvm.codegen.bf16_products)."""
+    products_in_f32(module)
     ComputeGeneration().run(module)
     ComputeScheduling(vector_bits(cpu), cuda, tf32).run(module)
     return module

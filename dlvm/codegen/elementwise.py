@@ -2,7 +2,9 @@
 llvmlite builder calls, with the interpreter's semantics (dlvm/interp/elementwise.py).
 
 f32 exp, tanh and log are inline approximations (dlvm.codegen.approx, ≤ 1.5 ulp) that vectorise;
-the other transcendental functions call what dlvm.codegen.math_functions picks for the type."""
+the other transcendental functions call what dlvm.codegen.math_functions picks for the type.
+bf16 is computed in f32 and rounded once to bf16 (to nearest even, as the interpreter's
+ml_dtypes): exact for + - × ÷ and √, whose f32 results have more than twice bf16's digits."""
 
 from __future__ import annotations
 
@@ -10,14 +12,20 @@ from llvmlite import ir
 
 from dlvm.codegen import approx
 from dlvm.codegen.errors import CodegenError
-from dlvm.codegen.llvm_types import value_type
+from dlvm.codegen.llvm_types import narrow, value_type
 from dlvm.codegen.math_functions import call_math, truncate
 from dlvm.ir.types import DataType
 
 _APPROX = {"exp": approx.exp_f32, "tanh": approx.tanh_f32, "log": approx.log_f32}
 
 
+def _in_f32(b: ir.IRBuilder, xs: list[ir.Value]) -> list[ir.Value]:
+    return [b.fpext(x, ir.FloatType()) for x in xs]
+
+
 def unary(b: ir.IRBuilder, op: str, x: ir.Value, dt: DataType) -> ir.Value:
+    if dt is DataType.BF16:
+        return b.fptrunc(unary(b, op, *_in_f32(b, [x]), DataType.F32), x.type)
     if op == "negate":
         return b.fneg(x) if dt.is_float else b.neg(x)
     if op == "square":
@@ -57,6 +65,8 @@ def _softplus(b: ir.IRBuilder, x: ir.Value, dt: DataType) -> ir.Value:
 
 
 def binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: DataType) -> ir.Value:
+    if dt is DataType.BF16:
+        return b.fptrunc(binary(b, op, *_in_f32(b, [x, y]), DataType.F32), x.type)
     if dt.is_bool:
         if op in ("and", "min", "multiply"):
             return b.and_(x, y)
@@ -179,6 +189,8 @@ _ORDERED = {
 
 def compare(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: DataType) -> ir.Value:
     cmp = _ORDERED[op]
+    if dt is DataType.BF16:
+        x, y = _in_f32(b, [x, y])
     if dt.is_float:
         # NumPy: every comparison with NaN is false except !=, which is true.
         return b.fcmp_unordered(cmp, x, y) if op == "notEqual" else b.fcmp_ordered(cmp, x, y)
@@ -194,10 +206,14 @@ def cast(b: ir.IRBuilder, x: ir.Value, src: DataType, dst: DataType) -> ir.Value
         return x
     if src.is_bool:
         if dst.is_float:
+            if dst is DataType.BF16:  # 0 or 1, exact in f32
+                return b.fptrunc(b.uitofp(x, ir.FloatType()), to)
             return b.uitofp(x, to)
         return b.zext(x, to)
     if src.is_float and dst.is_float:
-        return b.fpext(x, to) if dst.bits > src.bits else b.fptrunc(x, to)
+        if dst.bits == src.bits:  # f16 and bf16: through f32, which holds either exactly
+            return b.fptrunc(b.fpext(x, ir.FloatType()), to)
+        return b.fpext(x, to) if dst.bits > src.bits else narrow(b, x, to)
     if src.is_int and dst.is_int:
         return b.sext(x, to) if dst.bits > src.bits else b.trunc(x, to)
     raise CodegenError(f"cast from {src} to {dst}")
@@ -216,15 +232,17 @@ def convert(b: ir.IRBuilder, x: ir.Value, src: DataType, dst: DataType) -> ir.Va
         if src.is_int and dst.is_int and dst.bits < src.bits:
             return b.trunc(x, to)  # wraps, as NumPy and C do
         return cast(b, x, src, dst)
-    if src.is_int:  # to a float: rounds to nearest, ties to even
+    if src.is_int:  # to a float: rounds to nearest, ties to even (bf16: through f32, as ml_dtypes)
+        if dst is DataType.BF16:
+            return b.fptrunc(b.sitofp(x, ir.FloatType()), to)
         return b.sitofp(x, to)
     return _float_to_int(b, x, to)
 
 
 def _float_to_int(b: ir.IRBuilder, x: ir.Value, to: ir.Type) -> ir.Value:
     """Toward zero, saturated at the integer's range, NaN to 0: `llvm.fptosi.sat`, which
-    both x86-64 and NVPTX lower. f16 goes through f32 (exact) first."""
-    if str(x.type) == "half":
+    both x86-64 and NVPTX lower. f16 and bf16 go through f32 (exact) first."""
+    if str(x.type) in ("half", "bfloat"):
         x = b.fpext(x, ir.FloatType())
     suffix = "f32" if str(x.type) == "float" else "f64"
     fname = f"llvm.fptosi.sat.i{to.width}.{suffix}"

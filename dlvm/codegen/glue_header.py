@@ -137,7 +137,8 @@ def header_source(spec: LibrarySpec, cuda: CudaGlue | None = None) -> str:
         api["destroy"] + ";",
         "",
         "/* Entry points: every pointer is to contiguous row-major data of its dtype (bool is one",
-        "   byte, 0 or 1; f16 is its 16 bits); a scalar ([]) is a pointer to one element. */",
+        "   byte, 0 or 1; f16 and bf16 are their 16 bits); a scalar ([]) is a pointer to one",
+        "   element. */",
     ]
     names = {e.name: _arg_names(e) for e in spec.entries}
     for e in spec.entries:

@@ -31,9 +31,11 @@ DTYPES: dict[str, tuple[str, str, int]] = {
     "f16": ("uint16_t", "DLRT_F16", 2),
     "f32": ("float", "DLRT_F32", 4),
     "f64": ("double", "DLRT_F64", 8),
+    "bf16": ("uint16_t", "DLRT_BF16", 2),
 }
 
-# Step dtypes the runtime converts its int64 step count to (an f16 step count is not supported).
+# Step dtypes the runtime converts its int64 step count to (an f16 or bf16 step count is not
+# supported).
 STEP_DTYPES = ("i8", "i16", "i32", "i64", "f32", "f64")
 
 ENTRY_KINDS = ("infer", "train", "export")

@@ -45,10 +45,12 @@ from dlvm.codegen.llvm_types import (
     I1,
     I64,
     PTR,
+    BFloatType,
     byte_array,
     constant,
     load_element,
     memory_type,
+    narrow,
     store_element,
     value_type,
 )
@@ -287,13 +289,13 @@ class KernelGen:
             return
         # A float32 sum is accumulated in float64, so that a sum of many terms that cancel (a
         # batch norm's gradient sums 512 of them per channel) keeps float32 accuracy instead
-        # of losing digits; a float16 one too, rounded once as the interpreter's (NumPy's). In
+        # of losing digits; a float16 or bfloat16 one too, rounded once as the interpreter's. In
         # float64 the order no longer shows in the float32 result, so the adds may be
         # reassociated: LLVM then vectorises the loop (a [16 x 64 x 16 x 16] sum over all but
         # the channels, one thread: 0.18 -> 0.09 ms).
-        narrow = value_type(t.dtype)
-        wide = comb == "add" and isinstance(narrow, (ir.HalfType, ir.FloatType))
-        acc_slot = self.alloca(ir.DoubleType() if wide else narrow)
+        narrow_ty = value_type(t.dtype)
+        wide = comb == "add" and isinstance(narrow_ty, (ir.HalfType, ir.FloatType, BFloatType))
+        acc_slot = self.alloca(ir.DoubleType() if wide else narrow_ty)
 
         def at(out_idx: list[ir.Value]) -> None:
             self.memo.clear()
@@ -316,7 +318,7 @@ class KernelGen:
 
             loop_nest(b, [st.shape[d] for d in dims], inner)
             total = b.load(acc_slot)
-            self.store(out, out_idx, t, b.fptrunc(total, narrow) if wide else total)
+            self.store(out, out_idx, t, narrow(b, total, narrow_ty) if wide else total)
 
         self.each_output(t, at, begin, end)
 

@@ -2,14 +2,19 @@
 constants of them, and loads and stores of one element; and the integer and pointer types code
 generation uses throughout.
 
-Values in registers: floats as half/float/double, integers as iN, bools as i1 (stored as i8)."""
+Values in registers: floats as half/float/double, bf16 as LLVM's bfloat, integers as iN, bools as
+i1 (stored as i8). llvmlite's builder has no bfloat type: BFloatType is one, written `bfloat` in
+the module's text, which LLVM parses; elementwise code (dlvm.codegen.elementwise) computes bf16
+in f32 and rounds once, so LLVM sees bfloat only in loads, stores, fpext, fptrunc and selects."""
 
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 from llvmlite import ir
+from llvmlite.ir.types import _BaseFloatType
 
 from dlvm.ir.types import DataType
 
@@ -19,7 +24,42 @@ I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
 
-_FLOAT_TYPES = {16: ir.HalfType(), 32: ir.FloatType(), 64: ir.DoubleType()}
+
+def bf16_bits(value: float) -> int:
+    """The bits of the bf16 nearest to value (to nearest even; NaN quiet, past the range ±inf),
+    as ml_dtypes rounds: through f32, whose range bf16 shares."""
+    x = float(value)
+    if math.isnan(x):
+        return 0x7FC0
+    try:
+        bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    except OverflowError:  # past f32's range: infinity in f32 and in bf16
+        return 0xFF80 if x < 0 else 0x7F80
+    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+
+
+class BFloatType(_BaseFloatType):
+    """LLVM's `bfloat`, which llvmlite lacks; constants in LLVM's bfloat form `0xRXXXX`."""
+
+    null = "0.0"
+    intrinsic_name = "bf16"
+
+    def __str__(self) -> str:
+        return "bfloat"
+
+    def format_constant(self, value: float) -> str:
+        return f"0xR{bf16_bits(value):04X}"
+
+
+BFloatType._create_instance()
+BFLOAT = BFloatType()
+
+_FLOAT_TYPES = {
+    DataType.F16: ir.HalfType(),
+    DataType.F32: ir.FloatType(),
+    DataType.F64: ir.DoubleType(),
+    DataType.BF16: BFLOAT,
+}
 
 
 def value_type(dt: DataType) -> ir.Type:
@@ -27,8 +67,17 @@ def value_type(dt: DataType) -> ir.Type:
     if dt.is_bool:
         return I1
     if dt.is_float:
-        return _FLOAT_TYPES[dt.bits]
+        return _FLOAT_TYPES[dt]
     return ir.IntType(dt.bits)
+
+
+def narrow(b: ir.IRBuilder, x: ir.Value, to: ir.Type) -> ir.Value:
+    """x (a wider float) rounded to the float type `to`. To bfloat from f64 through f32, as
+    ml_dtypes rounds (and x86-64 has no f64 to bfloat instruction: LLVM would call
+    compiler-rt's __truncdfbf2, which the library is not linked with)."""
+    if isinstance(to, BFloatType) and isinstance(x.type, ir.DoubleType):
+        x = b.fptrunc(x, ir.FloatType())
+    return b.fptrunc(x, to)
 
 
 def memory_type(dt: DataType) -> ir.Type:
@@ -67,7 +116,7 @@ def constant(dt: DataType, value: int | float | bool) -> ir.Constant:
         return ir.Constant(I1, int(bool(value)))
     if dt.is_float:
         x = float(value)
-        if dt.bits == 16 and abs(x) >= _F16_INFINITE:
+        if dt is DataType.F16 and abs(x) >= _F16_INFINITE:
             x = math.copysign(math.inf, x)
         return ir.Constant(value_type(dt), x)
     return ir.Constant(value_type(dt), int(value))

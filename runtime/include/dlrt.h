@@ -143,7 +143,8 @@ typedef enum {
     DLRT_I64 = 4,
     DLRT_F16 = 5,
     DLRT_F32 = 6,
-    DLRT_F64 = 7
+    DLRT_F64 = 7,
+    DLRT_BF16 = 8 /* bfloat16: the high 16 bits of an f32 (as uint16_t in headers) */
 } dlrt_dtype;
 
 /* A named contiguous row-major tensor; rank 0 is a scalar (shape may then be NULL). */

@@ -13,6 +13,9 @@ static void dl_type(dlrt_dtype dtype, uint8_t *code, uint8_t *bits) {
     case DLRT_F64:
         *code = kDLFloat;
         break;
+    case DLRT_BF16:
+        *code = kDLBfloat;
+        break;
     default:
         *code = kDLInt;
         break;

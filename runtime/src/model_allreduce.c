@@ -101,7 +101,7 @@ dlrt_status dlrt_model_set_allreduce(const dlrt_model_spec *spec, dlrt_model *m,
 }
 
 static bool is_float(dlrt_dtype t) {
-    return t == DLRT_F16 || t == DLRT_F32 || t == DLRT_F64;
+    return t == DLRT_F16 || t == DLRT_F32 || t == DLRT_F64 || t == DLRT_BF16;
 }
 
 /* The hook on each run of float outputs of `g` in `block`; a failure names entry `e`. */

@@ -14,6 +14,7 @@
 static const char *const ir_names[] = {
     [DLRT_BOOL] = "bool", [DLRT_I8] = "i8",   [DLRT_I16] = "i16", [DLRT_I32] = "i32",
     [DLRT_I64] = "i64",   [DLRT_F16] = "f16", [DLRT_F32] = "f32", [DLRT_F64] = "f64",
+    [DLRT_BF16] = "bf16",
 };
 
 /* The code point of the UTF-8 sequence at *p (advanced past it); U+FFFD for a malformed one,
