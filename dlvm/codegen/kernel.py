@@ -283,8 +283,10 @@ class KernelGen:
         self.check_combinator(comb)
         dims = sorted(root.attrs["dims"])
         kept = [d for d in range(len(st.shape)) if d not in dims]
+        # (Not a bf16 sum: rounded to bf16 in out after every step, it would stop growing.)
+        bf16_sum = comb == "add" and t.dtype is DataType.BF16
         if not self.flat and dims and kept and kept[-1] == len(st.shape) - 1 and value_type(
-                t.dtype) == memory_type(t.dtype):  # fmt: skip
+                t.dtype) == memory_type(t.dtype) and not bf16_sum:  # fmt: skip
             self.reduce_rows(out, begin, end, dims, kept)
             return
         # A float32 sum is accumulated in float64, so that a sum of many terms that cancel (a

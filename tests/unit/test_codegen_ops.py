@@ -4,6 +4,7 @@ kernel meets. One library holds all the cases (one build), each case an exported
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from irlib import ir_library
@@ -195,6 +196,50 @@ case("dot-f16-batched-epilogue", ["<2 x 64 x 33 x f16>", "<2 x 33 x 65 x f16>",
      "<2 x 1 x 65 x f16>"], "<2 x 64 x 65 x f16>",
      "%d = dot %a: <2 x 64 x 33 x f16>, %b: <2 x 33 x 65 x f16>",
      "%r = add %d: <2 x 64 x 65 x f16>, %c: <2 x 1 x 65 x f16>")  # fmt: skip
+# bf16: stored in 16 bits, computed in f32 and rounded once to nearest even (elementwise,
+# exact as ml_dtypes' for + - × ÷; to a bf16 ulp for the transcendental functions), casts and
+# conversions through f32, literals past the range infinite; sums in f64 along a row and across
+# rows, products in f32 (a product with an epilogue; a convolution), each rounded once.
+case("bf16-elementwise", ["<3 x 37 x bf16>", "<3 x 37 x bf16>"], "<3 x 37 x bf16>",
+     "%m = multiply %a: <3 x 37 x bf16>, %b: <3 x 37 x bf16>",
+     "%e = exp %m: <3 x 37 x bf16>",
+     "%t = tanh %a: <3 x 37 x bf16>",
+     "%s = subtract %e: <3 x 37 x bf16>, %t: <3 x 37 x bf16>",
+     "%q = divide %s: <3 x 37 x bf16>, 3: bf16",
+     "%r = max %q: <3 x 37 x bf16>, -0.5: bf16")  # fmt: skip
+case("bf16-casts", ["<3 x 7 x f32>"], "<3 x 7 x bf16>",
+     "%s = multiply %a: <3 x 7 x f32>, 2.5: f32",
+     "%h = dataTypeCast %s: <3 x 7 x f32> to bf16",
+     "%f = dataTypeCast %h: <3 x 7 x bf16> to f16",
+     "%g = dataTypeCast %f: <3 x 7 x f16> to bf16",
+     "%d = dataTypeCast %g: <3 x 7 x bf16> to f64",
+     "%n = dataTypeCast %d: <3 x 7 x f64> to bf16",
+     "%i = convert %n: <3 x 7 x bf16> to i32",
+     "%b = convert %i: <3 x 7 x i32> to bool",
+     "%c = convert %b: <3 x 7 x bool> to bf16",
+     "%j = convert %i: <3 x 7 x i32> to bf16",
+     "%r = add %j: <3 x 7 x bf16>, %c: <3 x 7 x bf16>")  # fmt: skip
+case("bf16-literals", ["<5 x bf16>"], "<5 x bf16>", "%m = multiply %a: <5 x bf16>, 3e38: bf16",
+     "%r = add %m: <5 x bf16>, 1e39: bf16")  # fmt: skip
+case("bf16-compare-select", ["<4 x 9 x bf16>", "<1 x 9 x bf16>"], "<4 x 9 x bf16>",
+     "%p = lessThan %a: <4 x 9 x bf16>, %b: <1 x 9 x bf16>",
+     "%r = select %a: <4 x 9 x bf16>, %b: <1 x 9 x bf16> by %p: <4 x 9 x bool>")  # fmt: skip
+case("reduce-bf16-along-rows", ["<300 x 9 x bf16>"], "<9 x bf16>",
+     "%r = reduce %a: <300 x 9 x bf16> by add init 0: bf16 along 0")  # fmt: skip
+case("reduce-bf16", ["<4 x 300 x bf16>"], "<4 x bf16>",
+     "%r = reduce %a: <4 x 300 x bf16> by add init 1: bf16 along 1")  # fmt: skip
+case("reduce-bf16-max", ["<4 x 30 x bf16>"], "<30 x bf16>",
+     "%r = reduce %a: <4 x 30 x bf16> by max init -inf: bf16 along 0")  # fmt: skip
+case("dot-bf16", ["<70 x 40 x bf16>", "<40 x 130 x bf16>"], "<70 x 130 x bf16>",
+     "%r = dot %a: <70 x 40 x bf16>, %b: <40 x 130 x bf16>")  # fmt: skip
+case("dot-bf16-batched-epilogue", ["<2 x 64 x 33 x bf16>", "<2 x 33 x 65 x bf16>",
+     "<2 x 1 x 65 x bf16>"], "<2 x 64 x 65 x bf16>",
+     "%d = dot %a: <2 x 64 x 33 x bf16>, %b: <2 x 33 x 65 x bf16>",
+     "%r = add %d: <2 x 64 x 65 x bf16>, %c: <2 x 1 x 65 x bf16>")  # fmt: skip
+case("convolve-bf16", ["<2 x 4 x 7 x 6 x bf16>", "<6 x 2 x 3 x 2 x bf16>"],
+     "<2 x 6 x 4 x 3 x bf16>",
+     "%r = convolve %a: <2 x 4 x 7 x 6 x bf16> kernel %b: <6 x 2 x 3 x 2 x bf16> strides 2, 2 "
+     "padding (1, 1), (0, 1) groups 2")  # fmt: skip
 case("transpose-3d", ["<2 x 3 x 5 x f32>"], "<5 x 3 x 2 x f32>",
      "%r = transpose %a: <2 x 3 x 5 x f32>")  # fmt: skip
 case("reverse", ["<4 x 3 x 5 x f32>"], "<4 x 3 x 5 x f32>",
@@ -369,8 +414,8 @@ case("unary-f64-lgamma-erfc", ["<1 x 31 x f64>"], "<1 x 31 x f64>",
      "%l = lgamma %a: <1 x 31 x f64>",
      "%r = erfc %l: <1 x 31 x f64>")  # fmt: skip
 # softplus far into both tails ("wide": |x| up to 120), where e^x overflows f32 or is subnormal;
-# f16 is computed in f32.
-for _t in ["f32", "f64", "f16"]:
+# f16 and bf16 are computed in f32.
+for _t in ["f32", "f64", "f16", "bf16"]:
     case(f"unary-softplus-wide-{_t}", [f"<3 x 17 x {_t}>"], f"<3 x 17 x {_t}>",
          f"%r = softplus %a: <3 x 17 x {_t}>")  # fmt: skip
 for _op in COMPARE:
@@ -477,12 +522,16 @@ NP = {
     "f32": np.float32,
     "f64": np.float64,
     "f16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
     "i8": np.int8,
     "i16": np.int16,
     "i32": np.int32,
     "i64": np.int64,
     "bool": np.bool_,
 }
+
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def random_input(t: str, rng: np.random.Generator, name: str) -> np.ndarray:
@@ -530,15 +579,21 @@ def assert_matches(name: str, got: np.ndarray, expected: np.ndarray, f32: float 
     """A compiled case's result against the interpreter's: integers exactly; floats to `f32`
     relative (1e-12 for f64), and sums (products, convolutions, reductions), which a kernel may
     take in another order (tiles, slices, fused multiply-adds, blocks of GPU threads), to a few
-    ulp of the result's magnitude; f16 products accumulate in f16 on the CPU, so 1%."""
+    ulp of the result's magnitude; f16 products accumulate in f16 on the CPU, so 1%; bf16 to
+    one bf16 ulp (2^-8 to 2^-7 relative: f32 results that round differently near a tie)."""
     assert got.shape == expected.shape and got.dtype == expected.dtype
     if expected.dtype.kind in "biu":
         np.testing.assert_array_equal(got, expected)
         return
-    tol = {np.dtype(np.float64): 1e-12, np.dtype(np.float16): 1e-2}.get(expected.dtype, f32)
+    narrow = expected.dtype in (np.dtype(np.float16), BF16)
+    tol = {np.dtype(np.float64): 1e-12, np.dtype(np.float16): 1e-2, BF16: 8e-3}.get(
+        expected.dtype, f32
+    )
     atol = tol * 10
+    if expected.dtype == BF16:  # assert_allclose does not take ml_dtypes' arrays
+        got, expected = got.astype(np.float32), expected.astype(np.float32)
     if any(k in name for k in ("dot", "convolve", "reduce")) and expected.size:
-        tol *= 1 if expected.dtype == np.float16 else 5
+        tol *= 1 if narrow else 5
         atol = tol * max(1.0, float(np.abs(expected).max()))
     np.testing.assert_allclose(got, expected, rtol=tol, atol=atol)
 
