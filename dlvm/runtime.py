@@ -21,7 +21,7 @@ import numpy.typing as npt
 try:
     import ml_dtypes
 except ImportError:  # the optional extra `bf16`: bf16 tensors are then uint16 arrays of the bits
-    ml_dtypes = None
+    ml_dtypes = None  # type: ignore[assignment]
 
 from dlvm import artifacts
 from dlvm.c_compiler import c_compiler

@@ -19,13 +19,13 @@ from dlvm.ir.types import DataType
 _APPROX = {"exp": approx.exp_f32, "tanh": approx.tanh_f32, "log": approx.log_f32}
 
 
-def _in_f32(b: ir.IRBuilder, xs: list[ir.Value]) -> list[ir.Value]:
-    return [b.fpext(x, ir.FloatType()) for x in xs]
+def _in_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return b.fpext(x, ir.FloatType())
 
 
 def unary(b: ir.IRBuilder, op: str, x: ir.Value, dt: DataType) -> ir.Value:
     if dt is DataType.BF16:
-        return b.fptrunc(unary(b, op, *_in_f32(b, [x]), DataType.F32), x.type)
+        return b.fptrunc(unary(b, op, _in_f32(b, x), DataType.F32), x.type)
     if op == "negate":
         return b.fneg(x) if dt.is_float else b.neg(x)
     if op == "square":
@@ -66,7 +66,7 @@ def _softplus(b: ir.IRBuilder, x: ir.Value, dt: DataType) -> ir.Value:
 
 def binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: DataType) -> ir.Value:
     if dt is DataType.BF16:
-        return b.fptrunc(binary(b, op, *_in_f32(b, [x, y]), DataType.F32), x.type)
+        return b.fptrunc(binary(b, op, _in_f32(b, x), _in_f32(b, y), DataType.F32), x.type)
     if dt.is_bool:
         if op in ("and", "min", "multiply"):
             return b.and_(x, y)
@@ -190,7 +190,7 @@ _ORDERED = {
 def compare(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: DataType) -> ir.Value:
     cmp = _ORDERED[op]
     if dt is DataType.BF16:
-        x, y = _in_f32(b, [x, y])
+        x, y = _in_f32(b, x), _in_f32(b, y)
     if dt.is_float:
         # NumPy: every comparison with NaN is false except !=, which is true.
         return b.fcmp_unordered(cmp, x, y) if op == "notEqual" else b.fcmp_ordered(cmp, x, y)

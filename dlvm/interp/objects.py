@@ -17,7 +17,7 @@ import numpy as np
 try:
     import ml_dtypes
 except ImportError:  # the optional extra `bf16`: without it a bf16 value cannot be made
-    ml_dtypes = None
+    ml_dtypes = None  # type: ignore[assignment]
 
 from dlvm.interp.errors import InterpreterError
 from dlvm.ir.types import (

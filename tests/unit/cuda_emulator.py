@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import llvmlite.binding as llvm
+import ml_dtypes
 import numpy as np
 
 from dlvm.codegen.cuda import Launch, device_module
@@ -27,8 +28,9 @@ from dlvm.ir.types import TensorType
 from dlvm.ir.values import Function, Module
 
 SOURCE = Path(__file__).with_name("cuda_emulator.c")
-NP = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "bool": np.bool_, "i8": np.int8,
-      "i16": np.int16, "i32": np.int32, "i64": np.int64}  # fmt: skip
+NP = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32, "f64": np.float64,
+      "bool": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32,
+      "i64": np.int64}  # fmt: skip
 
 
 def host_text(device_ir: str) -> str:
