@@ -119,3 +119,16 @@ def test_dlpack_type_is_kdlbfloat_16():
     dl = DLDataType.of(DType.BF16)
     assert (dl.code, dl.bits, dl.lanes) == (DLDataTypeCode.Bfloat, 16, 1)
     assert DType.from_ir("bf16") is DType.BF16 and DType.BF16.numpy == BF16
+
+
+def test_without_ml_dtypes_numbers_round_to_bf16_bits():
+    """dlvm.load's bf16 arguments without ml_dtypes: uint16 bits, taken as they are, and other
+    numbers rounded as ml_dtypes rounds them (ties to even, NaN quiet, past the range inf)."""
+    from dlvm.loader import _bf16
+
+    bits = np.dtype(np.uint16)
+    x = np.array([1 + 2**-8, 1 + 3 * 2**-8, -2.5, np.nan, np.inf, 3.4e38, 1e-39], np.float32)
+    np.testing.assert_array_equal(_bf16(x, bits), x.astype(BF16).view(np.uint16))
+    np.testing.assert_array_equal(_bf16(np.array([3, -7]), bits), [0x4040, 0xC0E0])
+    raw = np.array([0x3F80, 0x7FC1], np.uint16)
+    assert _bf16(raw, bits) is raw
