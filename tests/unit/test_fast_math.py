@@ -95,3 +95,24 @@ def test_special_values(fast):
     )
     assert np.isnan(lg[3]) and np.isnan(lg[9])
     assert abs(lg[10] / np.log(1e-40) - 1) <= LOG_REL  # a subnormal input
+
+
+def test_the_flag_is_documented_and_part_of_the_cache_key():
+    from click.testing import CliRunner
+
+    from telc.cli import cli
+    from telc.driver import BuildOptions
+
+    for command in ("build", "run"):
+        text = CliRunner().invoke(cli, [command, "--help"]).stdout
+        assert "--fast-math" in text and "2e-6" in text, command
+    assert "--fast-math" in BuildOptions(fast_math=True).flags()
+    assert "--fast-math" not in BuildOptions().flags()
+
+
+def test_without_the_flag_no_kernel_is_scheduled_fastmath(tmp_path):
+    from dlvm.codegen.build import schedule
+
+    compiled = compile_snippet(str(tmp_path), SOURCE, "fast")
+    plain = schedule(compiled.module)
+    assert all(f.schedule is None or f.schedule.get("fastmath") == 0 for f in plain.functions)
