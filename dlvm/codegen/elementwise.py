@@ -1,23 +1,25 @@
 """One element of an elementwise instruction as LLVM IR: the table from DLVM operation names to
 llvmlite builder calls, with the interpreter's semantics (dlvm/interp/elementwise.py).
 
-f32 exp, tanh and log are inline approximations (dlvm.codegen.approx, ≤ 1.5 ulp) that vectorise;
-the other transcendental functions call what dlvm.codegen.math_functions picks for the type."""
+f32 exp, tanh and log are inline approximations (dlvm.codegen.approx, ≤ 1.5 ulp) that vectorise,
+or with `fast` (a kernel scheduled `fastmath 1`) dlvm.codegen.fast_math's shorter ones; the
+other transcendental functions call what dlvm.codegen.math_functions picks for the type."""
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from dlvm.codegen import approx
+from dlvm.codegen import approx, fast_math
 from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.llvm_types import value_type
 from dlvm.codegen.math_functions import call_math, truncate
 from dlvm.ir.types import DataType
 
 _APPROX = {"exp": approx.exp_f32, "tanh": approx.tanh_f32, "log": approx.log_f32}
+_FAST = {"exp": fast_math.exp_f32, "tanh": fast_math.tanh_f32, "log": fast_math.log_f32}
 
 
-def unary(b: ir.IRBuilder, op: str, x: ir.Value, dt: DataType) -> ir.Value:
+def unary(b: ir.IRBuilder, op: str, x: ir.Value, dt: DataType, fast: bool = False) -> ir.Value:
     if op == "negate":
         return b.fneg(x) if dt.is_float else b.neg(x)
     if op == "square":
@@ -39,6 +41,8 @@ def unary(b: ir.IRBuilder, op: str, x: ir.Value, dt: DataType) -> ir.Value:
         return _softplus(b, x, dt)
     if op == "digamma":
         raise CodegenError("digamma is not compiled yet (the interpreter has it)")
+    if fast and dt is DataType.F32 and op in _FAST:  # --fast-math: docs/ir.md, "Fast math"
+        return _FAST[op](b, x)
     if dt is DataType.F32 and op in _APPROX:  # vectorisable, ≤ 1.5 ulp
         return _APPROX[op](b, x)
     return call_math(b, op, [x])
