@@ -147,8 +147,11 @@ def inputs(case: str) -> dict[str, Any]:
     raise KeyError(case)
 
 
-def build(text: str, name: str, directory: Path, defines: dict[str, int]) -> Any:
-    """Compiles TEL `text` as `telc build -O2` does and loads the library."""
+def build(
+    text: str, name: str, directory: Path, defines: dict[str, int], fast_math: bool = False
+) -> Any:
+    """Compiles TEL `text` as `telc build -O2` does (with `--fast-math`: `fast_math`) and loads
+    the library."""
     import dlvm
     from dlvm.codegen.build import build_library
     from telc.driver import compile_text, optimize
@@ -158,7 +161,7 @@ def build(text: str, name: str, directory: Path, defines: dict[str, int]) -> Any
     compiled = compile_text(str(src), text, defines)
     optimize(compiled.module)
     path = directory / f"{name}.so"
-    build_library(compiled.module, compiled.spec, path)
+    build_library(compiled.module, compiled.spec, path, fast_math=fast_math)
     return dlvm.load(path, seed=0)
 
 

@@ -137,7 +137,14 @@ def _build_library(
             cleanup.callback(shutil.rmtree, workspace, True)
         gpu = options.gpu if options.target == "cuda" else None
         built = library.build_so(
-            compiled, workspace / name, options.cpu, timings, options.level, gpu, options.tf32
+            compiled,
+            workspace / name,
+            options.cpu,
+            timings,
+            options.level,
+            gpu,
+            options.tf32,
+            options.fast_math,
         )
         report.update(library.describe(built.module, compiled.spec))
         source = workspace

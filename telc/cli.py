@@ -238,6 +238,13 @@ _codegen = _options(
         "10 bits of mantissa, f32 sums), as cuBLAS does when TF32 is allowed.",
     ),
     click.option(
+        "--fast-math",
+        is_flag=True,
+        help="Compute f32 exp, tanh (so nn's sigmoid) and log in CPU kernels with faster "
+        "approximations: within 2e-6 relative of the exact result instead of 2 ulp (docs/ir.md, "
+        '"Fast math"). f64 and the other functions are unchanged.',
+    ),
+    click.option(
         "--cpu", default="native", show_default=True, help="Target CPU: native, x86-64-v3, znver4…"
     ),
     click.option(
@@ -322,9 +329,16 @@ def _onnx_options(
 
 
 def _build_options(
-    defines: Any, level: str, target: str, cpu: str, gpu: str, tf32: bool, distributed: bool
+    defines: Any,
+    level: str,
+    target: str,
+    cpu: str,
+    gpu: str,
+    tf32: bool,
+    distributed: bool,
+    fast_math: bool,
 ) -> BuildOptions:
-    return BuildOptions(tuple(defines), int(level), target, cpu, gpu, tf32, distributed)
+    return BuildOptions(tuple(defines), int(level), target, cpu, gpu, tf32, distributed, fast_math)
 
 
 def _chatter(quiet: bool, verbose: bool) -> None:
@@ -427,6 +441,7 @@ def build(
     gpu: str,
     tf32: bool,
     distributed: bool,
+    fast_math: bool,
     no_cache: bool,
     defines: Any,
     quiet: bool,
@@ -441,7 +456,7 @@ def build(
     onnx = _onnx_options(file, shapes, values, train_loss, labels, optimizer)
     if emit == "obj" and not output and sys.stdout.isatty():
         raise click.UsageError("--emit obj writes binary: give -o FILE.o (or a pipe)")
-    options = _build_options(defines, level, target, cpu, gpu, tf32, distributed)
+    options = _build_options(defines, level, target, cpu, gpu, tf32, distributed, fast_math)
     progress = Progress(quiet, verbose)  # stderr only: stdout carries the emitted text
     library = Path(output or Path(file).stem + ".so") if emit == "so" else None
     warnings: list[str] = []
@@ -558,6 +573,7 @@ def run(
     gpu: str,
     tf32: bool,
     distributed: bool,
+    fast_math: bool,
     no_cache: bool,
     defines: Any,
     quiet: bool,
@@ -574,7 +590,7 @@ def run(
     onnx = _onnx_options(file, shapes, values, train_loss, labels, optimizer)
     if device.startswith("cuda"):
         target = "cuda"  # the library must hold the kernels
-    options = _build_options(defines, level, target, cpu, gpu, tf32, distributed)
+    options = _build_options(defines, level, target, cpu, gpu, tf32, distributed, fast_math)
     progress = Progress(quiet, verbose)
     warnings: list[str] = []
     err = console()

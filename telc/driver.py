@@ -90,6 +90,7 @@ class BuildOptions:
     gpu: str = DEFAULT_GPU  # the CUDA architecture of --target cuda and --emit ptx
     tf32: bool = False  # f32 products in TF32 on tensor cores (CUDA)
     distributed: bool = False  # each train entry also in halves (docs/distributed.md)
+    fast_math: bool = False  # f32 exp, tanh, log of CPU kernels in fast math (docs/ir.md)
 
     @property
     def values(self) -> dict[str, int | float]:
@@ -104,6 +105,8 @@ class BuildOptions:
             fixed.append("--tf32")
         if self.distributed:
             fixed.append("--distributed")
+        if self.fast_math:
+            fixed.append("--fast-math")
         return fixed + [f"-D {n}={v!r}" for n, v in sorted(self.defines)]
 
 

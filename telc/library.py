@@ -31,7 +31,8 @@ def emit_stage(
             ComputeGeneration().run(module)
         return module_text(module)
     with timings.stage("compute stages"):
-        schedule(module, cpu, cuda=options.target == "cuda" or stage == "ptx", tf32=options.tf32)
+        cuda = options.target == "cuda" or stage == "ptx"
+        schedule(module, cpu, cuda, options.tf32, options.fast_math)
     if stage == "schedule":
         return module_text(module)
     if stage == "ptx":
@@ -52,13 +53,16 @@ def build_so(
     level: int = 2,
     gpu: str | None = None,
     tf32: bool = False,
+    fast_math: bool = False,
 ) -> BuildResult:
     """Builds the shipped library (with CUDA kernels for `gpu` when given); each
     code-generation step is named to timings as it begins and its time added after the
-    frontend's. compiled.module is left as it was; the result holds the scheduled module."""
+    frontend's; `fast_math` as --fast-math. compiled.module is left as it was; the result
+    holds the scheduled module."""
     timings = timings if timings is not None else Timings()
     llvm_level = OPT_LEVELS[level].llvm
-    target = Target(cpu, llvm_level, cuda=gpu is not None, gpu=gpu or DEFAULT_GPU, tf32=tf32)
+    target = Target(cpu, llvm_level, cuda=gpu is not None, gpu=gpu or DEFAULT_GPU, tf32=tf32,
+                    fast_math=fast_math)  # fmt: skip
     build = LibraryBuild(compiled.module, compiled.spec, Path(output), target, timings.started)
     result = build.run()
     timings.stages.extend(result.timings)

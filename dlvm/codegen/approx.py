@@ -39,7 +39,8 @@ def _c(v: float) -> ir.Constant:
     return ir.Constant(F32, v)
 
 
-def _intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
+def f32_intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
+    """A call of the f32 LLVM intrinsic `llvm.NAME.f32` (declared once per module)."""
     fname = f"llvm.{name}.f32"
     fn = b.module.globals.get(fname) or ir.Function(
         b.module, ir.FunctionType(F32, [F32] * len(args)), fname
@@ -59,7 +60,7 @@ def _horner(
 
 def _fmuladd(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
     """x·y + z, fused into one rounding where the target has FMA (llvm.fmuladd)."""
-    return _intrinsic(b, "fmuladd", [x, y, z])
+    return f32_intrinsic(b, "fmuladd", [x, y, z])
 
 
 def _pow2(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
@@ -71,7 +72,7 @@ def _pow2(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
 def exp_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     lo, hi = _c(EXP_LO), _c(EXP_HI)
     xc = b.select(b.fcmp_ordered(">", x, hi), hi, b.select(b.fcmp_ordered("<", x, lo), lo, x))
-    n = _intrinsic(b, "floor", [b.fadd(b.fmul(xc, _c(1.44269504088896341)), _c(0.5))])
+    n = f32_intrinsic(b, "floor", [b.fadd(b.fmul(xc, _c(1.44269504088896341)), _c(0.5))])
     r = b.fsub(b.fsub(xc, b.fmul(n, _c(0.693359375))), b.fmul(n, _c(-2.12194440e-4)))
     p = _horner(b, r, _EXP_POLY)
     y = b.fadd(b.fadd(b.fmul(b.fmul(p, r), r), r), _c(1.0))
@@ -84,13 +85,13 @@ def exp_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 
 def tanh_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    a = _intrinsic(b, "fabs", [x])
+    a = f32_intrinsic(b, "fabs", [x])
     z = b.fmul(x, x)
     small = _fmuladd(b, b.fmul(_horner(b, z, _TANH_POLY, fused=True), z), x, x)
     big = b.fsub(_c(1.0), b.fdiv(_c(2.0), b.fadd(_exp_0_20(b, a), _c(1.0))))
     # Unordered: a NaN takes the polynomial, which keeps it.
     y = b.select(b.fcmp_unordered("<", a, _c(0.625)), small, big)
-    return _intrinsic(b, "copysign", [y, x])  # tanh(-0) is -0
+    return f32_intrinsic(b, "copysign", [y, x])  # tanh(-0) is -0
 
 
 def _exp_0_20(b: ir.IRBuilder, a: ir.Value) -> ir.Value:

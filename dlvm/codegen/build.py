@@ -77,13 +77,20 @@ def keep_reachable(module: Module, roots: set[str]) -> None:
         module.remove_function(f)
 
 
-def schedule(module: Module, cpu: str = "native", cuda: bool = False, tf32: bool = False) -> Module:
+def schedule(
+    module: Module,
+    cpu: str = "native",
+    cuda: bool = False,
+    tf32: bool = False,
+    fast_math: bool = False,
+) -> Module:
     """compute-generation then compute-scheduling for `cpu`'s vector width (and for CUDA as
-    well with `cuda`, f32 products in TF32 with `tf32`): the module ends at stage schedule.
-    bf16 products are taken in f32 first (dlvm.codegen.bf16_products)."""
+    well with `cuda`, f32 products in TF32 with `tf32`; the CPU kernels' f32 exp, tanh and log
+    in fast math with `fast_math`): the module ends at stage schedule. bf16 products are taken
+    in f32 first (dlvm.codegen.bf16_products)."""
     products_in_f32(module)
     ComputeGeneration().run(module)
-    ComputeScheduling(vector_bits(cpu), cuda, tf32).run(module)
+    ComputeScheduling(vector_bits(cpu), cuda, tf32, fast_math).run(module)
     return module
 
 
@@ -91,7 +98,8 @@ def schedule(module: Module, cpu: str = "native", cuda: bool = False, tf32: bool
 class Target:
     """What a library is built for: the CPU (`cpu`, LLVM level `opt`, the C compiler command
     `cc`, default $CC, split into words as a shell would: dlvm.c_compiler), and with `cuda`
-    the GPU architecture `gpu` as well (f32 products in TF32 on tensor cores with `tf32`).
+    the GPU architecture `gpu` as well (f32 products in TF32 on tensor cores with `tf32`);
+    `fast_math`: the CPU kernels' f32 exp, tanh and log by dlvm.codegen.fast_math.
     `quick_link` links with gold where it is installed (a third faster than the default
     linker), for a library this process alone loads (NNKit's first tier): a shipped library
     must not depend on what links it."""
@@ -103,6 +111,7 @@ class Target:
     gpu: str = DEFAULT_GPU
     tf32: bool = False
     quick_link: bool = False
+    fast_math: bool = False
 
 
 @dataclass(frozen=True)
@@ -168,7 +177,8 @@ class LibraryBuild:
             module = copy.deepcopy(given)
             keep_reachable(module, roots)
             if module.stage != "schedule":
-                schedule(module, self.target.cpu, self.target.cuda, self.target.tf32)
+                target = self.target
+                schedule(module, target.cpu, target.cuda, target.tf32, target.fast_math)
             return module
 
         return self.step("compute stages", prepare)
@@ -250,10 +260,12 @@ def build_library(
     gpu: str = DEFAULT_GPU,
     tf32: bool = False,
     quick_link: bool = False,
+    fast_math: bool = False,
 ) -> BuildResult:
     """Writes output (the .so), output with suffix .h, and dlrt.h beside them (a LibraryBuild
-    for Target(cpu, opt, cc, cuda, gpu, tf32, quick_link)); `module` is left as it was."""
-    target = Target(cpu, opt, cc, cuda, gpu, tf32, quick_link)
+    for Target(cpu, opt, cc, cuda, gpu, tf32, quick_link, fast_math)); `module` is left as it
+    was."""
+    target = Target(cpu, opt, cc, cuda, gpu, tf32, quick_link, fast_math)
     return LibraryBuild(module, spec, output, target, progress).run()
 
 

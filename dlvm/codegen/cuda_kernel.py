@@ -29,6 +29,7 @@ class CudaKernelGen(KernelGen):
     def __init__(self, module: ir.Module, fn: Function) -> None:
         super().__init__(module, fn, kernel_symbol(fn), None)
         self.flat = True
+        self.fast_math = False  # `fastmath` is the CPU schedule's: GPU kernels stay accurate
         self.body.attributes.add("alwaysinline")
 
     def declare_entry(self, symbol: str) -> ir.Function:

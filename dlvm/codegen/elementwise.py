@@ -1,8 +1,9 @@
 """One element of an elementwise instruction as LLVM IR: the table from DLVM operation names to
 llvmlite builder calls, with the interpreter's semantics (dlvm/interp/elementwise.py).
 
-f32 exp, tanh and log are inline approximations (dlvm.codegen.approx, ≤ 1.5 ulp) that vectorise;
-the other transcendental functions call what dlvm.codegen.math_functions picks for the type.
+f32 exp, tanh and log are inline approximations (dlvm.codegen.approx, ≤ 1.5 ulp) that vectorise,
+or with `fast` (a kernel scheduled `fastmath 1`) dlvm.codegen.fast_math's shorter ones; the
+other transcendental functions call what dlvm.codegen.math_functions picks for the type.
 bf16 is computed in f32 and rounded once to bf16 (to nearest even, as the interpreter's
 ml_dtypes): exact for + - × ÷ and √, whose f32 results have more than twice bf16's digits."""
 
@@ -10,22 +11,23 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from dlvm.codegen import approx
+from dlvm.codegen import approx, fast_math
 from dlvm.codegen.errors import CodegenError
 from dlvm.codegen.llvm_types import narrow, value_type
 from dlvm.codegen.math_functions import call_math, truncate
 from dlvm.ir.types import DataType
 
 _APPROX = {"exp": approx.exp_f32, "tanh": approx.tanh_f32, "log": approx.log_f32}
+_FAST = {"exp": fast_math.exp_f32, "tanh": fast_math.tanh_f32, "log": fast_math.log_f32}
 
 
 def _in_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return b.fpext(x, ir.FloatType())
 
 
-def unary(b: ir.IRBuilder, op: str, x: ir.Value, dt: DataType) -> ir.Value:
+def unary(b: ir.IRBuilder, op: str, x: ir.Value, dt: DataType, fast: bool = False) -> ir.Value:
     if dt is DataType.BF16:
-        return b.fptrunc(unary(b, op, _in_f32(b, x), DataType.F32), x.type)
+        return b.fptrunc(unary(b, op, _in_f32(b, x), DataType.F32, fast), x.type)
     if op == "negate":
         return b.fneg(x) if dt.is_float else b.neg(x)
     if op == "square":
@@ -47,6 +49,8 @@ def unary(b: ir.IRBuilder, op: str, x: ir.Value, dt: DataType) -> ir.Value:
         return _softplus(b, x, dt)
     if op == "digamma":
         raise CodegenError("digamma is not compiled yet (the interpreter has it)")
+    if fast and dt is DataType.F32 and op in _FAST:  # --fast-math: docs/ir.md, "Fast math"
+        return _FAST[op](b, x)
     if dt is DataType.F32 and op in _APPROX:  # vectorisable, ≤ 1.5 ulp
         return _APPROX[op](b, x)
     return call_math(b, op, [x])

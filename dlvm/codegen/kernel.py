@@ -158,6 +158,8 @@ class KernelGen:
         # the body's range counts (image, block) pairs.
         split = sched.get("split", 1) if sched is not None else 1
         self.conv_split = split if self.core.opcode == "convolve" and split > 1 else 1
+        # f32 exp, tanh and log by dlvm.codegen.fast_math (compute-scheduling's `fastmath`).
+        self.fast_math = sched is not None and sched.get("fastmath") == 1
 
     # The two functions ---------------------------------------------------------------------
 
@@ -775,7 +777,7 @@ class KernelGen:
             if op == "not":
                 return b.not_(operands[0])
             if len(operands) == 1:
-                return unary(b, op, operands[0], t.dtype)
+                return unary(b, op, operands[0], t.dtype, self.fast_math)
             return binary(b, op, operands[0], operands[1], t.dtype)
         if op == "select":
             for o in v.operands:

@@ -13,6 +13,10 @@ that more threads than images get work (a convolution that runs as dot products 
 kernel's rows, dlvm.codegen.conv_rows, cuts its output channels into the S blocks instead).
 A host function gets `[schedule host]`.
 
+With `fast_math` (`telc build --fast-math`), a CPU kernel that computes an f32 `exp`, `tanh` or
+`log` adds `fastmath 1`: code generation computes those with the faster approximations of
+dlvm.codegen.fast_math (docs/ir.md, "Fast math") instead of the 2-ulp ones.
+
 Scheduling for CUDA as well (`cuda=True`, a library that runs on either device) gives every
 `[compute]` function a second line, its GPU launch:
 - a matrix product of floats with at least a tile's worth of outputs (64 × 64),
@@ -68,6 +72,8 @@ CUDA_THREADS = (16, 16)
 # which may be applied in any order (float sums then agree to rounding).
 CUDA_BLOCK_OUTPUTS = 1 << 16
 BLOCK_COMBINATORS = ("add", "multiply", "max", "min")
+# The operations `fastmath 1` computes with dlvm.codegen.fast_math (f32 only).
+FAST_MATH_OPS = ("exp", "tanh", "log")
 
 
 class ComputeScheduling(Pass):
@@ -82,11 +88,16 @@ class ComputeScheduling(Pass):
     default_tf32 = False
 
     def __init__(
-        self, vector_bits: int = 256, cuda: bool | None = None, tf32: bool | None = None
+        self,
+        vector_bits: int = 256,
+        cuda: bool | None = None,
+        tf32: bool | None = None,
+        fast_math: bool = False,
     ) -> None:
         self.vector_bits = vector_bits
         self.cuda = self.default_cuda if cuda is None else cuda
         self.tf32 = self.default_tf32 if tf32 is None else tf32
+        self.fast_math = fast_math
 
     def run(self, module: Module) -> bool:
         changed = module.stage != "schedule"
@@ -129,7 +140,15 @@ class ComputeScheduling(Pass):
                 items.append(("columns", (columns,)))
             if split > 1:
                 items.append(("split", (split,)))
+        if self.fast_math and any(_fast_math_op(i) for i in fn.blocks[0].instructions):
+            items.append(("fastmath", (1,)))
         return Schedule("cpu", tuple(items))
+
+
+def _fast_math_op(inst: Instruction) -> bool:
+    """Whether --fast-math computes `inst` differently: an f32 exp, tanh or log."""
+    t = inst.type
+    return inst.opcode in FAST_MATH_OPS and isinstance(t, TensorType) and t.dtype is DataType.F32
 
 
 def conv_split(batch: int, rows: int) -> int:

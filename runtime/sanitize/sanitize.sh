@@ -1,7 +1,8 @@
 #!/bin/sh
 # sanitize.sh: `make sanitize` (docs/c-abi.md section 9). Builds samples/xor.tel's library (its
-# glue and the runtime) with AddressSanitizer + UBSan and runs xor_driver.c through it (train,
-# save, load, broken files, misuse, two threads saving to one path), every C test of the runtime
+# glue and the runtime; with --distributed) with AddressSanitizer + UBSan and runs xor_driver.c
+# through it (train, save, load, broken files, misuse, the all-reduce hook, two threads saving to
+# one path), every C test of the runtime
 # and the C-entry fuzzer; builds it with ThreadSanitizer and runs the driver and the thread
 # pool's and atomic saves' tests; builds it for x86-64-v3 without sanitizers and runs the driver
 # under valgrind where valgrind exists. Stops at the first failure.
@@ -82,20 +83,20 @@ run() {
 wrapper cc-asan "$ASAN"
 wrapper cc-tsan "$TSAN"
 
-build asan "$OUT/cc-asan"
+build asan "$OUT/cc-asan" --distributed
 step "asan: xor_driver"
 run "$OUT/asan/xor_driver" "$OUT/asan/files"
 c_tests "$OUT/cc-asan" $(cd runtime/tests && ls test_*.c | sed 's/\.c$//')
 step "asan: the C-entry fuzzer (tests/unit/test_fuzz_c_entries.py) on an instrumented library"
 CC=$CC_BASE DLVM_FUZZ_ASAN=1 "$BIN/pytest" -q -p no:cacheprovider tests/unit/test_fuzz_c_entries.py
 
-build tsan "$OUT/cc-tsan"
+build tsan "$OUT/cc-tsan" --distributed
 step "tsan: xor_driver"
 run "$OUT/tsan/xor_driver" "$OUT/tsan/files"
 c_tests "$OUT/cc-tsan" test_threadpool test_safetensors_atomic
 
 if command -v valgrind >/dev/null && [ "$(uname -m)" = x86_64 ]; then
-    build valgrind "$CC_BASE" --cpu x86-64-v3
+    build valgrind "$CC_BASE" --cpu x86-64-v3 --distributed
     step "valgrind: xor_driver"
     DLRT_NUM_THREADS=2 valgrind --quiet --error-exitcode=1 --leak-check=full \
         --errors-for-leak-kinds=definite "$OUT/valgrind/xor_driver" "$OUT/valgrind/files"

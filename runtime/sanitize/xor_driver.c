@@ -1,8 +1,9 @@
 /* xor_driver.c: the workload of `make sanitize` (runtime/sanitize/sanitize.sh), a program using
  * the library of samples/xor.tel built with sanitizers (or run under valgrind): it trains the
  * model, saves and loads checkpoints, loads broken ones, misuses every function (NULLs, unknown
- * names and devices, hostile DLTensors), and trains two models on two threads that save to one
- * path. A wrong result is a message and exit status 1; the sanitizers stop it at the first
+ * names and devices, hostile DLTensors), trains through the all-reduce hook of a library built
+ * with --distributed (a hook that doubles the sums, as two equal ranks would, and one that
+ * fails), and trains two models on two threads that save to one path. A wrong result is a message and exit status 1; the sanitizers stop it at the first
  * memory error, data race or undefined behaviour.
  *
  * Usage: xor_driver DIRECTORY (where its files go). */
@@ -183,6 +184,57 @@ static void test_misuse(void) {
     xor_destroy(NULL);
 }
 
+/* A hook standing for two ranks with the same gradients: each sum is twice the value. */
+static int32_t doubling(void *ctx, void *buffer, int64_t count, dlrt_dtype dtype,
+                        DLDevice device) {
+    if (dtype != DLRT_F32 || device.device_type != kDLCPU) {
+        return 2;
+    }
+    float *sums = buffer;
+    for (int64_t i = 0; i < count; i++) {
+        sums[i] *= 2;
+    }
+    ++*(int *)ctx;
+    return 0;
+}
+
+/* A hook that writes garbage (half-done sums) and fails. */
+static int32_t failing(void *ctx, void *buffer, int64_t count, dlrt_dtype dtype,
+                       DLDevice device) {
+    (void)ctx, (void)device;
+    memset(buffer, 0xff, (size_t)count * (dtype == DLRT_F64 ? 8 : dtype == DLRT_F16 ? 2 : 4));
+    return 7;
+}
+
+static void test_allreduce(void) {
+    xor_model *plain = create(5), *ranked = create(5);
+    int calls = 0;
+    float w[XOR_PARAM_W1_SIZE], v[XOR_PARAM_W1_SIZE], loss = 0;
+    EXPECT(xor_set_allreduce(ranked, doubling, &calls, 2) == DLRT_OK, "set_allreduce");
+    for (int i = 0; i < 20; i++) {
+        float a = -1, b = -2;
+        EXPECT(xor_train_step(plain, X, LABELS, &a) == DLRT_OK, "plain step %d", i);
+        EXPECT(xor_train_step(ranked, X, LABELS, &b) == DLRT_OK, "ranked step %d", i);
+        EXPECT(a == b, "step %d: the same loss, %g and %g", i, (double)a, (double)b);
+    }
+    EXPECT(calls == 20, "the hook ran once a step (%d)", calls);
+    xor_get_param(plain, "W1", w);
+    xor_get_param(ranked, "W1", v);
+    EXPECT(memcmp(w, v, sizeof w) == 0, "two equal ranks train exactly as one");
+    EXPECT(xor_set_allreduce(ranked, failing, NULL, 2) == DLRT_OK, "set a failing hook");
+    EXPECT_ERROR(xor_train_step(ranked, X, LABELS, &loss), DLRT_ERR_COLLECTIVE,
+                 "xor_train_step: the all-reduce hook failed");
+    xor_get_param(ranked, "W1", v);
+    EXPECT(memcmp(w, v, sizeof w) == 0, "a failed step changes nothing");
+    EXPECT_ERROR(xor_set_allreduce(ranked, doubling, &calls, 0), DLRT_ERR_INVALID_ARGUMENT,
+                 "xor_set_allreduce: ranks is 0");
+    EXPECT_ERROR(xor_set_allreduce(NULL, doubling, &calls, 2), DLRT_ERR_INVALID_ARGUMENT,
+                 "xor_set_allreduce: argument 'm' is NULL");
+    EXPECT(xor_set_allreduce(ranked, doubling, &calls, 2) == DLRT_OK, "set again");
+    xor_destroy(plain); /* `ranked` keeps its hook and block: destroy frees both */
+    xor_destroy(ranked);
+}
+
 /* Two threads, each training its own model and saving it to one path every few steps. */
 static void *trainer(void *arg) {
     char path[512];
@@ -216,6 +268,7 @@ int main(int argc, char **argv) {
     test_save_load();
     test_broken_files();
     test_misuse();
+    test_allreduce();
     test_threads();
     if (failures > 0) {
         fprintf(stderr, "xor_driver: %d checks failed\n", failures);

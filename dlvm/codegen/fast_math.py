@@ -1,0 +1,114 @@
+"""The f32 exp, tanh and log of `telc build --fast-math` (a kernel scheduled `fastmath 1`):
+shorter straight-line approximations than dlvm.codegen.approx's, with every step a multiply-add
+where one fits, no per-element branch and no table, so that a kernel's loop vectorises into
+fewer instructions. The bounds below are measured against float64 over dense sweeps
+(tests/unit/test_fast_math.py) and documented in docs/ir.md, "Fast math".
+
+- exp: x clamped to [-104, 89] (a NaN passes through), n = round(x / ln 2) by adding 1.5·2^23,
+  r = x - n·ln 2 in two multiply-adds, Cephes' degree-6 polynomial for e^r, and 2^n applied as
+  two factors so that n in [-150, 128] needs no range check: above 88.72 the product overflows
+  to +inf, below -87.34 it rounds into the subnormals and to 0 as the exact result does.
+- tanh: a rational function, odd degree 13 over even degree 6 in x clamped to ±7.9053 (where
+  tanh is within 2.7e-7 of 1; Eigen's generic_fast_tanh_float coefficients): one division, no
+  exp; ±1 exactly past the clamp. tanh(±0) = ±0, NaN stays NaN.
+- log: x = m · 2^e with m in [√½, √2) from the bits (subnormal inputs scaled first), then
+  f - f²/2 + f³·p(f) for f = m - 1 with p of degree 5 (fitted to the relative error, where the
+  accurate log's has degree 9); log(±0) = -inf, log(+inf) = +inf, x < 0 and NaN give NaN."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from dlvm.codegen.approx import F32, I32, f32_intrinsic
+
+_ROUND = 12582912.0  # 1.5·2^23: added, rounds to an integer held in the low mantissa bits
+_LOG2E = 1.44269504088896341
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
+_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+             1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
+_EXP_CLAMP = (-104.0, 89.0)
+_TANH_CLAMP = 7.90531110763549805
+_TANH_NUM = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+             5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+             4.89352455891786e-03)  # fmt: skip
+_TANH_DEN = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+             4.89352518554385e-03)  # fmt: skip
+_LOG_POLY = (-0.1007217988371849, 0.15988348424434662, -0.17154543101787567,
+             0.19928044080734253, -0.24982571601867676, 0.3333420753479004)  # fmt: skip
+
+
+def _c(v: float) -> ir.Constant:
+    return ir.Constant(F32, v)
+
+
+def _i(v: int) -> ir.Constant:
+    return ir.Constant(I32, v)
+
+
+def _fma(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
+    """x·y + z, one rounding where the target has FMA (llvm.fmuladd)."""
+    return f32_intrinsic(b, "fmuladd", [x, y, z])
+
+
+def _horner(b: ir.IRBuilder, x: ir.Value, coefficients: tuple[float, ...]) -> ir.Value:
+    """The polynomial at x, highest coefficient first, in multiply-adds."""
+    p: ir.Value = _c(coefficients[0])
+    for k in coefficients[1:]:
+        p = _fma(b, p, x, _c(k))
+    return p
+
+
+def _clamp(b: ir.IRBuilder, x: ir.Value, lo: float, hi: float) -> ir.Value:
+    """x within [lo, hi]; ordered comparisons, so a NaN stays NaN (minnum would drop it)."""
+    x = b.select(b.fcmp_ordered(">", x, _c(hi)), _c(hi), x)
+    return b.select(b.fcmp_ordered("<", x, _c(lo)), _c(lo), x)
+
+
+def _exponent(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
+    """2^n for an i32 n in [-126, 127], from its exponent bits."""
+    return b.bitcast(b.shl(b.add(n, _i(127)), _i(23)), F32)
+
+
+def exp_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    xc = _clamp(b, x, *_EXP_CLAMP)
+    shifted = _fma(b, xc, _c(_LOG2E), _c(_ROUND))
+    n = b.fsub(shifted, _c(_ROUND))
+    r = _fma(b, n, _c(-_LN2_HI), xc)
+    r = _fma(b, n, _c(-_LN2_LO), r)
+    em1 = _fma(b, b.fmul(r, r), _horner(b, r, _EXP_POLY), r)  # e^r - 1
+    y = b.fadd(em1, _c(1.0))
+    # n in [-150, 128] from the low bits (a NaN's garbage is multiplied into NaN anyway).
+    ni = b.sub(b.bitcast(shifted, I32), b.bitcast(_c(_ROUND), I32))
+    half = b.ashr(ni, _i(1))
+    return b.fmul(b.fmul(y, _exponent(b, half)), _exponent(b, b.sub(ni, half)))
+
+
+def tanh_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    xc = _clamp(b, x, -_TANH_CLAMP, _TANH_CLAMP)
+    z = b.fmul(xc, xc)
+    numerator = b.fmul(xc, _horner(b, z, _TANH_NUM))
+    y = b.fdiv(numerator, _horner(b, z, _TANH_DEN))
+    # Past the clamp the rational ends at 1 - 2.4e-7: saturate to ±1 exactly, as tanh rounds.
+    past = b.fcmp_ordered(">", f32_intrinsic(b, "fabs", [x]), _c(_TANH_CLAMP))
+    return b.select(past, f32_intrinsic(b, "copysign", [_c(1.0), x]), y)
+
+
+def log_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    tiny = b.fcmp_ordered("<", x, _c(1.1754943508222875e-38))  # subnormal (or ≤ 0)
+    xs = b.select(tiny, b.fmul(x, _c(8388608.0)), x)  # · 2^23 brings a subnormal into range
+    # m in [√½, √2): subtracting the bits of √½ moves the exponent boundary there.
+    bits = b.sub(b.bitcast(xs, I32), _i(0x3F3504F3))
+    e = b.ashr(bits, _i(23))
+    m = b.bitcast(b.add(b.and_(bits, _i(0x007FFFFF)), _i(0x3F3504F3)), F32)
+    e = b.select(tiny, b.sub(e, _i(23)), e)
+    f = b.fsub(m, _c(1.0))
+    ef = b.sitofp(e, F32)
+    z = b.fmul(f, f)
+    y = b.fmul(b.fmul(_horner(b, f, _LOG_POLY), f), z)  # f³·p(f)
+    y = _fma(b, z, _c(-0.5), y)
+    y = _fma(b, ef, _c(_LN2_LO), y)
+    y = b.fadd(f, y)
+    y = _fma(b, ef, _c(_LN2_HI), y)
+    y = b.select(b.fcmp_ordered("==", x, _c(float("inf"))), x, y)
+    y = b.select(b.fcmp_ordered("==", x, _c(0.0)), _c(float("-inf")), y)
+    return b.select(b.fcmp_unordered("<", x, _c(0.0)), _c(float("nan")), y)
