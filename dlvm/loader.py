@@ -661,6 +661,12 @@ class Model:
         def call(_ctx: Any, pointer: int, count: int, dtype: int, device: DLDevice) -> int:
             try:
                 kind = DType(dtype).numpy
+                if kind.kind not in "fV":  # bf16 as uint16 bits: a sum of them would be wrong
+                    raise TypeError(
+                        f"{self.name}: the model's gradients are {DType(dtype).ir_name}, which"
+                        " the all-reduce can only sum as numbers with ml_dtypes installed"
+                        " (pip install 'telc[bf16]')"
+                    )
                 if device.device_type == DLDeviceType.CUDA:
                     hook(DeviceBuffer(pointer, count, kind, device.device_id))
                 else:

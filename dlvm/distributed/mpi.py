@@ -58,7 +58,8 @@ class MpiCommunicator:
         return int(self.comm.Get_size())
 
     def allreduce(self, buffer: np.ndarray | DeviceBuffer) -> None:
-        """Sums the 1-D host array `buffer` in place across the processes."""
+        """Sums the 1-D host array `buffer` in place across the processes (bf16 in f32,
+        rounded once)."""
         if isinstance(buffer, DeviceBuffer):
             raise TypeError(
                 f"MpiCommunicator sums host memory, but the model is on a GPU ({buffer!r}): use"
@@ -71,10 +72,12 @@ class MpiCommunicator:
         # into it, and the model's block must not be written once the step has failed (nor
         # after the model has freed it). The block is kept from step to step (a new one per
         # step costs its page faults, as much as the copies), and replaced once abandoned.
+        # MPI has no bf16 sum: bf16 (an ml_dtypes array) is summed in f32 and rounded once.
+        summed = np.dtype(np.float32) if buffer.dtype.kind == "V" else buffer.dtype
         key = (buffer.dtype, buffer.size)
         staging = self._staging.get(key)
         if staging is None:
-            staging = self._staging[key] = np.empty(buffer.size, buffer.dtype)
+            staging = self._staging[key] = np.empty(buffer.size, summed)
         staging[...] = buffer
         what = f"the all-reduce of {staging.size} {staging.dtype} elements"
         self._wait(

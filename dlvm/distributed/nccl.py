@@ -21,13 +21,19 @@ import numpy as np
 
 from dlvm.distributed.communicator import CollectiveError
 from dlvm.loader import DeviceBuffer
+from dlvm.runtime import DType
 
-# The NCCL element type (a name in cupy.cuda.nccl) NCCL sums each float dtype as.
+# The NCCL element type (a name in cupy.cuda.nccl) NCCL sums each float dtype as; bf16 when it
+# is a number type here (ml_dtypes installed: without it dlvm.load refuses to sum its bits).
 SUMMED = {
     np.dtype(np.float16): "NCCL_FLOAT16",
     np.dtype(np.float32): "NCCL_FLOAT32",
     np.dtype(np.float64): "NCCL_FLOAT64",
 }
+if DType.BF16.numpy.kind == "V":
+    SUMMED[DType.BF16.numpy] = "NCCL_BFLOAT16"
+# ncclBfloat16's value in NCCL's ABI, for a CuPy that does not name it.
+NCCL_BFLOAT16 = 9
 
 
 def import_cupy() -> tuple[Any, Any]:
@@ -49,8 +55,12 @@ def nccl_type(nccl: Any, dtype: np.dtype) -> int:
     """The NCCL element type that sums `dtype` (f16, f32 or f64)."""
     name = SUMMED.get(np.dtype(dtype))
     if name is None:
-        raise TypeError(f"NCCL sums float16, float32 or float64 elements here, not {dtype}")
-    return int(getattr(nccl, name))
+        raise TypeError(
+            f"NCCL sums float16, bfloat16, float32 or float64 elements here, not {dtype}"
+        )
+    fallback = NCCL_BFLOAT16 if name == "NCCL_BFLOAT16" else None
+    value: Any = getattr(nccl, name, fallback)
+    return int(value)
 
 
 def _index(value: Any, what: str, low: int, high: int | None = None) -> int:
@@ -130,8 +140,8 @@ class NcclCommunicator:
         return self._size
 
     def allreduce(self, buffer: np.ndarray | DeviceBuffer) -> None:
-        """Sums `buffer` in place across the processes (f16, f32 or f64 elements). A host
-        array is the slow path: copied to the GPU, summed there and copied back."""
+        """Sums `buffer` in place across the processes (f16, bf16, f32 or f64 elements). A
+        host array is the slow path: copied to the GPU, summed there and copied back."""
         if isinstance(buffer, DeviceBuffer):
             if buffer.device != self.device:
                 raise ValueError(
@@ -140,10 +150,12 @@ class NcclCommunicator:
             self._sum(buffer.pointer, buffer.count, np.dtype(buffer.dtype))
             return
         array = _host_array(buffer, "allreduce")
+        # CuPy has no bf16: its bits travel as uint16, and NCCL sums them as bf16.
+        bits = array.view(np.uint16) if array.dtype.kind == "V" else array
         with self._cupy.cuda.Device(self.device), self._stream:
-            on_gpu = self._cupy.asarray(array)
+            on_gpu = self._cupy.asarray(bits)
             self._sum(on_gpu.data.ptr, array.size, array.dtype)
-            array[...] = on_gpu.get()
+            bits[...] = on_gpu.get()
 
     def broadcast(self, array: np.ndarray, root: int = 0) -> None:
         """Overwrites `array` (host memory, any dtype) with rank `root`'s, through the GPU."""

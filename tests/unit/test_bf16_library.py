@@ -132,3 +132,51 @@ def test_without_ml_dtypes_numbers_round_to_bf16_bits():
     np.testing.assert_array_equal(_bf16(np.array([3, -7]), bits), [0x4040, 0xC0E0])
     raw = np.array([0x3F80, 0x7FC1], np.uint16)
     assert _bf16(raw, bits) is raw
+
+
+@pytest.fixture(scope="module")
+def distributed(tmp_path_factory):
+    """ffnn in bfloat16 built with --distributed."""
+    from dlvm.codegen.build import build_library
+    from telc.driver import compile_text, optimize
+
+    compiled = compile_text("ffnn.tel", ffnn_bf16(), distributed=True)
+    optimize(compiled.module)
+    library = tmp_path_factory.mktemp("ffnn_bf16_dp") / "ffnn.so"
+    build_library(compiled.module, compiled.spec, library)
+    return library
+
+
+def test_a_bf16_model_trains_across_ranks(distributed):
+    """The hook gets the bf16 block as an ml_dtypes array; two equal ranks (the block doubled,
+    then halved: exact in bf16) train bitwise as one."""
+    seen: list[np.dtype] = []
+
+    def doubling(block: np.ndarray) -> None:
+        seen.append(block.dtype)
+        block[...] = (block.astype(np.float32) * 2).astype(BF16)
+
+    with dlvm.load(distributed, seed=3) as plain, dlvm.load(distributed, seed=3) as ranked:
+        ranked.set_allreduce(doubling, ranks=2)
+        for seed in range(3):
+            assert ranked.train_step(**batch(seed)) == plain.train_step(**batch(seed))
+        for name, value in plain.params.items():
+            np.testing.assert_array_equal(ranked.params[name], value, err_msg=name)
+    assert seen == [BF16] * 3
+
+
+def test_without_ml_dtypes_a_bf16_block_is_not_summed_as_bits(distributed, monkeypatch):
+    """Without ml_dtypes bf16 is uint16 bits to dlvm.load; summing those as integers would be
+    wrong, so the step fails, saying what to install, and changes nothing."""
+    from dlvm import runtime
+    from dlvm.loader import LibraryError
+
+    with dlvm.load(distributed, seed=3) as model:
+        monkeypatch.setitem(runtime._NUMPY_TYPES, DType.BF16, np.uint16)
+        model.set_allreduce(lambda block: None, ranks=2)
+        before = model.params
+        with pytest.raises(LibraryError, match="all-reduce hook failed") as failed:
+            model.train_step(**batch(0))
+        assert "with ml_dtypes installed (pip install 'telc[bf16]')" in str(failed.value.__cause__)
+        for name, value in before.items():
+            np.testing.assert_array_equal(model.params[name], value)

@@ -288,3 +288,28 @@ def test_missing_mpi4py_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "mpi4py", None)  # `import mpi4py` raises ImportError
     with pytest.raises(ImportError, match=r"pip install 'telc\[mpi\]'"):
         mpi_module()
+
+
+BF16_SUM = """
+import ml_dtypes
+import numpy as np
+
+from dlvm.distributed import MpiCommunicator
+
+comm = MpiCommunicator(timeout=20)
+# bf16 has no MPI type: the communicator sums it in f32 and rounds the sum to bf16.
+block = np.array([1.0, 0.5 * (comm.rank + 1)], np.float32).astype(ml_dtypes.bfloat16)
+comm.allreduce(block)
+print(block.dtype, block.astype(np.float32).tolist())
+"""
+
+
+@needs_mpi
+def test_bf16_blocks_are_summed(tmp_path):
+    """A bf16 model's block (ml_dtypes) is summed, in place and still bf16 (it used to fail
+    inside mpi4py, which has no bf16 type)."""
+    script = tmp_path / "bf16_sum.py"
+    script.write_text(BF16_SUM)
+    done = launch(script, 2, timeout=60)
+    assert done.rc == 0, done.report()
+    assert done.rank_stdout == ("bfloat16 [2.0, 1.5]\n",) * 2, done.report()

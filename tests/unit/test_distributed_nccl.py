@@ -12,6 +12,7 @@ import ctypes
 import sys
 from types import SimpleNamespace
 
+import ml_dtypes
 import numpy as np
 import pytest
 import test_distributed_cuda
@@ -26,7 +27,8 @@ fake_driver = test_distributed_cuda.fake_driver
 on_fake_gpu = test_distributed_cuda.on_fake_gpu
 xor = test_distributed_cuda.xor
 
-TYPES = {0: np.int8, 1: np.uint8, 6: np.float16, 7: np.float32, 8: np.float64}
+BF16 = np.dtype(ml_dtypes.bfloat16)
+TYPES = {0: np.int8, 1: np.uint8, 6: np.float16, 7: np.float32, 8: np.float64, 9: BF16}
 
 
 class NcclError(RuntimeError):
@@ -150,8 +152,10 @@ def device_buffer(array: np.ndarray, device: int = 0) -> DeviceBuffer:
 
 def test_floats_are_summed_as_their_own_nccl_type(cupy):
     nccl = cupy.cuda.nccl
-    assert [nccl_type(nccl, np.dtype(t)) for t in (np.float16, np.float32, np.float64)] == [6, 7, 8]
-    with pytest.raises(TypeError, match="float16, float32 or float64 elements here, not int32"):
+    kinds = (np.float16, np.float32, np.float64, BF16)
+    # bf16 is ncclBfloat16 (9), which this stand-in CuPy, like some real ones, does not name.
+    assert [nccl_type(nccl, np.dtype(t)) for t in kinds] == [6, 7, 8, 9]
+    with pytest.raises(TypeError, match="bfloat16, float32 or float64 elements here, not int32"):
         nccl_type(nccl, np.dtype(np.int32))
 
 
@@ -181,7 +185,7 @@ def test_bad_arguments_are_refused_before_nccl_starts(cupy, args, message):
 def test_a_device_buffer_is_summed_in_place_on_the_communicators_stream(cupy):
     comm = NcclCommunicator(1, 2, tuple(range(128)), device=0)
     assert (comm.rank, comm.size, cupy.communicators[0].unique_id) == (1, 2, tuple(range(128)))
-    for dtype, kind in ((np.float16, 6), (np.float32, 7), (np.float64, 8)):
+    for dtype, kind in ((np.float16, 6), (np.float32, 7), (np.float64, 8), (BF16, 9)):
         values = np.arange(5, dtype=dtype)
         comm.allreduce(device_buffer(values))
         np.testing.assert_array_equal(values, 2 * np.arange(5))
@@ -197,6 +201,10 @@ def test_host_arrays_go_through_the_gpu(cupy):
     values = np.arange(6, dtype=np.float32).reshape(2, 3)
     comm.allreduce(values)
     np.testing.assert_array_equal(values, 2 * np.arange(6).reshape(2, 3))
+    halves = np.array([0.5, 1.5, 3.0], BF16)  # CuPy has no bf16: its bits go up as uint16
+    comm.allreduce(halves)
+    assert halves.dtype == BF16 and halves.astype(np.float32).tolist() == [1.0, 3.0, 6.0]
+    assert cupy.communicators[0].calls[-1] == ("allReduce", 3, 9, 0x5712EA)
     with pytest.raises(ValueError, match="in place: give a writable, C-contiguous array"):
         comm.allreduce(values.T)
     with pytest.raises(TypeError, match="a NumPy array or a DeviceBuffer, got list"):
