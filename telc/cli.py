@@ -6,6 +6,8 @@ EXIT_STATUS below, also in `telc --help` and docs/telc.md."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import gc
 import os
 import sys
@@ -207,6 +209,26 @@ _verbose = click.option(
     help="Also say what the build did: options, sources, cache key, each pass (changed or "
     "not), kernels, frame sizes, entry points.",
 )
+
+
+# The BuildOptions fields that a command line option of the same name gives, besides -D and -O.
+CODEGEN_OPTIONS = ("target", "cpu", "gpu", "tf32", "distributed", "fast_math")
+
+
+def _gather_build_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Hands a command its -D and code-generation options as one BuildOptions, `options`
+    (they are the build's cache key, and every command that builds takes them all)."""
+
+    @functools.wraps(f)
+    def command(**kwargs: Any) -> Any:
+        defines, level = tuple(kwargs.pop("defines")), int(kwargs.pop("level"))
+        named = {n: kwargs.pop(n) for n in CODEGEN_OPTIONS}
+        return f(options=BuildOptions(defines, level, **named), **kwargs)
+
+    return command
+
+
+# The code-generation options (with -D, `_define`, which a command that takes these takes too).
 _codegen = _options(
     click.option(
         "-O",
@@ -261,6 +283,7 @@ _codegen = _options(
         "~/.cache/telc). The compiler's own cache of what depends on no model (DLVM_CACHE_DIR: "
         "the C runtime's objects, the parser's tables) is still used.",
     ),
+    _gather_build_options,
 )
 
 
@@ -326,19 +349,6 @@ def _onnx_options(
         name, dims, dtype = labels
         training = Training(train_loss, name, dims, dtype, optimizer)
     return OnnxOptions(shapes, training, values)
-
-
-def _build_options(
-    defines: Any,
-    level: str,
-    target: str,
-    cpu: str,
-    gpu: str,
-    tf32: bool,
-    distributed: bool,
-    fast_math: bool,
-) -> BuildOptions:
-    return BuildOptions(tuple(defines), int(level), target, cpu, gpu, tf32, distributed, fast_math)
 
 
 def _chatter(quiet: bool, verbose: bool) -> None:
@@ -435,15 +445,8 @@ def build(
     file: str,
     emit: str,
     output: str | None,
-    level: str,
-    target: str,
-    cpu: str,
-    gpu: str,
-    tf32: bool,
-    distributed: bool,
-    fast_math: bool,
+    options: BuildOptions,
     no_cache: bool,
-    defines: Any,
     quiet: bool,
     verbose: bool,
     shapes: Any,
@@ -456,7 +459,6 @@ def build(
     onnx = _onnx_options(file, shapes, values, train_loss, labels, optimizer)
     if emit == "obj" and not output and sys.stdout.isatty():
         raise click.UsageError("--emit obj writes binary: give -o FILE.o (or a pipe)")
-    options = _build_options(defines, level, target, cpu, gpu, tf32, distributed, fast_math)
     progress = Progress(quiet, verbose)  # stderr only: stdout carries the emitted text
     library = Path(output or Path(file).stem + ".so") if emit == "so" else None
     warnings: list[str] = []
@@ -567,15 +569,8 @@ def run(
     checkpoint: str | None,
     save: str | None,
     device: str,
-    level: str,
-    target: str,
-    cpu: str,
-    gpu: str,
-    tf32: bool,
-    distributed: bool,
-    fast_math: bool,
+    options: BuildOptions,
     no_cache: bool,
-    defines: Any,
     quiet: bool,
     verbose: bool,
     shapes: Any,
@@ -589,8 +584,7 @@ def run(
     _chatter(quiet, verbose)
     onnx = _onnx_options(file, shapes, values, train_loss, labels, optimizer)
     if device.startswith("cuda"):
-        target = "cuda"  # the library must hold the kernels
-    options = _build_options(defines, level, target, cpu, gpu, tf32, distributed, fast_math)
+        options = dataclasses.replace(options, target="cuda")  # the library must hold the kernels
     progress = Progress(quiet, verbose)
     warnings: list[str] = []
     err = console()
