@@ -140,6 +140,8 @@ class Tensor:
         to i32 when the values fit); anything else is a TypeError."""
         what = f"{where} '{self.name}'"
         arr = _as_array(value, what)
+        if self.dtype_name == "bf16" and _bf16_bits(arr.dtype):
+            arr = arr.view(self.dtype)  # numpy.save of a bfloat16 array, loaded back
         if self.dtype_name == "bf16" and arr.dtype != self.dtype and arr.dtype.kind in "biuf":
             arr = _bf16(arr, self.dtype)
         if arr.dtype != self.dtype:
@@ -159,6 +161,12 @@ class Tensor:
                 f" got {dims(arr.shape)}"
             )
         return np.require(arr, dtype=self.dtype, requirements=["C_CONTIGUOUS", "ALIGNED"])
+
+
+def _bf16_bits(dtype: np.dtype) -> bool:
+    """Whether `dtype` is how a .npy file holds bf16: NumPy writes an ml_dtypes.bfloat16 array
+    as 2-byte opaque elements (`|V2`), the bits as they are, and reads them back so."""
+    return dtype.kind == "V" and dtype.itemsize == 2 and dtype.fields is None
 
 
 def _bf16(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
