@@ -177,6 +177,7 @@ def _bf16(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return arr.astype(dtype)
     if arr.dtype == dtype:
         return arr
+    # As dlvm.ir.literals.bf16_bits rounds; the loader may not import the compiler (layering).
     bits = np.ascontiguousarray(arr, np.float32).view(np.uint32)
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16
     quiet_nan = (bits >> 16) | 0x40
