@@ -55,6 +55,10 @@ F32 = "ours f32"  # the reference of the goals against our own f32
 MLP_BF16 = MLP.replace("type float32", "type bfloat16")
 MATMUL_BF16 = MATMUL.replace("module matmul\n", "module matmul\ntype bfloat16\n")
 
+INFERENCE = ("mlp_b1", "mlp_b256")
+
+# A build flag's variant is one more line, such as
+# Variant("ours int8", ("--quantize", "int8"), MLP, INFERENCE).
 VARIANTS = [
     Variant(F32, (), MLP, MLP_CASES),
     Variant("ours bf16", (), MLP_BF16, MLP_CASES),
