@@ -114,6 +114,11 @@ def build(variant: Variant, case: str, directory: Path, stem: str) -> Path | str
     return lib
 
 
+def title(case: str) -> str:
+    """The case's title in bench/cpu.py's table, less its element type (ours vary it)."""
+    return next(c.title for c in CASES if c.key == case).removesuffix(" f32")
+
+
 def ratios(medians: dict[tuple[str, str], float]) -> list[tuple[str, str, Goal, float]]:
     """(case, variant label, goal, our time over the reference's) for every goal whose case
     has the variant and the reference measured."""
@@ -149,12 +154,11 @@ def report(
         med = medians[(case.key, name)]
         ref = medians.get((case.key, F32))
         ratio = "" if ref is None or name == F32 else f"{med / ref:.2f}"
-        lines.append(f"| {case.title} | {name} | {med * 1e3:.3f} | {min(ts) * 1e3:.3f} |"
+        lines.append(f"| {title(case.key)} | {name} | {med * 1e3:.3f} | {min(ts) * 1e3:.3f} |"
                      f" {rate(case, med)} | {ratio} |")  # fmt: skip
-    titles = {c.key: c.title for c in CASES}
     if failed:
         lines += ["", "| case | contender | not measured |", "|---|---|---|"]
-        lines += [f"| {titles[k]} | {label} | {why} |" for k, label, why in failed]
+        lines += [f"| {title(k)} | {label} | {why} |" for k, label, why in failed]
     lines += ["", "| goal (issue 28) | contender | time / reference (goal) | met |",
               "|---|---|---:|---|"]  # fmt: skip
     for _, label, goal, ratio in ratios(medians):
@@ -240,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((by_key[case], name, ts))
             for m in models:
                 m.close()
-            print(f"  {by_key[case].title}: done ({runs} runs)")
+            print(f"  {title(case)}: done ({runs} runs)")
     text = report(rows, failed, args.runs, threads)
     print(text)
     if args.write:

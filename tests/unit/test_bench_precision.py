@@ -81,8 +81,8 @@ def test_report_prints_ratios_failures_and_verdicts() -> None:
     ]
     failed = [("mlp_b1", "ours int8", "build failed: no such option: --quantize")]
     text = bp.report(rows, failed, 10, "every contender on 1 thread(s), process CPU time")
-    assert "| matmul 2048^3 f32 | ours bf16 | 51.000 | 50.000 | 336.9 GFLOP/s | 0.51 |" in text
-    assert "| matmul 2048^3 f32 | torch bf16 | 40.000 | 40.000 | 429.5 GFLOP/s | 0.40 |" in text
+    assert "| matmul 2048^3 | ours bf16 | 51.000 | 50.000 | 336.9 GFLOP/s | 0.51 |" in text
+    assert "| matmul 2048^3 | torch bf16 | 40.000 | 40.000 | 429.5 GFLOP/s | 0.40 |" in text
     assert "| ours int8 | build failed: no such option: --quantize |" in text
     assert "| 2048³ GFLOP/s ≥ 1.8× ours f32 | ours bf16 | 0.510 (≤ 0.556) | yes |" in text
     assert "| GB/s ≥ 2× JAX's (donated buffer) | ours --fast-math | 0.400 (≤ 0.500) | yes |" in text
