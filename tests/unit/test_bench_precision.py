@@ -5,28 +5,14 @@ replaces its section of bench/RESULTS.md and nothing else."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
-from types import ModuleType
 
+import benchlib
 import pytest
 
 from telc.driver import compile_text
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _precision() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("precision", BENCH / "precision.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("precision", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-bp = _precision()
+bp = benchlib.load("precision")
 BUILDS = [(v.label, v.flags, v.source, case) for v, case in bp.builds(bp.VARIANTS, bp.ORDER)]
 
 
