@@ -66,6 +66,7 @@ bench: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python bench/ir_speed.py
 	$(BIN)/python bench/linear_algebra_passes.py
 	$(BENCH_VENV)/bin/python bench/cpu.py
+	$(BENCH_VENV)/bin/python bench/precision.py --write
 	$(BENCH_VENV)/bin/python bench/nnkit.py
 
 # Models exported from PyTorch (MLP, LeNet-5, ResNet-18, LSTM, GRU, transformer encoder), imported

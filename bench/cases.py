@@ -6,6 +6,7 @@ conv_cases.py."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,10 @@ CASES = [
 CONV = {c.key for c in CASES if c.group == "conv"}
 
 
+MLP_CASES = ("mlp_b1", "mlp_b256", "train_b128")
+BATCHES = {"mlp_b1": 1, "mlp_b256": 256, "train_b128": 128}  # the MLP's dim B in each case
+
+
 def mlp_params(rng: np.random.Generator) -> dict[str, np.ndarray]:
     sizes = [(784, 512), (512, 256), (256, 10)]
     params = {}
@@ -125,8 +130,8 @@ def inputs(case: str) -> dict[str, Any]:
     if case in CONV:
         return conv_cases.inputs(case)
     rng = np.random.default_rng(8)
-    if case in ("mlp_b1", "mlp_b256", "train_b128"):
-        batch = {"mlp_b1": 1, "mlp_b256": 256, "train_b128": 128}[case]
+    if case in MLP_CASES:
+        batch = BATCHES[case]
         params = mlp_params(rng)
         x = rng.standard_normal((batch, 784)).astype(np.float32)
         labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, batch)]
@@ -172,9 +177,7 @@ class Ours:
         self._tmp = tempfile.TemporaryDirectory(prefix="dlvm-bench-")
         d = Path(self._tmp.name)
         sources = {
-            "mlp_b1": (MLP, {"B": 1}),
-            "mlp_b256": (MLP, {"B": 256}),
-            "train_b128": (MLP, {"B": 128}),
+            **{case: (MLP, {"B": BATCHES[case]}) for case in MLP_CASES},
             "chain": (CHAIN, {}),
             "matmul": (MATMUL, {}),
             **{case: (product_source(case), {}) for case in PRODUCTS},
@@ -187,26 +190,39 @@ class Ours:
         model = self.models[case]
         if case in CONV:
             return conv_cases.ours(case, model, inp)
-        if case in ("mlp_b1", "mlp_b256", "train_b128"):
-            for k, v in inp["params"].items():
-                model.set_param(k, v)
-        if case in ("mlp_b1", "mlp_b256"):
-            x, out = inp["x"], np.empty((inp["x"].shape[0], 10), np.float32)
-            return lambda: model.infer(x, out=out)
-        if case == "train_b128":
-            x, labels = inp["x"], inp["labels"]
-            return lambda: model.train_step(x, labels)
-        if case == "chain":
-            x = inp["x"]
-            out = np.empty_like(x)
-            return lambda: model.chain(x, out=out)
-        a, b = inp["a"], inp["b"]
-        out = np.empty(product_shape(a.shape, b.shape), np.float32)
-        if case in PRODUCTS:
-            return lambda: model.product(a, b, out=out)
-        return lambda: model.matmul(a, b, out=out)
+        return runner(model, case, inp)
 
     def close(self) -> None:
         for m in {id(m): m for m in self.models.values()}.values():  # cases may share one
             m.close()
         self._tmp.cleanup()
+
+
+# The entry each case calls and the inputs it passes, in order.
+ENTRIES = {
+    "mlp_b1": ("infer", ("x",)),
+    "mlp_b256": ("infer", ("x",)),
+    "train_b128": ("train_step", ("x", "labels")),
+    "chain": ("chain", ("x",)),
+    "matmul": ("matmul", ("a", "b")),
+    **{case: ("product", ("a", "b")) for case in PRODUCTS},
+}
+
+
+def runner(model: Any, case: str, inp: dict[str, Any]) -> Callable[[], object]:
+    """One call of a dense `case` on a loaded `model` (the MLP's parameters set from inp): the
+    inputs converted once to the element types of the model's entry (bf16 for a model written
+    in bfloat16), the result written into a buffer of the entry's type; a train step returns
+    its loss."""
+    if case in MLP_CASES:
+        for k, v in inp["params"].items():
+            model.set_param(k, v)
+    name, names = ENTRIES[case]
+    entry = model.entries[name]
+    args = [spec.convert(inp[n], "input") for spec, n in zip(entry.inputs, names)]
+    fn = getattr(model, name)
+    if case == "train_b128":
+        return lambda: fn(*args)
+    (result,) = entry.outputs
+    out = np.empty(result.shape, result.dtype)
+    return lambda: fn(*args, out=out)

@@ -60,13 +60,16 @@ BUILD_GOAL_S = 2.0
 Block = Callable[[int], list[float]]
 
 
-def local_block(run: Callable[[], object]) -> Block:
+def local_block(run: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> Block:
+    """n calls of run, each timed by `clock` (wall time; bench/precision.py's one-thread runs
+    take process time)."""
+
     def block(n: int) -> list[float]:
         times = []
         for _ in range(n):
-            t0 = time.perf_counter()
+            t0 = clock()
             run()
-            times.append(time.perf_counter() - t0)
+            times.append(clock() - t0)
         return times
 
     return block

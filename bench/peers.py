@@ -243,7 +243,10 @@ def _onnx_graph(case: str, inp: dict[str, Any]) -> tuple[bytes, list[str]] | Non
     return model.SerializeToString(), [i.name for i in ins]
 
 
-def ort_maker(case: str) -> Maker:
+def ort_maker(case: str, quantize: bool = False, threads: int = 0) -> Maker:
+    """ONNX Runtime on the case's graph; with `quantize`, the graph's weights quantised to int8
+    by onnxruntime.quantization.quantize_dynamic first (its MatMul-family nodes then quantise
+    their activations at run time); `threads` its intra-op threads (0: its default)."""
     import onnxruntime as ort
 
     def make(inp: dict[str, Any]) -> Runner | None:
@@ -251,8 +254,11 @@ def ort_maker(case: str) -> Maker:
         if built is None:
             return None  # training needs onnxruntime-training, another package
         blob, names = built
+        if quantize:
+            blob = _quantized(blob)
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads = threads
         session = ort.InferenceSession(blob, opts, providers=["CPUExecutionProvider"])
         # IO binding: inputs and the output stay in place between runs, as ours do.
         binding = session.io_binding()
@@ -271,6 +277,27 @@ def ort_maker(case: str) -> Maker:
         return run
 
     return make
+
+
+def _quantized(blob: bytes) -> bytes:
+    """The model with int8 weights (QInt8, per tensor: quantize_dynamic's default)."""
+    import logging
+    import tempfile
+    from pathlib import Path
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # its advice to pre-process the model, on every call
+    try:
+        with tempfile.TemporaryDirectory(prefix="dlvm-bench-int8-") as tmp:
+            src, dst = Path(tmp) / "f32.onnx", Path(tmp) / "int8.onnx"
+            src.write_bytes(blob)
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+            return dst.read_bytes()
+    finally:
+        root.setLevel(level)
 
 
 PEERS: dict[str, Callable[[str], Maker]] = {

@@ -4,27 +4,12 @@ calls, taking and returning the shapes the benchmark passes."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
+import benchlib
 import pytest
 
 from telc.driver import compile_text, optimize
 
-
-def _conv_cases() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "conv_cases.py"
-    spec = importlib.util.spec_from_file_location("conv_cases", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("conv_cases", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-cc = _conv_cases()
+cc = benchlib.load("conv_cases")
 KEYS = [key for key, *_ in cc.case_rows()]
 
 
@@ -69,11 +54,7 @@ def test_flops_count_the_forward_once_and_fwd_bwd_three_times() -> None:
 
 
 def test_cpu_selects_cases_by_key_or_group() -> None:
-    path = Path(__file__).resolve().parents[2] / "bench" / "cpu.py"
-    spec = importlib.util.spec_from_file_location("bench_cpu", path)
-    assert spec and spec.loader
-    cpu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cpu)
+    cpu = benchlib.load("cpu")
     assert [c.key for c in cpu.selected("conv")] == KEYS
     assert "matmul" in [c.key for c in cpu.selected("dense")]
     assert not set(KEYS) & {c.key for c in cpu.selected("dense")}

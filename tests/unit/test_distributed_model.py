@@ -4,31 +4,21 @@ worked by hand, the shape of its predictions (efficiency at most 1, falling with
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import benchlib
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "distributed_model.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("distributed_model", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("distributed_model", module)  # dataclasses look the module up
-    spec.loader.exec_module(module)
-    return module
-
-
-dm = _load()
+dm = benchlib.load("distributed_model")
 S, B, ALPHA = 8e6, 1e9, 5e-6  # 8 MB over 1 GB/s links, 5 us a message
 
 
