@@ -273,7 +273,7 @@ _codegen = _options(
         default="f32",
         show_default=True,
         help="What train steps compute in: f32, or bf16 (products and activations in bf16, "
-        "sums, the loss, parameters and optimiser state in f32; docs/telc.md, \"Mixed "
+        'sums, the loss, parameters and optimiser state in f32; docs/telc.md, "Mixed '
         'precision").',
     ),
     click.option(

@@ -32,7 +32,7 @@ from dlvm.ir.values import (
     Value,
     map_attr_values,
 )
-from dlvm.transforms.function_inlining import inline_calls, inlinable
+from dlvm.transforms.function_inlining import inlinable, inline_calls
 
 WIDE, NARROW = DataType.F32, DataType.BF16
 PRODUCTS = frozenset({"dot", "convolve"})
@@ -78,7 +78,9 @@ def _narrowed(fn: Function) -> dict[Instruction, Type]:
             wide = [v for v in inst.operands if _is_wide(v.type)]
             if not wide:
                 continue
-            if inst.opcode not in PRODUCTS and not any(_is_narrow(out.get(v)) for v in wide):
+            if inst.opcode not in PRODUCTS and not any(
+                isinstance(v, Instruction) and _is_narrow(out.get(v)) for v in wide
+            ):
                 continue
             try:
                 ty = inst.op.infer([_narrow_type(v.type) for v in inst.operands], inst.attrs)
@@ -112,7 +114,9 @@ class _Rewrite:
         self.fn = fn
         self.narrowed = narrowed
         # The values whose type becomes bf16 (a narrowed comparison's result does not).
-        self.narrow_values = {i for i, ty in narrowed.items() if _is_narrow(ty) and _is_wide(i.type)}
+        self.narrow_values = {
+            i for i, ty in narrowed.items() if _is_narrow(ty) and _is_wide(i.type)
+        }
         self.converted: dict[tuple[Value, DataType], Instruction] = {}
 
     def run(self) -> None:
