@@ -6,9 +6,11 @@ Which instruction computes in bf16:
 
 - products (`dot`, `convolve`) always: their f32 operands are converted to bf16 (the products
   still accumulate in f32 and round their result once);
-- an elementwise or shape instruction (transpose, slice, shapeCast…) or `gather` when one of its
-  f32 operands is a bf16 value: the others are converted (a scalar literal is retyped);
-- nothing else: reductions (sums, means, softmax's and batch norm's statistics, the loss), calls
+- an elementwise or shape instruction (transpose, slice, shapeCast…), `gather`, or a maximum or
+  minimum (`reduce`, `reduceWindow`: max-pooling; exact in bf16, a choice among its operands)
+  when one of its f32 operands is a bf16 value: the others are converted (a scalar literal is
+  retyped);
+- nothing else: sums (means, softmax's and batch norm's statistics, the loss), calls
   that were not inlined, block arguments, casts and results read f32, so a bf16 operand of
   theirs is converted back to f32 first.
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 from dlvm.analysis.call_graph import CallGraph
 from dlvm.ir.builder import create
 from dlvm.ir.literals import ScalarLiteral
-from dlvm.ir.ops import OPS, OpDef
+from dlvm.ir.ops import OPS
 from dlvm.ir.typerules import TypeRuleError
 from dlvm.ir.types import DataType, TensorType, Type
 from dlvm.ir.values import (
@@ -41,6 +43,8 @@ FOLLOWERS = frozenset(
     {"transpose", "reverse", "concatenate", "slice", "padShape", "squeezeShape", "shapeCast",
      "gather"}
 )  # fmt: skip
+# Reductions that follow too when they pick one of their operands (max, min): exact in bf16.
+SELECTIONS = frozenset({"reduce", "reduceWindow"})
 
 
 def to_mixed_precision(fn: Function) -> bool:
@@ -73,7 +77,7 @@ def _narrowed(fn: Function) -> dict[Instruction, Type]:
     while changed:
         changed = False
         for inst in fn.instructions():
-            if inst in out or not _may_narrow(inst.op):
+            if inst in out or not _may_narrow(inst):
                 continue
             wide = [v for v in inst.operands if _is_wide(v.type)]
             if not wide:
@@ -91,7 +95,10 @@ def _narrowed(fn: Function) -> dict[Instruction, Type]:
     return out
 
 
-def _may_narrow(op: OpDef) -> bool:
+def _may_narrow(inst: Instruction) -> bool:
+    op = inst.op
+    if op.name in SELECTIONS:
+        return inst.attrs.get("comb") in ("max", "min")
     return op.elementwise or op.name in PRODUCTS or op.name in FOLLOWERS
 
 
@@ -125,24 +132,19 @@ class _Rewrite:
             inst.type = ty
         for inst in insts:
             if inst in self.narrowed:
-                inst.operands = [self.narrow(v, inst) for v in inst.operands]
+                inst.operands = [self.narrow(v) for v in inst.operands]
                 inst.attrs = {k: map_attr_values(a, _narrow_literal) for k, a in inst.attrs.items()}
                 inst.map_values(lambda v: v)  # marks the function changed
             else:
                 inst.map_values(self.widen)
 
-    def narrow(self, v: Value, user: Instruction) -> Value:
-        """v as a bf16 operand of `user` (narrowed)."""
+    def narrow(self, v: Value) -> Value:
+        """v as an operand of a narrowed instruction."""
         if v in self.narrow_values or not _is_wide(v.type):
             return v
-        if isinstance(v, LiteralValue) and isinstance(v.literal, ScalarLiteral):
+        if isinstance(v, LiteralValue):  # only `literal` takes a tensor's literal
+            assert isinstance(v.literal, ScalarLiteral), v
             return LiteralValue(v.literal, _narrow_type(v.type))
-        if isinstance(v, LiteralValue):  # a dense literal: converted where it is used
-            convert = create(OPS["convert"], [v], dtype=NARROW)
-            block = user.block
-            assert block is not None
-            block.insert(block.instructions.index(user), convert)
-            return convert
         return self.convert(v, NARROW)
 
     def widen(self, v: Value) -> Value:

@@ -30,8 +30,12 @@ from telc.driver import BuildOptions, objectives
 CHECKED = ["cnn", "digits", "ffnn", "lstm", "mnist", "resnet", "rnn", "xor"]
 
 
-def dtypes(fn, opcode: str) -> set[str]:
-    return {i.type.dtype.text for i in fn.instructions() if i.opcode == opcode}
+def dtypes(fn, opcode: str, comb: str | None = None) -> set[str]:
+    return {
+        i.type.dtype.text
+        for i in fn.instructions()
+        if i.opcode == opcode and (comb is None or i.attrs["comb"] == comb)
+    }
 
 
 def test_products_compute_in_bf16_and_sums_in_f32():
@@ -39,7 +43,8 @@ def test_products_compute_in_bf16_and_sums_in_f32():
     [name] = objectives(compiled.interface)
     fn = compiled.module.function_named(name)
     assert dtypes(fn, "dot") == {"bf16"}
-    assert dtypes(fn, "reduce") == {"f32"}
+    assert dtypes(fn, "reduce", "add") == {"f32"}  # softmax's sums, the loss
+    assert dtypes(fn, "reduce", "max") == {"bf16"}  # exact: one of the logits
     assert all(a.type.dtype is DataType.F32 for a in fn.arguments)
     assert fn.type.result == TensorType((), DataType.F32)  # the loss
 
