@@ -140,6 +140,8 @@ class Tensor:
         to i32 when the values fit); anything else is a TypeError."""
         what = f"{where} '{self.name}'"
         arr = _as_array(value, what)
+        if self.dtype_name == "bf16" and _bf16_bits(arr.dtype):
+            arr = arr.view(self.dtype)  # numpy.save of a bfloat16 array, loaded back
         if self.dtype_name == "bf16" and arr.dtype != self.dtype and arr.dtype.kind in "biuf":
             arr = _bf16(arr, self.dtype)
         if arr.dtype != self.dtype:
@@ -161,6 +163,12 @@ class Tensor:
         return np.require(arr, dtype=self.dtype, requirements=["C_CONTIGUOUS", "ALIGNED"])
 
 
+def _bf16_bits(dtype: np.dtype) -> bool:
+    """Whether `dtype` is how a .npy file holds bf16: NumPy writes an ml_dtypes.bfloat16 array
+    as 2-byte opaque elements (`|V2`), the bits as they are, and reads them back so."""
+    return dtype.kind == "V" and dtype.itemsize == 2 and dtype.fields is None
+
+
 def _bf16(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Numbers (bool, integers, floats) as bf16 elements of `dtype`: ml_dtypes.bfloat16, or
     without ml_dtypes uint16 bits, which are taken as they are (already bf16) and every other
@@ -169,6 +177,7 @@ def _bf16(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return arr.astype(dtype)
     if arr.dtype == dtype:
         return arr
+    # As dlvm.ir.literals.bf16_bits rounds; the loader may not import the compiler (layering).
     bits = np.ascontiguousarray(arr, np.float32).view(np.uint32)
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16
     quiet_nan = (bits >> 16) | 0x40

@@ -61,7 +61,7 @@ from dlvm.ir.literals import (
     DenseLiteral,
     ScalarLiteral,
     SpecialLiteral,
-    dense_dtype,
+    dense_array,
 )
 from dlvm.ir.strided import STRIDED_VIEWS, base_axis_terms, contiguous_strides, view_strides
 from dlvm.ir.types import DataType, TensorType
@@ -98,7 +98,7 @@ def constant_array(lit: LiteralValue) -> np.ndarray:
         parts = [constant_array(item) for item in value.items]  # type: ignore[arg-type]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=object)
     if isinstance(value, DenseLiteral):
-        return np.frombuffer(value.data, dense_dtype(t.dtype))
+        return dense_array(value.data, t.dtype)
     raise CodegenError(f"literal {value} cannot be compiled")
 
 

@@ -10,12 +10,12 @@ in f32 and rounds once, so LLVM sees bfloat only in loads, stores, fpext, fptrun
 from __future__ import annotations
 
 import math
-import struct
 
 import numpy as np
 from llvmlite import ir
 from llvmlite.ir.types import _BaseFloatType
 
+from dlvm.ir import literals
 from dlvm.ir.types import DataType
 
 I1 = ir.IntType(1)
@@ -26,16 +26,8 @@ PTR = ir.PointerType()
 
 
 def bf16_bits(value: float) -> int:
-    """The bits of the bf16 nearest to value (to nearest even; NaN quiet, past the range ±inf),
-    as ml_dtypes rounds: through f32, whose range bf16 shares."""
-    x = float(value)
-    if math.isnan(x):
-        return 0x7FC0
-    try:
-        bits = struct.unpack("<I", struct.pack("<f", x))[0]
-    except OverflowError:  # past f32's range: infinity in f32 and in bf16
-        return 0xFF80 if x < 0 else 0x7F80
-    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    """The bits of the bf16 nearest to value (dlvm.ir.literals.bf16_bits, for one number)."""
+    return int(literals.bf16_bits(np.array([float(value)]))[0])
 
 
 class BFloatType(_BaseFloatType):

@@ -18,7 +18,7 @@ from dlvm.ir.literals import (
     ScalarLiteral,
     SpecialLiteral,
     StructLiteral,
-    dense_dtype,
+    dense_array,
     fits,
 )
 from dlvm.ir.typerules import TypeRuleError, check_literal_operand
@@ -61,7 +61,7 @@ def _dense_value(frame, use: LiteralValue) -> np.ndarray:
         raise InterpreterError(f"{e}") from None
     t = canonical(use.type)
     assert isinstance(t, TensorType) and isinstance(use.literal, DenseLiteral)
-    stored = np.frombuffer(use.literal.data, dense_dtype(t.dtype))
+    stored = dense_array(use.literal.data, t.dtype)
     return stored.reshape(t.shape).astype(frame.dtype(t))  # astype copies: bytes are immutable
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from dlvm.ir.literals import AggregateLiteral, DenseLiteral, ScalarLiteral, dense_dtype
+from dlvm.ir.literals import AggregateLiteral, DenseLiteral, ScalarLiteral, dense_bytes
 from dlvm.ir.ops import OpDef, lookup
 from dlvm.ir.typerules import TypeRuleError, gradient_type
 from dlvm.ir.types import FunctionType, TensorType, TupleType, Type
@@ -108,7 +108,7 @@ def tensor_literal(array: Any, type: TensorType) -> LiteralValue:
     if not type.shape:
         convert = bool if dt.is_bool else int if dt.is_int else float
         return LiteralValue(ScalarLiteral(convert(values.item())), type)
-    return LiteralValue(DenseLiteral(values.astype(dense_dtype(dt)).tobytes()), type)
+    return LiteralValue(DenseLiteral(dense_bytes(values, dt)), type)
 
 
 def tuple_literal(elements: Sequence[Value]) -> LiteralValue:

@@ -8,10 +8,13 @@ use. Aggregate elements are themselves typed uses (values), so literals nest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dlvm.ir.types import DataType
 
 if TYPE_CHECKING:
-    from dlvm.ir.types import DataType
     from dlvm.ir.values import Value
 
 
@@ -144,7 +147,8 @@ class EnumLiteral(Literal):
 @dataclass(frozen=True, slots=True)
 class DenseLiteral(Literal):
     """`dense "0000803f00000040"`: a whole tensor as its elements' bytes in memory order
-    (row-major, little-endian, a bool one byte 0 or 1: docs/c-abi.md), written as lowercase hex.
+    (row-major, little-endian, a bool one byte 0 or 1, a bf16 its bits: docs/c-abi.md), written
+    as lowercase hex.
     One object however many elements, so weights cost their bytes and nothing per element;
     equal when the bytes are."""
 
@@ -156,8 +160,38 @@ class DenseLiteral(Literal):
 
 def dense_dtype(dt: DataType) -> str:
     """NumPy's name for dt's elements as a dense literal holds them (`<f4` for f32, `?` for
-    bool): `np.frombuffer(lit.data, dense_dtype(dt))` reads one."""
+    bool, `<u2` for bf16: its bits, which NumPy has no float type for)."""
+    if dt is DataType.BF16:
+        return "<u2"
     return "?" if dt.is_bool else "<" + ("f" if dt.is_float else "i") + str(dt.size)
+
+
+def dense_bytes(values: Any, dt: DataType) -> bytes:
+    """The bytes of a dense literal of element type dt holding `values` (an array-like of
+    numbers, converted: a bf16 rounded to nearest even as ml_dtypes rounds)."""
+    if dt is DataType.BF16:
+        return bf16_bits(np.asarray(values)).astype("<u2").tobytes()
+    return np.asarray(values).astype(dense_dtype(dt)).tobytes()
+
+
+def dense_array(data: bytes, dt: DataType) -> np.ndarray:
+    """The elements a dense literal's bytes hold, flat: as NumPy numbers of dense_dtype(dt),
+    bf16 as the float32 numbers it equals exactly."""
+    stored = np.frombuffer(data, dense_dtype(dt))
+    if dt is DataType.BF16:
+        return (stored.astype(np.uint32) << 16).view(np.float32)
+    return stored
+
+
+def bf16_bits(values: np.ndarray) -> np.ndarray:
+    """The bits (uint16) of the bf16 numbers nearest to `values` (any numbers; NumPy arrays of
+    ml_dtypes.bfloat16 too, whose bits come back as they are): through f32, whose range bf16
+    shares, rounded to nearest even, NaN kept (quiet), as ml_dtypes rounds."""
+    with np.errstate(over="ignore"):  # past f32's range: infinity in f32 and in bf16
+        bits = np.ascontiguousarray(values, np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16
+    quiet_nan = (bits >> 16) | 0x40
+    return np.where(np.isnan(bits.view(np.float32)), quiet_nan, rounded).astype(np.uint16)
 
 
 def literal_brief(lit: Literal) -> str:

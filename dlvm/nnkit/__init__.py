@@ -42,6 +42,7 @@ from dlvm.nnkit.staging import Gradient, Staged
 from dlvm.nnkit.tensor import (
     StagingError,
     TensorSpec,
+    bf16,
     bool_,
     f16,
     f32,
@@ -89,7 +90,8 @@ def gradient(
 
 
 __all__ = [
-    "Compiled", "Gradient", "Staged", "StagingError", "Tensor", "TensorSpec", "bool_", "cond",
+    "Compiled", "Gradient", "Staged", "StagingError", "Tensor", "TensorSpec", "bf16", "bool_",
+    "cond",
     "cos", "functions", "loop",
     "dot", "exp", "f16", "f32", "f64", "function", "gradient", "i8", "i16", "i32", "i64", "log",
     "max", "maximum", "mean", "minimum", "relu", "sigmoid", "sin", "softmax", "sqrt", "stage",

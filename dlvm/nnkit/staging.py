@@ -103,6 +103,8 @@ def spec_of(value: Any, where: str) -> TensorSpec:
         arr = np.asarray(value)
     kind = {"f": "f", "i": "i", "b": "bool"}.get(arr.dtype.kind)
     name = "bool" if kind == "bool" else f"{kind}{arr.dtype.itemsize * 8}" if kind else ""
+    if arr.dtype.name == "bfloat16":  # ml_dtypes' (the `bf16` extra), NumPy kind 'V'
+        name = "bf16"
     if name not in DATA_TYPES:
         raise TypeError(f"{where}: no DLVM element type for NumPy's {arr.dtype}")
     return TensorSpec(DATA_TYPES[name], tuple(arr.shape))

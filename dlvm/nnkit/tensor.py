@@ -207,6 +207,10 @@ class f16(Tensor):  # noqa: N801
     element = DataType.F16
 
 
+class bf16(Tensor):  # noqa: N801
+    element = DataType.BF16
+
+
 class f32(Tensor):  # noqa: N801
     element = DataType.F32
 
@@ -236,7 +240,7 @@ class bool_(Tensor):  # noqa: N801
 
 
 ELEMENT_CLASSES: dict[DataType, type[Tensor]] = {
-    c.element: c for c in (f16, f32, f64, i8, i16, i32, i64, bool_) if c.element is not None
+    c.element: c for c in (f16, bf16, f32, f64, i8, i16, i32, i64, bool_) if c.element is not None
 }
 
 

@@ -6,9 +6,14 @@ import numpy as np
 
 from dlvm.ir.types import DataType
 
+try:
+    import ml_dtypes  # a dependency of onnx itself; without it, BFLOAT16 is not imported
+except ImportError:  # pragma: no cover
+    ml_dtypes = None  # type: ignore[assignment]
+
 # TensorProto.DataType values (onnx.proto), written out so that this table needs no import of
 # onnx: FLOAT 1, UINT8 2, INT8 3, UINT16 4, INT16 5, INT32 6, INT64 7, STRING 8, BOOL 9,
-# FLOAT16 10, DOUBLE 11.
+# FLOAT16 10, DOUBLE 11, BFLOAT16 16.
 IR_TYPES: dict[int, DataType] = {
     1: DataType.F32,
     3: DataType.I8,
@@ -19,6 +24,8 @@ IR_TYPES: dict[int, DataType] = {
     10: DataType.F16,
     11: DataType.F64,
 }
+if ml_dtypes is not None:
+    IR_TYPES[16] = DataType.BF16
 
 NUMPY_TYPES: dict[DataType, type] = {
     DataType.F32: np.float32,
@@ -30,13 +37,15 @@ NUMPY_TYPES: dict[DataType, type] = {
     DataType.I64: np.int64,
     DataType.BOOL: np.bool_,
 }
+if ml_dtypes is not None:
+    NUMPY_TYPES[DataType.BF16] = ml_dtypes.bfloat16
 
 FROM_NUMPY: dict[np.dtype, DataType] = {np.dtype(t): d for d, t in NUMPY_TYPES.items()}
 
 
 def ir_type_of(elem_type: int) -> DataType | None:
     """The IR's data type for an ONNX element type, None where the IR has none (unsigned
-    integers, strings, complex numbers, bfloat16, the 8-bit and 4-bit floats)."""
+    integers, strings, complex numbers, the 8-bit and 4-bit floats; bfloat16 without ml_dtypes)."""
     return IR_TYPES.get(elem_type)
 
 

@@ -57,6 +57,12 @@ def read_argument(text: str, ty, index: int, fname: str) -> np.ndarray:
         stored = _read_npy(text, index)
         if stored.shape != t.shape:  # before converting: the file's data is not read yet
             _wrong_shape(stored, ty, index, fname)
+        if stored.dtype.kind == "V":  # bf16 bits, as numpy.save writes an ml_dtypes.bfloat16 array
+            if t.dtype is not DataType.BF16:
+                raise _fail(
+                    f"argument {index}: {text} holds 2-byte bf16 values, not {t.dtype}",
+                )
+            stored = stored.view(_numpy_dtype(t.dtype, index))
         value = stored
     else:
         value = _read_json(text, index)
@@ -119,7 +125,9 @@ def _read_npy(path: str, index: int) -> np.ndarray:
         if reason.startswith("mmap length is greater"):
             reason = "its header describes more data than the file holds"
         raise _fail(f"argument {index}: cannot read {path}: {reason}") from None
-    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+    bf16 = isinstance(value, np.ndarray) and value.dtype.kind == "V" and value.dtype.itemsize == 2
+    bf16 = bf16 and value.dtype.fields is None
+    if not isinstance(value, np.ndarray) or (value.dtype.kind not in "biuf" and not bf16):
         what = value.dtype if isinstance(value, np.ndarray) else "not an array"
         raise _fail(f"argument {index}: {path} holds {what}, not numbers")
     return value

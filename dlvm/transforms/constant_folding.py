@@ -20,7 +20,8 @@ from dlvm.ir.literals import (
     ScalarLiteral,
     SpecialLiteral,
     StructLiteral,
-    dense_dtype,
+    dense_array,
+    dense_bytes,
 )
 from dlvm.ir.ops import OPS
 from dlvm.ir.typerules import TypeRuleError, check_literal_operand, element_type
@@ -160,7 +161,7 @@ def _dense_row(lit: DenseLiteral, row: Type, index: int) -> LiteralValue | None:
     data = lit.data[index * size : (index + 1) * size]
     if t.shape:
         return LiteralValue(DenseLiteral(data), row)
-    return LiteralValue(_scalar_literal(np.frombuffer(data, dense_dtype(t.dtype))[0]), row)
+    return LiteralValue(_scalar_literal(dense_array(data, t.dtype)[0]), row)
 
 
 def _key_index(key: ElementKey) -> int | None:
@@ -304,7 +305,7 @@ def _encode(result: np.ndarray, t: TensorType, dense: bool) -> Literal | None:
         return _scalar_literal(flat[0])
     if flat.size <= FOLD_LIMIT:
         return _tensor_literal(result, t)
-    return DenseLiteral(flat.astype(dense_dtype(t.dtype)).tobytes()) if dense else None
+    return DenseLiteral(dense_bytes(flat, t.dtype)) if dense else None
 
 
 def _tensor_literal(result: np.ndarray, t: TensorType) -> Literal:

@@ -20,7 +20,7 @@ from conformance_batch import (
     constant_inputs,
     entry_name,
 )
-from conformance_cases import Case, graph_inputs, model_key
+from conformance_cases import Case, graph_inputs, model_key, tensor_array
 from onnx.backend.base import Backend, BackendRep
 
 from dlvm.onnx.dtypes import NUMPY_TYPES
@@ -97,7 +97,7 @@ class DlvmRep(BackendRep):
         self.input_names = [v.name for v in model.graph.input if v.name not in initialized]
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
-        given = dict(zip(self.input_names, inputs))
+        given = dict(zip(self.input_names, map(tensor_array, inputs)))
         for name, value in self.imported.fixed.items():
             _check_fixed(name, given.get(name), value)
         args = []

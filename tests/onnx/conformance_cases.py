@@ -17,6 +17,8 @@ import onnx
 from onnx import numpy_helper
 from onnx.backend.test.loader import load_model_tests
 
+from dlvm.onnx.dtypes import IR_TYPES
+
 # BackendTest's category of each group (its test classes are OnnxBackend<category>Test) and the
 # kind of onnx.backend.test.loader that holds it. The "real" kind is the light models: their
 # weights are constants of the model, their outputs stored beside it.
@@ -29,9 +31,9 @@ GROUPS: dict[str, tuple[str, str]] = {
 }
 GROUP_OF_CLASS = {f"OnnxBackend{category}Test": group for group, (category, _) in GROUPS.items()}
 
-# The ONNX element types DLVM IR has (dlvm.onnx.dtypes): FLOAT, INT8, INT16, INT32, INT64, BOOL,
-# FLOAT16, DOUBLE.
-IR_ELEMENT_TYPES = frozenset({1, 3, 5, 6, 7, 9, 10, 11})
+# The ONNX element types DLVM IR has: FLOAT, INT8, INT16, INT32, INT64, BOOL, FLOAT16, DOUBLE,
+# BFLOAT16.
+IR_ELEMENT_TYPES = frozenset(IR_TYPES)
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,8 @@ def load_cases(groups: Sequence[str] = tuple(GROUPS)) -> list[Case]:
 
 def _case(group: str, test: Any) -> Case:
     if test.model is not None:  # node cases: built in memory
-        model, data = test.model, test.data_sets or []
+        model = test.model
+        data = [(_arrays(ins), _arrays(outs)) for ins, outs in test.data_sets or []]
     elif test.model_dir is not None:
         model = onnx.load(os.path.join(test.model_dir, "model.onnx"))
         sets = sorted(glob.glob(os.path.join(test.model_dir, "test_data_set*")))
@@ -95,6 +98,17 @@ def _case(group: str, test: Any) -> Case:
             if isinstance(array, (np.ndarray, np.generic)):  # a 0-d input may be a NumPy scalar
                 shapes[v.name] = tuple(int(n) for n in np.shape(array))
     return Case(group, test.name, model, shapes, data)
+
+
+def _arrays(values: Sequence[Any]) -> list[Any]:
+    """A data set's values, a TensorProto (how the node cases give types NumPy lacks, such as
+    CastLike's bfloat16) read as its array."""
+    return [tensor_array(v) for v in values]
+
+
+def tensor_array(value: Any) -> Any:
+    """`value`, or its array where it is a TensorProto."""
+    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value
 
 
 def graph_inputs(model: Any) -> list[Any]:

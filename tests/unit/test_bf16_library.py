@@ -88,6 +88,22 @@ def test_float32_arguments_are_rounded_to_bf16(built):
         np.testing.assert_array_equal(m.infer(xa, xb).view(np.uint16), exact.view(np.uint16))
 
 
+def test_arrays_numpy_saved_in_bf16_are_read_back(built, tmp_path):
+    """numpy.save writes an ml_dtypes.bfloat16 array as 2-byte opaque elements (|V2), and so
+    does `telc run -o`; np.load gives them back so, and they are taken as bf16 bits."""
+    library, _ = built
+    inputs = batch(5)
+    with dlvm.load(library, seed=1) as m:
+        want = m.infer(inputs["xa"], inputs["xb"])
+        np.save(tmp_path / "xa.npy", inputs["xa"])
+        loaded = np.load(tmp_path / "xa.npy")
+        assert loaded.dtype == np.dtype("V2")
+        got = m.infer(loaded, inputs["xb"])
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+        with pytest.raises(TypeError, match="must be bf16"):  # a record of two bytes is not
+            m.infer(np.zeros((3, 4), [("a", "u1"), ("b", "u1")]), inputs["xb"])
+
+
 def test_checkpoint_is_safetensors_bf16(built, tmp_path):
     library, _ = built
     path = tmp_path / "ffnn.safetensors"

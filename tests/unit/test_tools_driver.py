@@ -136,3 +136,27 @@ def test_npy_arguments_of_other_kinds_are_rejected(tmp_path, capsys):
     path = tmp_path / "ok.npy"
     np.save(path, np.int64(5))
     assert _run(capsys, "@factorial", "--args", str(path))[1].endswith("result: i64 = 120\n")
+
+
+def test_npy_arguments_in_bf16(tmp_path, capsys):
+    """A .npy file of ml_dtypes.bfloat16 (numpy.save writes 2-byte opaque elements) is a bf16
+    argument, bits as they are; given for another type, or as a 2-byte record, it is refused."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    source = tmp_path / "f.dl"
+    source.write_text(
+        'module "m"\nstage raw\n\n'
+        "func @f: (<2 x bf16>, <2 x f32>) -> <2 x bf16> {\n"
+        "'entry(%x: <2 x bf16>, %y: <2 x f32>):\n"
+        "    %z = add %x: <2 x bf16>, 1: bf16\n"
+        "    return %z: <2 x bf16>\n}\n"
+    )
+    x = tmp_path / "x.npy"
+    np.save(x, np.array([1.5, 256], ml_dtypes.bfloat16))
+    assert dlopt.main([str(source), "--run", "@f", "--args", str(x), "[0, 0]"]) == EXIT_OK
+    assert capsys.readouterr().out.endswith("result: <2 x bf16> = [2.5, 256]\n")
+    assert dlopt.main([str(source), "--run", "@f", "--args", str(x), str(x)]) == EXIT_INPUT
+    assert "argument 1: " in (err := capsys.readouterr().err) and "not f32" in err
+    record = tmp_path / "record.npy"
+    np.save(record, np.zeros(2, [("a", "u1"), ("b", "u1")]))
+    assert dlopt.main([str(source), "--run", "@f", "--args", str(record), "[0, 0]"]) == EXIT_INPUT
+    assert "not numbers" in capsys.readouterr().err
