@@ -17,6 +17,7 @@ from telhelp import (
     inputs_for,
     run_train_step,
 )
+from test_cuda_library import build_emulated, fake_driver, on_fake_gpu  # noqa: F401 (fixtures)
 from test_model_samples import load_driver, shapes
 
 import dlvm
@@ -170,6 +171,21 @@ def test_distributed_halves_sum_f32_gradients(tmp_path):
         for name, value in plain.params.items():
             np.testing.assert_array_equal(ranked.params[name], value)
     assert blocks == [np.dtype(np.float32)] * 4
+
+
+def test_a_cuda_build_trains_on_the_gpu_as_on_the_cpu(on_fake_gpu, tmp_path):  # noqa: F811
+    """--target cuda: the bf16 train step's kernels (emulated) give the CPU's step."""
+    compiled = compiled_sample("digits", precision="bf16")
+    library, kernels = build_emulated(compiled, "digits", tmp_path)
+    on_fake_gpu(kernels)
+    [train] = [e for e in compiled.interface.entries if e.kind == "train"]
+    inputs = inputs_for(train.inputs, 3)
+    with dlvm.load(library, seed=7) as cpu, dlvm.load(library, device="cuda:0", seed=7) as gpu:
+        for _ in range(3):
+            want, got = cpu.train_step(**inputs), gpu.train_step(**inputs)
+            np.testing.assert_allclose(got, want, rtol=2**-7)
+        for p in cpu.params:
+            np.testing.assert_allclose(gpu.params[p], cpu.params[p], rtol=2**-7, atol=1e-4)
 
 
 def test_precision_is_an_option_and_in_the_cache_key(tmp_path):
