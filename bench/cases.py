@@ -153,17 +153,22 @@ def inputs(case: str) -> dict[str, Any]:
 
 
 def build(
-    text: str, name: str, directory: Path, defines: dict[str, int], fast_math: bool = False
+    text: str,
+    name: str,
+    directory: Path,
+    defines: dict[str, int],
+    fast_math: bool = False,
+    precision: str = "f32",
 ) -> Any:
-    """Compiles TEL `text` as `telc build -O2` does (with `--fast-math`: `fast_math`) and loads
-    the library."""
+    """Compiles TEL `text` as `telc build -O2` does (with `--fast-math`: `fast_math`; with
+    `--precision`: `precision`) and loads the library."""
     import dlvm
     from dlvm.codegen.build import build_library
     from telc.driver import compile_text, optimize
 
     src = directory / f"{name}.tel"
     src.write_text(text)
-    compiled = compile_text(str(src), text, defines)
+    compiled = compile_text(str(src), text, defines, precision=precision)
     optimize(compiled.module)
     path = directory / f"{name}.so"
     build_library(compiled.module, compiled.spec, path, fast_math=fast_math)

@@ -62,6 +62,7 @@ INFERENCE = ("mlp_b1", "mlp_b256")
 VARIANTS = [
     Variant(F32, (), MLP, MLP_CASES),
     Variant("ours bf16", (), MLP_BF16, MLP_CASES),
+    Variant("ours --precision bf16", ("--precision", "bf16"), MLP, ("train_b128",)),
     Variant(F32, (), MATMUL, ("matmul",)),
     Variant("ours bf16", (), MATMUL_BF16, ("matmul",)),
     Variant(F32, (), CHAIN, ("chain",)),

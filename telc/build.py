@@ -90,7 +90,7 @@ def produce(
             timings.stages.append(("cache", time.perf_counter() - t0))  # key, lookup, copy
             product.report = {**report, **entry.report}
             return product
-    compiled = lower_program(program, timings, options.distributed)
+    compiled = lower_program(program, timings, options.distributed, options.precision)
     if emit == "ir":
         return Product(module_text(compiled.module), report=report)
     optimize(compiled.module, timings, options.level)

@@ -28,6 +28,7 @@ from telc.demo import demo
 from telc.driver import (
     DEFAULT_OPT_LEVEL,
     OPT_LEVELS,
+    PRECISIONS,
     STAGES,
     TARGETS,
     BuildOptions,
@@ -212,7 +213,7 @@ _verbose = click.option(
 
 
 # The BuildOptions fields that a command line option of the same name gives, besides -D and -O.
-CODEGEN_OPTIONS = ("target", "cpu", "gpu", "tf32", "distributed", "fast_math")
+CODEGEN_OPTIONS = ("target", "cpu", "gpu", "tf32", "distributed", "fast_math", "precision")
 
 
 def _gather_build_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -265,6 +266,15 @@ _codegen = _options(
         help="Compute f32 exp, tanh (so nn's sigmoid) and log in CPU kernels with faster "
         "approximations: within 2e-6 relative of the exact result instead of 2 ulp (docs/ir.md, "
         '"Fast math"). f64 and the other functions are unchanged.',
+    ),
+    click.option(
+        "--precision",
+        type=click.Choice(PRECISIONS),
+        default="f32",
+        show_default=True,
+        help="What train steps compute in: f32, or bf16 (products and activations in bf16, "
+        'sums, the loss, parameters and optimiser state in f32; docs/telc.md, "Mixed '
+        'precision").',
     ),
     click.option(
         "--cpu", default="native", show_default=True, help="Target CPU: native, x86-64-v3, znver4…"

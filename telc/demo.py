@@ -72,13 +72,18 @@ class Report:
 
 
 def build(
-    out: Path, cpu: str = "native", started: Callable[[str], None] | None = None
+    out: Path,
+    cpu: str = "native",
+    started: Callable[[str], None] | None = None,
+    precision: str = "f32",
 ) -> BuildResult:
-    """samples/digits.tel compiled into OUT/digits.so, with digits.h and dlrt.h beside it."""
+    """samples/digits.tel compiled into OUT/digits.so, with digits.h and dlrt.h beside it;
+    its train step computes in `precision` (telc build --precision)."""
     from telc.library import build_so  # llvmlite loads only when building
 
     timings = Timings(started=started)
-    compiled = compile_text(str(DIGITS), DIGITS.read_text(encoding="utf-8"), timings=timings)
+    text = DIGITS.read_text(encoding="utf-8")
+    compiled = compile_text(str(DIGITS), text, timings=timings, precision=precision)
     optimize(compiled.module, timings)
     out.mkdir(parents=True, exist_ok=True)
     return build_so(compiled, out / "digits.so", cpu, timings)

@@ -16,6 +16,7 @@ from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.types import TensorType, Type
 from dlvm.ir.values import Module
 from dlvm.ir.verifier import verify
+from dlvm.transforms.mixed_precision import to_mixed_precision
 from dlvm.transforms.pass_manager import PassManager, PassRun
 from dlvm.transforms.pipelines import PIPELINES, Pipeline
 from telc import __version__
@@ -25,6 +26,9 @@ from telc.program import Program, load
 
 STAGES = ("tel", "ast", "ir", "optimized", "compute", "schedule", "llvm", "asm", "ptx", "obj", "so")
 TARGETS = ("cpu", "cuda")
+# What --precision names: the element type train steps compute in (docs/telc.md, "Mixed
+# precision"); f32 leaves the module as lowered.
+PRECISIONS = ("f32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class BuildOptions:
     tf32: bool = False  # f32 products in TF32 on tensor cores (CUDA)
     distributed: bool = False  # each train entry also in halves (docs/distributed.md)
     fast_math: bool = False  # f32 exp, tanh, log of CPU kernels in fast math (docs/ir.md)
+    precision: str = "f32"  # what train steps compute in (PRECISIONS)
 
     @property
     def values(self) -> dict[str, int | float]:
@@ -107,6 +112,8 @@ class BuildOptions:
             fixed.append("--distributed")
         if self.fast_math:
             fixed.append("--fast-math")
+        if self.precision != "f32":
+            fixed.append(f"--precision={self.precision}")
         return fixed + [f"-D {n}={v!r}" for n, v in sorted(self.defines)]
 
 
@@ -169,29 +176,46 @@ def compile_text(
     timings: Timings | None = None,
     values: dict[str, str] | None = None,
     distributed: bool = False,
+    precision: str = "f32",
 ) -> Compiled:
     """TEL source to verified raw IR and its interface; stages parse and lower (which checks
     shapes and element types in the same walk). `values` fixes inputs of the ONNX models the
-    program uses (`--value`); `distributed` adds each train entry's halves (`--distributed`)."""
+    program uses (`--value`); `distributed` adds each train entry's halves (`--distributed`);
+    `precision` is what train steps compute in (`--precision`)."""
     timings = timings if timings is not None else Timings()
     with timings.stage("parse"):
         program = load(path, text, defines, values)
-    return lower_program(program, timings, distributed)
+    return lower_program(program, timings, distributed, precision)
 
 
 def lower_program(
-    program: Program, timings: Timings | None = None, distributed: bool = False
+    program: Program,
+    timings: Timings | None = None,
+    distributed: bool = False,
+    precision: str = "f32",
 ) -> Compiled:
-    """A loaded program to verified raw IR and its interface (stage lower)."""
+    """A loaded program to verified raw IR and its interface (stage lower); with precision
+    bf16, each train entry's objective computes in bf16 (dlvm.transforms.mixed_precision)."""
+    assert precision in PRECISIONS, precision
     timings = timings if timings is not None else Timings()
     with timings.stage("lower"):
         module, interface = lower(program, distributed)
+        if precision == "bf16":
+            for name in objectives(interface):
+                fn = module.function_named(name)
+                assert fn is not None, f"the objective {name} is in the module"
+                to_mixed_precision(fn)
         diags = verify(module)
     if diags:
         path = program.root.path
         head = Diagnostic(f"internal error: telc produced IR that does not verify for {path}")
         raise DiagnosticError([head, *diags])
     return Compiled(program, module, interface)
+
+
+def objectives(interface: Interface) -> list[str]:
+    """The objective function of each train entry, once each (entries may share one)."""
+    return list(dict.fromkeys(e.objective for e in interface.entries if e.objective))
 
 
 def optimize(

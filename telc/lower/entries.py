@@ -30,6 +30,9 @@ class Entry:
     # A train entry of a library built with --distributed: its halves E.grads and E.apply
     # (telc.lower.train_split), which the runtime calls with an all-reduce between them.
     parts: tuple[Entry, Entry] | None = None
+    # A train entry's objective, the function its gradient declaration differentiates (what
+    # --precision bf16 computes in bf16: telc.driver).
+    objective: str | None = None
 
 
 @dataclass

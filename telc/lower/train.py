@@ -120,6 +120,7 @@ class TrainLowerer:
         obj, in_types, p_types, b_types, updated = self.objective(
             entry.name, t.objective, order, "the training objective", [], updates=True
         )
+        entry.objective = obj.name
         inputs, params = [n for n, _ in in_types], [n for n, _ in p_types]
         buffers = [n for n, _ in b_types]
         every = inputs + params + buffers

@@ -40,33 +40,35 @@ def sample_path(name: str) -> str:
 
 @functools.cache
 def compiled_sample(
-    name: str, level: int = DEFAULT_OPT_LEVEL, distributed: bool = False
+    name: str, level: int = DEFAULT_OPT_LEVEL, distributed: bool = False, precision: str = "f32"
 ) -> Compiled:
     """samples/NAME.tel compiled and optimised at -O`level` (differentiated), shared by the
     tests of one process; nothing the tests do modifies it. `distributed`: as --distributed
-    builds it, each train entry also in halves."""
+    builds it, each train entry also in halves; `precision`: as --precision builds it."""
     path = sample_path(name)
     with open(path, encoding="utf-8") as f:
-        compiled = compile_text(path, f.read(), distributed=distributed)
+        compiled = compile_text(path, f.read(), distributed=distributed, precision=precision)
     optimize(compiled.module, level=level)
     return compiled
 
 
-def build_sample(name: str, directory: Path) -> Path:
-    """samples/NAME.tel built into DIRECTORY/NAME.so (with NAME.h and dlrt.h beside it)."""
+def build_sample(name: str, directory: Path, precision: str = "f32") -> Path:
+    """samples/NAME.tel built into DIRECTORY/NAME.so (with NAME.h and dlrt.h beside it), its
+    train steps computing in `precision`."""
     from dlvm.codegen.build import build_library  # LLVM, only for the tests that build
 
-    compiled = compiled_sample(name)
+    compiled = compiled_sample(name, precision=precision)
     path = Path(directory) / f"{name}.so"
     build_library(compiled.module, compiled.spec, path)
     return path
 
 
-def build_distributed_sample(name: str, directory: Path) -> Path:
-    """samples/NAME.tel built with --distributed into DIRECTORY/NAME.so."""
+def build_distributed_sample(name: str, directory: Path, precision: str = "f32") -> Path:
+    """samples/NAME.tel built with --distributed (and --precision PRECISION) into
+    DIRECTORY/NAME.so."""
     from dlvm.codegen.build import build_library
 
-    compiled = compiled_sample(name, distributed=True)
+    compiled = compiled_sample(name, distributed=True, precision=precision)
     library = Path(directory) / f"{name}.so"
     build_library(compiled.module, compiled.spec, library)
     return library
