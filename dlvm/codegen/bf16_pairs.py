@@ -16,9 +16,12 @@ beyond). The products of two bf16 are exact in f32, and the sums are f32 sums, i
 than the interpreter's (docs/ir.md, "bf16"); `vdpbf16ps` treats subnormal inputs and results as
 zero. The tile's f32 sums are rounded once to bf16 as they are stored (MatMul.store_vector).
 
-b = Wᵀ read in place (an nn.Linear's weight) has its pairs next to each other in W's rows: the
-strip is W's rows as 32-bit elements, transposed by square blocks in vector registers
-(dlvm.codegen.transposing), as an f32 Wᵀ is."""
+Operands read in place are copied by pairs rather than by elements: a's rows hold its pairs
+next to each other (one 32-bit load each); b's rows p and p + 1 are loaded 16 columns at a time
+and interleaved into 16 pairs; b = Wᵀ (an nn.Linear's weight) has its pairs next to each other
+in W's rows, so its strip is W's rows as 32-bit elements, transposed by square blocks in vector
+registers (dlvm.codegen.transposing), as an f32 Wᵀ is. Anything else (a prologue computes it)
+goes element by element through KernelGen.elem."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from llvmlite import ir
 
 from dlvm.codegen.llvm_types import I32, I64, constant
 from dlvm.codegen.loops import counted_loop
+from dlvm.codegen.matmul_rows import rows_in_place
 from dlvm.codegen.transposing import copy_transposed
 from dlvm.ir.types import DataType
 
@@ -102,27 +106,54 @@ def micro(
         mm.epilogue(batch, i0, rows, j0, width)
 
 
+def _offset(b: ir.IRBuilder, strides: tuple[int, ...], idx: list[ir.Value]) -> ir.Value:
+    total: ir.Value = _c(0)
+    for i, st in zip(idx, strides):
+        if st:
+            total = b.add(total, b.mul(i, _c(st)))
+    return total
+
+
 def pack_a(
     mm: MatMul, rows: int, batch: list[ir.Value], ic: ir.Value, ic_end: ir.Value,
     a_pack: ir.Value,
 ) -> None:  # fmt: skip
-    """a_pack as above for rows [ic, ic_end) of a, through any prologue."""
-    b, kg = mm.b, mm.kg
+    """a_pack as above for rows [ic, ic_end) of a: by pairs when a's rows lie in place, else
+    element by element through any prologue."""
+    b, kg, bf = mm.b, mm.kg, mm.elem_ty
     h = half(mm.k)
 
-    def at(i: ir.Value, p: ir.Value) -> ir.Value:
+    def unit(i: ir.Value, pp: ir.Value) -> ir.Value:
         rel = b.sub(i, ic)
         t, r = b.udiv(rel, _c(rows)), b.urem(rel, _c(rows))
-        pair = b.add(b.mul(b.add(b.mul(t, _c(h)), b.lshr(p, _c(1))), _c(rows)), r)
-        off = b.add(b.mul(pair, _c(2)), b.and_(p, _c(1)))
-        return b.gep(a_pack, [off], source_etype=mm.elem_ty)
+        return b.add(b.mul(b.add(b.mul(t, _c(h)), pp), _c(rows)), r)
+
+    def at(i: ir.Value, p: ir.Value) -> ir.Value:
+        off = b.add(b.mul(unit(i, b.lshr(p, _c(1))), _c(2)), b.and_(p, _c(1)))
+        return b.gep(a_pack, [off], source_etype=bf)
+
+    found = rows_in_place(mm.a, kg.ptrs)
 
     def row(i: ir.Value) -> None:
-        def element(p: ir.Value) -> None:
-            kg.memo.clear()
-            b.store(kg.elem(mm.a, [*batch, i, p]), at(i, p))
+        if found is not None:
+            ptr, strides = found
+            start = b.gep(ptr, [_offset(b, strides, [*batch, i, _c(0)])], source_etype=bf)
 
-        counted_loop(b, 0, mm.k, element, name="pa")
+            def pair(pp: ir.Value) -> None:
+                v = b.load(b.gep(start, [b.mul(pp, _c(2))], source_etype=bf), typ=I32, align=2)
+                b.store(v, b.gep(a_pack, [unit(i, pp)], source_etype=I32))
+
+            counted_loop(b, 0, mm.k // 2, pair, name="pa")
+            if mm.k % 2:
+                last = b.load(b.gep(start, [_c(mm.k - 1)], source_etype=bf), typ=bf)
+                b.store(last, at(i, _c(mm.k - 1)))
+        else:
+
+            def element(p: ir.Value) -> None:
+                kg.memo.clear()
+                b.store(kg.elem(mm.a, [*batch, i, p]), at(i, p))
+
+            counted_loop(b, 0, mm.k, element, name="pa")
         if mm.k % 2:
             b.store(constant(DataType.BF16, 0), at(i, _c(mm.k)))
 
@@ -133,11 +164,13 @@ def pack_b(
     mm: MatMul, width: int, batch: list[ir.Value], jc: ir.Value, jc_end: ir.Value,
     b_pack: ir.Value,
 ) -> None:  # fmt: skip
-    """b_pack as above for columns [jc, jc_end) of b: Wᵀ in place by blocks of W's rows, or
-    through any prologue element by element."""
-    b, kg = mm.b, mm.kg
+    """b_pack as above for columns [jc, jc_end) of b: Wᵀ in place by blocks of W's rows, b in
+    place by rows interleaved 16 columns at a time, or element by element through any
+    prologue."""
+    b, kg, bf = mm.b, mm.kg, mm.elem_ty
     h = half(mm.k)
     strips = b.udiv(b.add(b.sub(jc_end, jc), _c(width - 1)), _c(width))
+    found = None if mm.b_columns is not None else rows_in_place(mm.bm, kg.ptrs)
 
     def strip(q: ir.Value) -> None:
         j0 = b.add(jc, b.mul(q, _c(width)))
@@ -150,42 +183,66 @@ def pack_b(
 
         def at(p: ir.Value, c: ir.Value) -> ir.Value:
             off = b.add(b.mul(unit(b.lshr(p, _c(1)), c), _c(2)), b.and_(p, _c(1)))
-            return b.gep(b_pack, [off], source_etype=mm.elem_ty)
+            return b.gep(b_pack, [off], source_etype=bf)
 
-        full = mm.k // 2
+        def zero_pad() -> None:  # an odd k's last pair ends in zeros
+            if mm.k % 2:
+                counted_loop(b, 0, count, lambda c: b.store(constant(DataType.BF16, 0),
+                                                            at(_c(mm.k), c)), name="cz")  # fmt: skip
+
+        def element(p: ir.Value, c: ir.Value) -> None:
+            kg.memo.clear()
+            b.store(kg.elem(mm.bm, [*batch, p, b.add(j0, c)]), at(p, c))
+
         if mm.b_columns is not None:  # W's rows as 32-bit pairs, transposed by blocks
             ptr, (_, row) = mm.b_columns
 
             def source(c: ir.Value, pp: ir.Value) -> ir.Value:
                 off = b.add(b.mul(b.add(j0, c), _c(row)), b.mul(pp, _c(2)))
-                return b.gep(ptr, [off], source_etype=mm.elem_ty)
+                return b.gep(ptr, [off], source_etype=bf)
 
             def target(pp: ir.Value, c: ir.Value) -> ir.Value:
                 return b.gep(b_pack, [unit(pp, c)], source_etype=I32)
 
-            copy_transposed(b, I32, 2, LANES, source, target, count, _c(0), _c(full))
+            copy_transposed(b, I32, 2, LANES, source, target, count, _c(0), _c(mm.k // 2))
             if mm.k % 2:
                 last = _c(mm.k - 1)
 
                 def odd(c: ir.Value) -> None:
                     off = b.add(b.mul(b.add(j0, c), _c(row)), last)
-                    v = b.load(b.gep(ptr, [off], source_etype=mm.elem_ty), typ=mm.elem_ty)
-                    b.store(v, at(last, c))
-                    b.store(constant(DataType.BF16, 0), at(_c(mm.k), c))
+                    b.store(b.load(b.gep(ptr, [off], source_etype=bf), typ=bf), at(last, c))
 
-                counted_loop(b, 0, count, odd, name="cz")
-            return
+                counted_loop(b, 0, count, odd, name="cl")
+        elif found is not None:  # rows p and p + 1 interleaved, 16 columns at a time
+            ptr, strides = found
+            vecs = b.udiv(count, _c(LANES))
+            half_t, pair_t = ir.VectorType(bf, LANES), ir.VectorType(bf, 2 * LANES)
+            mix = ir.Constant(ir.VectorType(I32, 2 * LANES),
+                              [x for c in range(LANES) for x in (c, LANES + c)])  # fmt: skip
 
-        def step(p: ir.Value) -> None:
-            def element(c: ir.Value) -> None:
-                kg.memo.clear()
-                b.store(kg.elem(mm.bm, [*batch, p, b.add(j0, c)]), at(p, c))
+            def row_at(p: ir.Value, c: ir.Value) -> ir.Value:
+                off = _offset(b, strides, [*batch, p, b.add(j0, c)])
+                return b.gep(ptr, [off], source_etype=bf)
 
-            counted_loop(b, 0, count, element, name="cb")
+            def pair_row(pp: ir.Value) -> None:
+                p = b.mul(pp, _c(2))
 
-        counted_loop(b, 0, mm.k, step, name="pb")
-        if mm.k % 2:
-            counted_loop(b, 0, count, lambda c: b.store(constant(DataType.BF16, 0),
-                                                        at(_c(mm.k), c)), name="cz")  # fmt: skip
+                def vector(v: ir.Value) -> None:
+                    c = b.mul(v, _c(LANES))
+                    lo = b.load(row_at(p, c), typ=half_t, align=2)
+                    hi = b.load(row_at(b.add(p, _c(1)), c), typ=half_t, align=2)
+                    b.store(b.shuffle_vector(lo, hi, mix), at(p, c), align=2)
+
+                counted_loop(b, 0, vecs, vector, name="vb")
+                counted_loop(b, b.mul(vecs, _c(LANES)), count, lambda c: (
+                    element(p, c), element(b.add(p, _c(1)), c)), name="cb")  # fmt: skip
+
+            counted_loop(b, 0, mm.k // 2, pair_row, name="pb")
+            if mm.k % 2:
+                counted_loop(b, 0, count, lambda c: element(_c(mm.k - 1), c), name="cl")
+        else:
+            counted_loop(b, 0, mm.k, lambda p: counted_loop(
+                b, 0, count, lambda c: element(p, c), name="cb"), name="pb")  # fmt: skip
+        zero_pad()
 
     counted_loop(b, 0, strips, strip, name="qb")
