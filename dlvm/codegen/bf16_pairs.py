@@ -25,6 +25,7 @@ goes element by element through KernelGen.elem."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -65,7 +66,7 @@ def dpbf16(mm: MatMul) -> ir.Function:
 
 def micro(
     mm: MatMul, batch: list[ir.Value], i0: ir.Value, rows: int, j0: ir.Value, width: int,
-    a_pair: ir.Value, b_pair: ir.Value,
+    a_pair: Callable[[int, ir.Value], ir.Value], b_pair: Callable[[ir.Value, int], ir.Value],
 ) -> None:  # fmt: skip
     """One tile of rows × width outputs over the whole sum: a_pair(r, pp) is the 32-bit pair of
     row i0 + r, b_pair(pp, v) the address of vector v's 16 column pairs (32 bf16, read whole
@@ -185,10 +186,8 @@ def pack_b(
             off = b.add(b.mul(unit(b.lshr(p, _c(1)), c), _c(2)), b.and_(p, _c(1)))
             return b.gep(b_pack, [off], source_etype=bf)
 
-        def zero_pad() -> None:  # an odd k's last pair ends in zeros
-            if mm.k % 2:
-                counted_loop(b, 0, count, lambda c: b.store(constant(DataType.BF16, 0),
-                                                            at(_c(mm.k), c)), name="cz")  # fmt: skip
+        def zero(c: ir.Value) -> None:  # an odd k's last pair ends in a zero
+            b.store(constant(DataType.BF16, 0), at(_c(mm.k), c))
 
         def element(p: ir.Value, c: ir.Value) -> None:
             kg.memo.clear()
@@ -216,7 +215,7 @@ def pack_b(
         elif found is not None:  # rows p and p + 1 interleaved, 16 columns at a time
             ptr, strides = found
             vecs = b.udiv(count, _c(LANES))
-            half_t, pair_t = ir.VectorType(bf, LANES), ir.VectorType(bf, 2 * LANES)
+            half_t = ir.VectorType(bf, LANES)
             mix = ir.Constant(ir.VectorType(I32, 2 * LANES),
                               [x for c in range(LANES) for x in (c, LANES + c)])  # fmt: skip
 
@@ -233,9 +232,12 @@ def pack_b(
                     hi = b.load(row_at(b.add(p, _c(1)), c), typ=half_t, align=2)
                     b.store(b.shuffle_vector(lo, hi, mix), at(p, c), align=2)
 
+                def both(c: ir.Value) -> None:  # the columns past the whole vectors
+                    element(p, c)
+                    element(b.add(p, _c(1)), c)
+
                 counted_loop(b, 0, vecs, vector, name="vb")
-                counted_loop(b, b.mul(vecs, _c(LANES)), count, lambda c: (
-                    element(p, c), element(b.add(p, _c(1)), c)), name="cb")  # fmt: skip
+                counted_loop(b, b.mul(vecs, _c(LANES)), count, both, name="cb")
 
             counted_loop(b, 0, mm.k // 2, pair_row, name="pb")
             if mm.k % 2:
@@ -243,6 +245,7 @@ def pack_b(
         else:
             counted_loop(b, 0, mm.k, lambda p: counted_loop(
                 b, 0, count, lambda c: element(p, c), name="cb"), name="pb")  # fmt: skip
-        zero_pad()
+        if mm.k % 2:
+            counted_loop(b, 0, count, zero, name="cz")
 
     counted_loop(b, 0, strips, strip, name="qb")

@@ -288,7 +288,8 @@ class MatMul:
         """a[…, i0 + r, p], element by element (through any prologue), in acc_ty."""
         b = self.b
         return lambda r, p: self.widened(
-            self.kg.elem(self.a, [*batch, b.add(i0, ir.Constant(I64, r)), p]))
+            self.kg.elem(self.a, [*batch, b.add(i0, ir.Constant(I64, r)), p])
+        )
 
     def b_direct(
         self, batch: list[ir.Value], p0: ir.Value, j0: ir.Value, width: int
