@@ -32,9 +32,10 @@ def kernel_takes(inst: Instruction) -> bool:
     return a.shape[-1] <= LONGEST_SUM
 
 
-def products_in_f32(module: Module) -> None:
+def products_in_f32(module: Module, cuda: bool = False) -> None:
     """Rewrites every bf16 `dot` and `convolve` of the module that the CPU kernels do not take
-    in bf16 (kernel_takes), as described above."""
+    in bf16 (kernel_takes), as described above; with `cuda` (the module's kernels run on a GPU
+    too, whose tiled product, dlvm.codegen.cuda_matmul, would sum in bf16), every one."""
     for fn in module.functions:
         replacement: dict[Value, Value] = {}
         dead: set[Instruction] = set()
@@ -42,7 +43,7 @@ def products_in_f32(module: Module) -> None:
             t = as_tensor(inst.type)
             if inst.opcode not in PRODUCTS or t is None or t.dtype is not DataType.BF16:
                 continue
-            if kernel_takes(inst):
+            if kernel_takes(inst) and not cuda:
                 continue
             b = Builder().before(inst)
             wide = [b.dataTypeCast(v, dtype=DataType.F32) for v in inst.operands]

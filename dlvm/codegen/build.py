@@ -87,9 +87,10 @@ def schedule(
     """compute-generation then compute-scheduling for `cpu`'s vector width (and for CUDA as
     well with `cuda`, f32 products in TF32 with `tf32`; the CPU kernels' f32 exp, tanh and log
     in fast math with `fast_math`): the module ends at stage schedule. bf16 products the CPU
-    kernels do not take in bf16 are taken in f32 first (dlvm.codegen.bf16_products); those
+    kernels do not take in bf16 (with `cuda`, all) are taken in f32 first
+    (dlvm.codegen.bf16_products); those
     they take go in pairs through `vdpbf16ps` where `cpu` has AVX-512 BF16."""
-    products_in_f32(module)
+    products_in_f32(module, cuda)
     ComputeGeneration().run(module)
     ComputeScheduling(vector_bits(cpu), cuda, tf32, fast_math, has_avx512bf16(cpu)).run(module)
     return module

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from dlvm.codegen.llvm_types import I32, I64, narrow, value_type
+from dlvm.codegen.llvm_types import BFLOAT, I32, I64, narrow, value_type
 from dlvm.codegen.loops import counted_loop
 from dlvm.codegen.transposing import columns_in_place, copy_transposed
 from dlvm.ir.types import DataType, TensorType
@@ -53,6 +53,26 @@ PACKED_DEPTH = 384  # per slice when packing (dlvm.codegen.panels): C is read an
 
 def _c(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
+
+
+def bf16_rounded(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """A vector of f32 rounded to bf16 in integer arithmetic (to nearest even, NaN kept quiet,
+    subnormals kept: as ml_dtypes rounds), for a CPU without vcvtneps2bf16, where LLVM would
+    call __truncsfbf2 once per lane."""
+    vt = x.type
+    assert isinstance(vt, ir.VectorType)
+    n = vt.count
+    i32, i16 = ir.VectorType(I32, n), ir.VectorType(ir.IntType(16), n)
+
+    def splat(v: int) -> ir.Constant:
+        return ir.Constant(i32, [v] * n)
+
+    bits = b.bitcast(x, i32)
+    high = b.lshr(bits, splat(16))
+    even = b.add(b.add(bits, splat(0x7FFF)), b.and_(high, splat(1)))
+    rounded = b.select(b.fcmp_unordered("uno", x, x), b.or_(high, splat(0x40)),
+                       b.lshr(even, splat(16)))  # fmt: skip
+    return b.bitcast(b.trunc(rounded, i16), ir.VectorType(BFLOAT, n))
 
 
 @dataclass(frozen=True)
@@ -95,6 +115,7 @@ class MatMul:
 
     wide = False  # bf16 operands, f32 sums (the module docstring)
     pairs = False  # and packed in pairs for vdpbf16ps (dlvm.codegen.bf16_pairs)
+    converts = False  # and the CPU rounds f32 to bf16 in one instruction (vcvtneps2bf16)
 
     def __init__(self, kg: KernelGen, dot: Instruction, out: ir.Value, lanes: int) -> None:
         self.kg = kg
@@ -117,8 +138,8 @@ class MatMul:
             self.tile = dataclasses.replace(tiling(self.m, self.k, lanes, self.n, 4),
                                             depth=self.k, slices=1)  # fmt: skip
             sched = kg.fn.schedule
-            self.pairs = self.tile.packed and lanes == 16 and sched is not None and (
-                sched.get("pairs") == 1)  # fmt: skip
+            self.converts = sched is not None and sched.get("pairs") == 1  # AVX-512 BF16
+            self.pairs = self.converts and self.tile.packed and lanes == 16
         else:
             self.tile = tiling(self.m, self.k, lanes, self.n, self.dt.size)
         from dlvm.codegen.matmul_rows import row_dots  # matmul_rows builds on this module
@@ -408,7 +429,8 @@ class MatMul:
         vt = v.type
         if self.wide:
             assert isinstance(vt, ir.VectorType)
-            v = narrow(b, v, ir.VectorType(self.elem_ty, vt.count))
+            to = ir.VectorType(self.elem_ty, vt.count)
+            v = narrow(b, v, to) if self.converts else bf16_rounded(b, v)
         b.store(v, ptr, align=self.dt.size)
 
     def splat(self, x: ir.Value, vt: ir.VectorType) -> ir.Value:

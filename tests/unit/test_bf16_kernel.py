@@ -206,3 +206,11 @@ func @f: (<37 x bf16>, <37 x bf16>) -> bf16 {
 def test_which_cpus_have_avx512bf16():
     assert has_avx512bf16("znver4") and has_avx512bf16("cooperlake")
     assert not has_avx512bf16("icelake-server") and not has_avx512bf16("x86-64-v4")
+
+
+def test_a_library_for_cuda_too_takes_every_bf16_product_in_f32():
+    """Its GPU kernels' tiled product would sum in bf16."""
+    module = parse_module(DOT.format(k=40), "s.dl")
+    products_in_f32(module, cuda=True)
+    opcodes = [i.opcode for f in module.functions for i in f.instructions()]
+    assert opcodes.count("dataTypeCast") == 3
