@@ -88,7 +88,7 @@ def module_text() -> str:
 
 
 def inputs(name: str) -> list[np.ndarray]:
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    rng = np.random.default_rng(list(CASES).index(name))
     return [rng.standard_normal(s).astype(BF16) for s in CASES[name][0]]
 
 
