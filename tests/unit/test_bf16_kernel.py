@@ -64,6 +64,8 @@ product("packed-batched-bias", (2, 60, 33), (2, 33, 65), bias="tanh")
 product("tiles-few-rows", (9, 300), (300, 41), bias="relu")
 product("tiles-linear-few-rows", (3, 129), (77, 129), wt=True, bias="tanh")
 product("one-row", (1, 64), (64, 33))
+product("one-row-linear", (1, 200), (50, 200), wt=True, bias="relu")
+product("packed-long-sums", (64, 2049), (2049, 64))
 product("one-column", (65, 20), (20, 1))
 CASES["packed-prologue"] = (
     [(131, 60), (60, 70)],
