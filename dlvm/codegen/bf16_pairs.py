@@ -117,10 +117,11 @@ def _offset(b: ir.IRBuilder, strides: tuple[int, ...], idx: list[ir.Value]) -> i
 
 def pack_a(
     mm: MatMul, rows: int, batch: list[ir.Value], ic: ir.Value, ic_end: ir.Value,
-    a_pack: ir.Value,
+    a_pack: ir.Value, down_columns: bool,
 ) -> None:  # fmt: skip
     """a_pack as above for rows [ic, ic_end) of a: by pairs when a's rows lie in place, else
-    element by element through any prologue."""
+    element by element through any prologue, down a's columns with `down_columns` (a
+    transpose: along rows in memory, dlvm.codegen.panels.transposed)."""
     b, kg, bf = mm.b, mm.kg, mm.elem_ty
     h = half(mm.k)
 
@@ -134,6 +135,18 @@ def pack_a(
         return b.gep(a_pack, [off], source_etype=bf)
 
     found = rows_in_place(mm.a, kg.ptrs)
+
+    def element(i: ir.Value, p: ir.Value) -> None:
+        kg.memo.clear()
+        b.store(kg.elem(mm.a, [*batch, i, p]), at(i, p))
+
+    if found is None and down_columns:
+        counted_loop(b, 0, mm.k, lambda p: counted_loop(
+            b, ic, ic_end, lambda i: element(i, p), name="ra"), name="pa")  # fmt: skip
+        if mm.k % 2:
+            counted_loop(b, ic, ic_end, lambda i: b.store(
+                constant(DataType.BF16, 0), at(i, _c(mm.k))), name="rz")  # fmt: skip
+        return
 
     def row(i: ir.Value) -> None:
         if found is not None:
@@ -149,12 +162,7 @@ def pack_a(
                 last = b.load(b.gep(start, [_c(mm.k - 1)], source_etype=bf), typ=bf)
                 b.store(last, at(i, _c(mm.k - 1)))
         else:
-
-            def element(p: ir.Value) -> None:
-                kg.memo.clear()
-                b.store(kg.elem(mm.a, [*batch, i, p]), at(i, p))
-
-            counted_loop(b, 0, mm.k, element, name="pa")
+            counted_loop(b, 0, mm.k, lambda p: element(i, p), name="pa")
         if mm.k % 2:
             b.store(constant(DataType.BF16, 0), at(i, _c(mm.k)))
 
@@ -163,11 +171,11 @@ def pack_a(
 
 def pack_b(
     mm: MatMul, width: int, batch: list[ir.Value], jc: ir.Value, jc_end: ir.Value,
-    b_pack: ir.Value,
+    b_pack: ir.Value, down_columns: bool,
 ) -> None:  # fmt: skip
     """b_pack as above for columns [jc, jc_end) of b: Wᵀ in place by blocks of W's rows, b in
     place by rows interleaved 16 columns at a time, or element by element through any
-    prologue."""
+    prologue (down b's columns with `down_columns`)."""
     b, kg, bf = mm.b, mm.kg, mm.elem_ty
     h = half(mm.k)
     strips = b.udiv(b.add(b.sub(jc_end, jc), _c(width - 1)), _c(width))
@@ -242,6 +250,9 @@ def pack_b(
             counted_loop(b, 0, mm.k // 2, pair_row, name="pb")
             if mm.k % 2:
                 counted_loop(b, 0, count, lambda c: element(_c(mm.k - 1), c), name="cl")
+        elif down_columns:  # a transpose: along rows in memory
+            counted_loop(b, 0, count, lambda c: counted_loop(
+                b, 0, mm.k, lambda p: element(p, c), name="pb"), name="cb")  # fmt: skip
         else:
             counted_loop(b, 0, mm.k, lambda p: counted_loop(
                 b, 0, count, lambda c: element(p, c), name="cb"), name="pb")  # fmt: skip

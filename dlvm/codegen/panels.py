@@ -219,7 +219,7 @@ class Panels:
         dlvm.codegen.bf16_pairs)."""
         b, mm, rows = self.b, self.mm, self.rows
         if mm.pairs:
-            bf16_pairs.pack_a(mm, rows, batch, ic, ic_end, a_pack)
+            bf16_pairs.pack_a(mm, rows, batch, ic, ic_end, a_pack, transposed(mm.a))
             return
 
         def element(i: ir.Value, p: ir.Value) -> None:
@@ -245,7 +245,7 @@ class Panels:
         dlvm.codegen.bf16_pairs)."""
         b, mm, width = self.b, self.mm, self.width
         if mm.pairs:
-            bf16_pairs.pack_b(mm, width, batch, jc, jc_end, b_pack)
+            bf16_pairs.pack_b(mm, width, batch, jc, jc_end, b_pack, transposed(mm.bm))
             return
         strips = b.udiv(b.add(b.sub(jc_end, jc), _const(width - 1)), _const(width))
 
