@@ -28,7 +28,7 @@ from dlvm.codegen.glue_cuda import CudaGlue, cuda_glue
 from dlvm.codegen.gpus import DEFAULT_GPU
 from dlvm.codegen.llgen import object_files
 from dlvm.codegen.spec import LibrarySpec
-from dlvm.codegen.target import vector_bits
+from dlvm.codegen.target import has_avx512bf16, vector_bits
 from dlvm.diagnostics import BuildFailure
 from dlvm.ir.values import Function, Module
 from dlvm.library_check import write_library
@@ -86,11 +86,13 @@ def schedule(
 ) -> Module:
     """compute-generation then compute-scheduling for `cpu`'s vector width (and for CUDA as
     well with `cuda`, f32 products in TF32 with `tf32`; the CPU kernels' f32 exp, tanh and log
-    in fast math with `fast_math`): the module ends at stage schedule. bf16 products are taken
-    in f32 first (dlvm.codegen.bf16_products)."""
-    products_in_f32(module)
+    in fast math with `fast_math`): the module ends at stage schedule. bf16 products the CPU
+    kernels do not take in bf16 (with `cuda`, all) are taken in f32 first
+    (dlvm.codegen.bf16_products); those
+    they take go in pairs through `vdpbf16ps` where `cpu` has AVX-512 BF16."""
+    products_in_f32(module, cuda)
     ComputeGeneration().run(module)
-    ComputeScheduling(vector_bits(cpu), cuda, tf32, fast_math).run(module)
+    ComputeScheduling(vector_bits(cpu), cuda, tf32, fast_math, has_avx512bf16(cpu)).run(module)
     return module
 
 

@@ -19,10 +19,18 @@ rows with W's rows (dlvm.codegen.matmul_rows). Elements of a are read one by one
 (`KernelGen.elem`), so a shape-only prologue such as a transpose costs only addressing.
 
 Row and column counts need not divide the tile: leftover rows are one shorter tile, leftover
-columns one narrower strip (LLVM vectors of any width)."""
+columns one narrower strip (LLVM vectors of any width).
+
+A bf16 product (`wide`) accumulates in f32 vectors (half as many lanes as bf16 vectors) over
+its whole sum in one slice (dlvm.codegen.bf16_products bounds its length), and rounds once to
+bf16 as the tile is stored, before the epilogue reads it back. Packed and with `pairs 1` in its
+schedule (AVX-512 BF16), its operands go in pairs of steps of p and the micro-kernel is
+dlvm.codegen.bf16_pairs'; otherwise its elements are widened to f32 as they are read or packed,
+and the f32 micro-kernel runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,10 +38,10 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from dlvm.codegen.llvm_types import I32, I64, value_type
+from dlvm.codegen.llvm_types import BFLOAT, I32, I64, narrow, value_type
 from dlvm.codegen.loops import counted_loop
 from dlvm.codegen.transposing import columns_in_place, copy_transposed
-from dlvm.ir.types import TensorType
+from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Instruction
 
 if TYPE_CHECKING:
@@ -45,6 +53,26 @@ PACKED_DEPTH = 384  # per slice when packing (dlvm.codegen.panels): C is read an
 
 def _c(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
+
+
+def bf16_rounded(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """A vector of f32 rounded to bf16 in integer arithmetic (to nearest even, NaN kept quiet,
+    subnormals kept: as ml_dtypes rounds), for a CPU without vcvtneps2bf16, where LLVM would
+    call __truncsfbf2 once per lane."""
+    vt = x.type
+    assert isinstance(vt, ir.VectorType)
+    n = vt.count
+    i32, i16 = ir.VectorType(I32, n), ir.VectorType(ir.IntType(16), n)
+
+    def splat(v: int) -> ir.Constant:
+        return ir.Constant(i32, [v] * n)
+
+    bits = b.bitcast(x, i32)
+    high = b.lshr(bits, splat(16))
+    even = b.add(b.add(bits, splat(0x7FFF)), b.and_(high, splat(1)))
+    rounded = b.select(b.fcmp_unordered("uno", x, x), b.or_(high, splat(0x40)),
+                       b.lshr(even, splat(16)))  # fmt: skip
+    return b.bitcast(b.trunc(rounded, i16), ir.VectorType(BFLOAT, n))
 
 
 @dataclass(frozen=True)
@@ -85,6 +113,10 @@ class MatMul:
     """Emits the tiled product of `dot` (an instruction of kg's kernel) into `out`, then the
     kernel's root computed from it in place when the root is an epilogue."""
 
+    wide = False  # bf16 operands, f32 sums (the module docstring)
+    pairs = False  # and packed in pairs for vdpbf16ps (dlvm.codegen.bf16_pairs)
+    converts = False  # and the CPU rounds f32 to bf16 in one instruction (vcvtneps2bf16)
+
     def __init__(self, kg: KernelGen, dot: Instruction, out: ir.Value, lanes: int) -> None:
         self.kg = kg
         self.b = kg.b
@@ -99,8 +131,17 @@ class MatMul:
         at = self.a.type
         assert isinstance(at, TensorType)
         self.k = at.shape[-1]
-        self.tile = tiling(self.m, self.k, lanes, self.n, self.dt.size)
         self.elem_ty = value_type(self.dt)
+        self.wide = self.dt is DataType.BF16
+        if self.wide:  # f32 accumulators, the whole sum in one slice
+            lanes = max(1, lanes // 2)
+            self.tile = dataclasses.replace(tiling(self.m, self.k, lanes, self.n, 4),
+                                            depth=self.k, slices=1)  # fmt: skip
+            sched = kg.fn.schedule
+            self.converts = sched is not None and sched.get("pairs") == 1  # AVX-512 BF16
+            self.pairs = self.converts and self.tile.packed and lanes == 16
+        else:
+            self.tile = tiling(self.m, self.k, lanes, self.n, self.dt.size)
         from dlvm.codegen.matmul_rows import row_dots  # matmul_rows builds on this module
 
         self.row_dots = row_dots(self)
@@ -113,7 +154,20 @@ class MatMul:
             self.b_columns = columns_in_place(self.bm, kg.ptrs)
         if self.packed:
             size = max(1, self.tile.depth * self.tile.width)
-            self.pack = kg.alloca(ir.ArrayType(self.elem_ty, size))
+            self.pack = kg.alloca(ir.ArrayType(self.acc_ty, size))
+
+    @property
+    def acc_ty(self) -> ir.Type:
+        """The type the micro-kernel multiplies and sums in (and packs hold, but in pairs)."""
+        return ir.FloatType() if self.wide else self.elem_ty
+
+    def widened(self, v: ir.Value) -> ir.Value:
+        """An element (or vector) of the operands in acc_ty."""
+        if not self.wide:
+            return v
+        t = ir.VectorType(ir.FloatType(), v.type.count) if isinstance(
+            v.type, ir.VectorType) else ir.FloatType()  # fmt: skip
+        return self.b.fpext(v, t)
 
     def emit(
         self, batch: list[ir.Value], begin: ir.Value, end: ir.Value,
@@ -175,7 +229,8 @@ class MatMul:
         def tile(i0: ir.Value, rows: int) -> None:
             a_at = self.a_direct(batch, i0)
             b_at = self.b_direct(batch, p0, j0, width)
-            self.micro(batch, i0, rows, j0, width, p0, p1, first, last, a_at, b_at)
+            self.micro(batch, i0, rows, j0, width, p0, p1, first, last, a_at, b_at,
+                       b_narrow=self.wide and not self.packed)  # fmt: skip
 
         self.tiles(begin, end, tile)
 
@@ -221,7 +276,7 @@ class MatMul:
 
             def col(c: ir.Value) -> None:
                 kg.memo.clear()
-                v = kg.elem(self.bm, [*batch, p, b.add(j0, c)])
+                v = self.widened(kg.elem(self.bm, [*batch, p, b.add(j0, c)]))
                 b.store(v, b.gep(self.pack, [ir.Constant(I64, 0), b.add(base, c)]))
 
             counted_loop(b, 0, width, col, name="pc")
@@ -232,8 +287,8 @@ class MatMul:
         self, j0: ir.Value, count: ir.Value, p0: ir.Value, p1: ir.Value,
         target: Callable[[ir.Value, ir.Value], ir.Value],
     ) -> None:  # fmt: skip
-        """*target(p, c) = b[p, j0 + c] for c in [0, count), p in [p0, p1), b = Wᵀ read in
-        place along W's rows (dlvm.codegen.transposing)."""
+        """*target(p, c) = b[p, j0 + c] (in acc_ty) for c in [0, count), p in [p0, p1), b = Wᵀ
+        read in place along W's rows (dlvm.codegen.transposing)."""
         assert self.b_columns is not None
         b = self.b
         ptr, (_, row) = self.b_columns
@@ -245,14 +300,17 @@ class MatMul:
         lanes = self.tile.lanes
         if lanes < 2 or lanes & (lanes - 1):
             lanes = 1  # no square blocks: one element at a time, still along W's rows
-        copy_transposed(b, self.elem_ty, self.dt.size, lanes, source, target, count, p0, p1)
+        copy_transposed(b, self.elem_ty, self.dt.size, lanes, source, target, count, p0, p1,
+                        self.widened)  # fmt: skip
 
     # Where the micro-kernel reads a and b --------------------------------------------------
 
     def a_direct(self, batch: list[ir.Value], i0: ir.Value) -> Callable[[int, ir.Value], ir.Value]:
-        """a[…, i0 + r, p], element by element (through any prologue)."""
+        """a[…, i0 + r, p], element by element (through any prologue), in acc_ty."""
         b = self.b
-        return lambda r, p: self.kg.elem(self.a, [*batch, b.add(i0, ir.Constant(I64, r)), p])
+        return lambda r, p: self.widened(
+            self.kg.elem(self.a, [*batch, b.add(i0, ir.Constant(I64, r)), p])
+        )
 
     def b_direct(
         self, batch: list[ir.Value], p0: ir.Value, j0: ir.Value, width: int
@@ -264,13 +322,15 @@ class MatMul:
         self, batch: list[ir.Value], i0: ir.Value, rows: int, j0: ir.Value, width: int,
         p0: ir.Value, p1: ir.Value, first: ir.Value, last: ir.Value,
         a_at: Callable[[int, ir.Value], ir.Value], b_at: Callable[[ir.Value, int], ir.Value],
+        b_narrow: bool = False,
     ) -> None:  # fmt: skip
         """One tile: rows × width accumulators over steps [p0, p1), stored to out, then the
-        epilogue when this is the last slice. a_at(r, p) is a's element for row i0 + r;
-        b_at(p, c) the address of b's element for column j0 + c."""
+        epilogue when this is the last slice. a_at(r, p) is a's element for row i0 + r (in
+        acc_ty); b_at(p, c) the address of b's element for column j0 + c, in acc_ty, or with
+        `b_narrow` bf16 to widen."""
         b, kg, lanes = self.b, self.kg, self.tile.lanes
         widths = [min(lanes, width - v) for v in range(0, width, lanes)]
-        vtypes = [ir.VectorType(self.elem_ty, w) for w in widths]
+        vtypes = [ir.VectorType(self.acc_ty, w) for w in widths]
         acc = [[kg.alloca(vt) for vt in vtypes] for _ in range(rows)]
         out_ptrs = [
             [self.out_address(batch, b.add(i0, ir.Constant(I64, r)), j0, v * lanes)
@@ -285,11 +345,12 @@ class MatMul:
             with resume:
                 for r in range(rows):
                     for slot, ptr, vt in zip(acc[r], out_ptrs[r], vtypes):
-                        b.store(self.load_vector(ptr, vt), slot)
+                        b.store(self.load_vector(ptr, vt, narrow=self.wide), slot)
 
         def step(p: ir.Value) -> None:
             kg.memo.clear()
-            bv = [self.load_vector(b_at(p, v * lanes), vt) for v, vt in enumerate(vtypes)]
+            bv = [self.load_vector(b_at(p, v * lanes), vt, narrow=b_narrow)
+                  for v, vt in enumerate(vtypes)]  # fmt: skip
             for r in range(rows):
                 a = a_at(r, p)
                 for slot, x, vt in zip(acc[r], bv, vtypes):
@@ -298,7 +359,7 @@ class MatMul:
         counted_loop(b, p0, p1, step, name="p")
         for r in range(rows):
             for slot, ptr in zip(acc[r], out_ptrs[r]):
-                b.store(b.load(slot), ptr, align=self.dt.size)
+                self.store_vector(b.load(slot), ptr)
         if kg.root is not self.dot:
             with b.if_then(last):
                 self.epilogue(batch, i0, rows, j0, width)
@@ -355,8 +416,22 @@ class MatMul:
         col = b.add(j0, ir.Constant(I64, c))
         return self.kg.address(self.kg.ptrs[self.bm], [*batch, p, col], bt)
 
-    def load_vector(self, ptr: ir.Value, vt: ir.VectorType) -> ir.Value:
-        return self.b.load(ptr, typ=vt, align=self.dt.size)
+    def load_vector(self, ptr: ir.Value, vt: ir.VectorType, narrow: bool = False) -> ir.Value:
+        """A vector of vt at ptr; `narrow`: bf16 in memory, widened to vt (f32)."""
+        if not narrow:
+            return self.b.load(ptr, typ=vt, align=self.dt.size)
+        v = self.b.load(ptr, typ=ir.VectorType(self.elem_ty, vt.count), align=self.dt.size)
+        return self.b.fpext(v, vt)
+
+    def store_vector(self, v: ir.Value, ptr: ir.Value) -> None:
+        """Sums into out: a bf16 product's f32 sums rounded once to bf16."""
+        b = self.b
+        vt = v.type
+        if self.wide:
+            assert isinstance(vt, ir.VectorType)
+            to = ir.VectorType(self.elem_ty, vt.count)
+            v = narrow(b, v, to) if self.converts else bf16_rounded(b, v)
+        b.store(v, ptr, align=self.dt.size)
 
     def splat(self, x: ir.Value, vt: ir.VectorType) -> ir.Value:
         b = self.b

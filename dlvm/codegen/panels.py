@@ -13,6 +13,11 @@ operand is a transposed matrix (each element then lies next to the one read befo
 read in place goes by square blocks, rows of W loaded as vectors and transposed in registers
 (dlvm.codegen.transposing).
 
+A bf16 product is packed in f32 (its elements widened as they are copied, for the f32
+micro-kernel), or in pairs of steps of p for `vdpbf16ps` with `pairs 1` (dlvm.codegen.bf16_pairs);
+its one slice covers the whole sum, so its blocks of a have as many tiles as fit A_BLOCK_BYTES
+and its panels of b as many columns as fit PANEL_BYTES.
+
 The copies live in the thread's scratch buffer (dlrt_scratch, kept between calls, so a warm
 entry point allocates nothing). When it cannot be had, the same loops run with one tile of a and
 one strip of b in stack buffers: slower, never wrong."""
@@ -23,7 +28,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from llvmlite import ir
 
-from dlvm.codegen.llvm_types import I64, PTR
+from dlvm.codegen import bf16_pairs
+from dlvm.codegen.llvm_types import I32, I64, PTR
 from dlvm.codegen.loops import counted_loop
 from dlvm.ir.types import TensorType
 from dlvm.ir.values import Instruction, Value
@@ -33,6 +39,8 @@ if TYPE_CHECKING:
 
 BLOCK_TILES = 8  # row tiles per block of a: 8 × 14 rows × 384 steps × 4 bytes = 168 KiB (L2)
 PANEL_COLUMNS = 4096  # columns of b per panel: 384 × 4096 × 4 bytes = 6 MiB at most
+PANEL_BYTES = 6 << 20  # and a bf16 product's panels, whose slice is the whole sum
+A_BLOCK_BYTES = 512 << 10  # a bf16 product's block of a (in L2 with a strip of b)
 
 
 class _Block(NamedTuple):
@@ -89,14 +97,22 @@ class Panels:
         self.b = mm.b
         tile = mm.tile
         self.rows, self.width, self.depth = tile.rows, tile.width, tile.depth
-        self.block_rows = self.rows * BLOCK_TILES
+        # What a pack holds, and its elements per row of a (column of b) in a slice.
+        self.pack_ty = mm.elem_ty if mm.pairs else mm.acc_ty
+        size = 2 if mm.pairs else (4 if mm.wide else mm.dt.size)
+        steps = 2 * bf16_pairs.half(self.depth) if mm.pairs else self.depth
         strips = -(-mm.n // self.width)
-        self.panel_columns = min(strips * self.width, PANEL_COLUMNS)
-        self.a_elems = self.block_rows * self.depth
-        self.scratch_bytes = (self.a_elems + self.depth * self.panel_columns) * mm.dt.size
+        block_tiles, panel_columns = BLOCK_TILES, PANEL_COLUMNS
+        if mm.wide:
+            block_tiles = max(1, min(BLOCK_TILES, A_BLOCK_BYTES // (self.rows * steps * size)))
+            panel_columns = max(1, PANEL_BYTES // (steps * size) // self.width) * self.width
+        self.block_rows = self.rows * block_tiles
+        self.panel_columns = min(strips * self.width, panel_columns)
+        self.a_elems = self.block_rows * steps
+        self.scratch_bytes = (self.a_elems + steps * self.panel_columns) * size
         kg = mm.kg
-        self.small_a = kg.alloca(ir.ArrayType(mm.elem_ty, self.rows * self.depth))
-        self.small_b = kg.alloca(ir.ArrayType(mm.elem_ty, self.depth * self.width))
+        self.small_a = kg.alloca(ir.ArrayType(self.pack_ty, self.rows * steps))
+        self.small_b = kg.alloca(ir.ArrayType(self.pack_ty, steps * self.width))
 
     def emit(self, batch: list[ir.Value], begin: ir.Value, end: ir.Value) -> None:
         b, mm = self.b, self.mm
@@ -104,7 +120,7 @@ class Panels:
         big = b.icmp_unsigned("!=", scratch, ir.Constant(PTR, None))
         a_pack = b.select(big, scratch, b.bitcast(self.small_a, PTR))
         b_pack = b.select(
-            big, b.gep(scratch, [_const(self.a_elems)], source_etype=mm.elem_ty),
+            big, b.gep(scratch, [_const(self.a_elems)], source_etype=self.pack_ty),
             b.bitcast(self.small_b, PTR),
         )  # fmt: skip
         block_rows = b.select(big, _const(self.block_rows), _const(self.rows))
@@ -148,11 +164,14 @@ class Panels:
         batch, ic, ic_end, jc, p0, p1, first, last, a_pack, b_pack = ctx
         b, mm, rows, depth = self.b, self.mm, self.rows, self.depth
         j0 = b.add(jc, b.mul(q, _const(self.width)))
+        if mm.pairs:
+            self.strip_pairs(ctx, j0, q, width)
+            return
         b_base = b.mul(q, _const(depth * self.width))
 
         def b_at(p: ir.Value, c: int) -> ir.Value:
             off = b.add(b_base, b.add(b.mul(b.sub(p, p0), _const(self.width)), _const(c)))
-            return b.gep(b_pack, [off], source_etype=mm.elem_ty)
+            return b.gep(b_pack, [off], source_etype=self.pack_ty)
 
         def tile(i0: ir.Value, count: int) -> None:
             # A shorter tile may start part-way into a packed tile of `rows` rows.
@@ -162,26 +181,54 @@ class Panels:
 
             def a_at(r: int, p: ir.Value) -> ir.Value:
                 off = b.add(a_base, b.add(b.mul(b.sub(p, p0), _const(rows)), _const(r)))
-                return b.load(b.gep(a_pack, [off], source_etype=mm.elem_ty), typ=mm.elem_ty)
+                return b.load(b.gep(a_pack, [off], source_etype=mm.acc_ty), typ=mm.acc_ty)
 
             mm.micro(batch, i0, count, j0, width, p0, p1, first, last, a_at, b_at)
 
         mm.tiles(ic, ic_end, tile)
 
+    def strip_pairs(self, ctx: _Block, j0: ir.Value, q: ir.Value, width: int) -> None:
+        """strip, packed in pairs (dlvm.codegen.bf16_pairs)."""
+        batch, ic, ic_end, a_pack, b_pack = ctx.batch, ctx.ic, ctx.ic_end, ctx.a_pack, ctx.b_pack
+        b, rows, full = self.b, self.rows, self.width
+        h = bf16_pairs.half(self.depth)
+        b_base = b.mul(q, _const(h * full))
+
+        def b_pair(pp: ir.Value, v: int) -> ir.Value:
+            unit = b.add(b_base, b.add(b.mul(pp, _const(full)), _const(v * bf16_pairs.LANES)))
+            return b.gep(b_pack, [b.mul(unit, _const(2))], source_etype=self.pack_ty)
+
+        def tile(i0: ir.Value, count: int) -> None:
+            rel = b.sub(i0, ic)  # a shorter tile may start part-way into a packed tile
+            a_base = b.add(b.mul(b.udiv(rel, _const(rows)), _const(h * rows)),
+                           b.urem(rel, _const(rows)))  # fmt: skip
+
+            def a_pair(r: int, pp: ir.Value) -> ir.Value:
+                unit = b.add(a_base, b.add(b.mul(pp, _const(rows)), _const(r)))
+                return b.load(b.gep(a_pack, [unit], source_etype=I32), typ=I32)
+
+            bf16_pairs.micro(self.mm, batch, i0, count, j0, width, a_pair, b_pair)
+
+        self.mm.tiles(ic, ic_end, tile)
+
     def pack_a(
         self, batch: list[ir.Value], ic: ir.Value, ic_end: ir.Value, p0: ir.Value, p1: ir.Value,
         a_pack: ir.Value,
     ) -> None:  # fmt: skip
-        """a_pack[(t · depth + p - p0) · rows + r] = a[…, ic + t · rows + r, p]."""
+        """a_pack[(t · depth + p - p0) · rows + r] = a[…, ic + t · rows + r, p] (in pairs:
+        dlvm.codegen.bf16_pairs)."""
         b, mm, rows = self.b, self.mm, self.rows
+        if mm.pairs:
+            bf16_pairs.pack_a(mm, rows, batch, ic, ic_end, a_pack, transposed(mm.a))
+            return
 
         def element(i: ir.Value, p: ir.Value) -> None:
             mm.kg.memo.clear()
-            v = mm.kg.elem(mm.a, [*batch, i, p])
+            v = mm.widened(mm.kg.elem(mm.a, [*batch, i, p]))
             rel = b.sub(i, ic)
             t, r = b.udiv(rel, _const(rows)), b.urem(rel, _const(rows))
             off = b.add(b.mul(b.add(b.mul(t, _const(self.depth)), b.sub(p, p0)), _const(rows)), r)
-            b.store(v, b.gep(a_pack, [off], source_etype=mm.elem_ty))
+            b.store(v, b.gep(a_pack, [off], source_etype=self.pack_ty))
 
         if transposed(mm.a):  # down a's columns: along rows of the matrix in memory
             counted_loop(b, p0, p1, lambda p: counted_loop(
@@ -194,8 +241,12 @@ class Panels:
         self, batch: list[ir.Value], jc: ir.Value, jc_end: ir.Value, p0: ir.Value, p1: ir.Value,
         b_pack: ir.Value,
     ) -> None:  # fmt: skip
-        """b_pack[(q · depth + p - p0) · width + c] = b[…, p, jc + q · width + c]."""
+        """b_pack[(q · depth + p - p0) · width + c] = b[…, p, jc + q · width + c] (in pairs:
+        dlvm.codegen.bf16_pairs)."""
         b, mm, width = self.b, self.mm, self.width
+        if mm.pairs:
+            bf16_pairs.pack_b(mm, width, batch, jc, jc_end, b_pack, transposed(mm.bm))
+            return
         strips = b.udiv(b.add(b.sub(jc_end, jc), _const(width - 1)), _const(width))
 
         def strip(q: ir.Value, p: ir.Value | None) -> None:
@@ -205,10 +256,10 @@ class Panels:
 
             def element(c: ir.Value, p: ir.Value) -> None:
                 mm.kg.memo.clear()
-                v = mm.kg.elem(mm.bm, [*batch, p, b.add(j0, c)])
+                v = mm.widened(mm.kg.elem(mm.bm, [*batch, p, b.add(j0, c)]))
                 off = b.add(b.mul(q, _const(self.depth * width)),
                             b.add(b.mul(b.sub(p, p0), _const(width)), c))  # fmt: skip
-                b.store(v, b.gep(b_pack, [off], source_etype=mm.elem_ty))
+                b.store(v, b.gep(b_pack, [off], source_etype=self.pack_ty))
 
             if p is not None:
                 counted_loop(b, 0, count, lambda c: element(c, p), name="cb")
@@ -224,7 +275,7 @@ class Panels:
                 mm.copy_columns(j0, self.minimum(_const(width), b.sub(jc_end, j0)), p0, p1,
                                 lambda p, c: b.gep(b_pack, [b.add(base, b.add(b.mul(
                                     b.sub(p, p0), _const(width)), c))],
-                                    source_etype=mm.elem_ty))  # fmt: skip
+                                    source_etype=self.pack_ty))  # fmt: skip
 
             counted_loop(b, 0, strips, columns, name="qb")
         elif transposed(mm.bm):  # down b's columns: along rows of the matrix in memory

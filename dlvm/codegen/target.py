@@ -1,5 +1,6 @@
 """What the target CPU offers the kernels: the vector width compute-scheduling plans for (512
-bits where the CPU has AVX-512, else 256: AVX2, the x86-64 baseline of our builds)."""
+bits where the CPU has AVX-512, else 256: AVX2, the x86-64 baseline of our builds), and whether
+it has AVX-512 BF16 (`vdpbf16ps`: bf16 products packed in pairs, dlvm.codegen.bf16_pairs)."""
 
 from __future__ import annotations
 
@@ -32,10 +33,36 @@ AVX512_CPUS = frozenset(
 )
 
 
+# LLVM CPU names with AVX-512 BF16 (AVX512_BF16: vdpbf16ps, vcvtneps2bf16).
+AVX512_BF16_CPUS = frozenset(
+    [
+        "cooperlake",
+        "sapphirerapids",
+        "emeraldrapids",
+        "graniterapids",
+        "graniterapids-d",
+        "diamondrapids",
+        "znver4",
+        "znver5",
+    ]
+)
+
+
 @functools.cache
-def host_has_avx512() -> bool:
+def _host_features() -> frozenset[str]:
     llvm.initialize_native_target()
-    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+    return frozenset(llvm.get_host_cpu_features().flatten().split(","))
+
+
+def host_has_avx512() -> bool:
+    return "+avx512f" in _host_features()
+
+
+def has_avx512bf16(cpu: str = "native") -> bool:
+    """Whether `cpu` (an LLVM CPU name, or `native`: the host's features) has AVX-512 BF16."""
+    if cpu == "native":
+        return "+avx512bf16" in _host_features()
+    return cpu in AVX512_BF16_CPUS
 
 
 def vector_bits(cpu: str = "native") -> int:

@@ -65,11 +65,14 @@ def transpose_square(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
 def copy_transposed(
     b: ir.IRBuilder, elem_ty: ir.Type, size: int, lanes: int, source: Address,
     target: Address, columns: ir.Value, p0: ir.Value, p1: ir.Value,
+    convert: Callable[[ir.Value], ir.Value] | None = None,
 ) -> None:  # fmt: skip
     """*target(p, c) = *source(c, p) for c in [0, columns) and p in [p0, p1), where source(c, ·)
     is contiguous in p and target(p, ·) in c; elements of `size` bytes. Blocks of lanes × lanes
     (a power of two) through vector shuffles, the columns and steps left over one element at a
-    time."""
+    time. `convert` (of an element or a vector) turns what is read into what is stored (bf16
+    widened to f32: the target's elements are then of the converted type)."""
+    convert = convert or (lambda v: v)
     vt = ir.VectorType(elem_ty, lanes)
     full_c = b.mul(b.udiv(columns, _c(lanes)), _c(lanes))
     full_p = b.add(p0, b.mul(b.udiv(b.sub(p1, p0), _c(lanes)), _c(lanes)))
@@ -81,14 +84,15 @@ def copy_transposed(
             p = b.add(p0, b.mul(pb, _c(lanes)))
             rows = [b.load(source(b.add(c, _c(i)), p), typ=vt, align=size) for i in range(lanes)]
             for t, v in enumerate(transpose_square(b, rows)):
-                b.store(v, _typed(b, target(b.add(p, _c(t)), c), vt), align=size)
+                v = convert(v)
+                b.store(v, _typed(b, target(b.add(p, _c(t)), c), v.type), align=size)
 
         counted_loop(b, 0, b.udiv(b.sub(p1, p0), _c(lanes)), steps, name="tpb")
 
     counted_loop(b, 0, b.udiv(columns, _c(lanes)), block, name="tcb")
 
     def one(c: ir.Value, p: ir.Value) -> None:
-        b.store(b.load(source(c, p), typ=elem_ty), target(p, c))
+        b.store(convert(b.load(source(c, p), typ=elem_ty)), target(p, c))
 
     # The steps left over in the whole blocks' columns, then the columns left over.
     counted_loop(b, 0, full_c, lambda c: counted_loop(

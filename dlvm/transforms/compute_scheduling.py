@@ -17,6 +17,10 @@ With `fast_math` (`telc build --fast-math`), a CPU kernel that computes an f32 `
 `log` adds `fastmath 1`: code generation computes those with the faster approximations of
 dlvm.codegen.fast_math (docs/ir.md, "Fast math") instead of the 2-ulp ones.
 
+With `bf16_pairs` (a CPU with AVX-512 BF16), a kernel whose core is a bf16 matrix product adds
+`pairs 1`: its packed operands go in pairs of steps of the sum for `vdpbf16ps`
+(dlvm.codegen.bf16_pairs); without it, they are widened to f32 as they are packed.
+
 Scheduling for CUDA as well (`cuda=True`, a library that runs on either device) gives every
 `[compute]` function a second line, its GPU launch:
 - a matrix product of floats with at least a tile's worth of outputs (64 × 64),
@@ -93,8 +97,10 @@ class ComputeScheduling(Pass):
         cuda: bool | None = None,
         tf32: bool | None = None,
         fast_math: bool = False,
+        bf16_pairs: bool = False,
     ) -> None:
         self.vector_bits = vector_bits
+        self.bf16_pairs = bf16_pairs
         self.cuda = self.default_cuda if cuda is None else cuda
         self.tf32 = self.default_tf32 if tf32 is None else tf32
         self.fast_math = fast_math
@@ -142,6 +148,9 @@ class ComputeScheduling(Pass):
                 items.append(("split", (split,)))
         if self.fast_math and any(_fast_math_op(i) for i in fn.blocks[0].instructions):
             items.append(("fastmath", (1,)))
+        if self.bf16_pairs and root.opcode == "dot" and out.rank >= 2 and (
+                out.dtype is DataType.BF16):  # fmt: skip
+            items.append(("pairs", (1,)))
         return Schedule("cpu", tuple(items))
 
 

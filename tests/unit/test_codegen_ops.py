@@ -236,6 +236,16 @@ case("dot-bf16-batched-epilogue", ["<2 x 64 x 33 x bf16>", "<2 x 33 x 65 x bf16>
      "<2 x 1 x 65 x bf16>"], "<2 x 64 x 65 x bf16>",
      "%d = dot %a: <2 x 64 x 33 x bf16>, %b: <2 x 33 x 65 x bf16>",
      "%r = add %d: <2 x 64 x 65 x bf16>, %c: <2 x 1 x 65 x bf16>")  # fmt: skip
+# Packed in pairs for vdpbf16ps (AVX-512 BF16 hosts), odd steps; x · Wᵀ with a bias and tanh
+# (more: test_bf16_kernel.py).
+case("dot-bf16-packed-odd-steps", ["<113 x 75 x bf16>", "<75 x 70 x bf16>"], "<113 x 70 x bf16>",
+     "%r = dot %a: <113 x 75 x bf16>, %b: <75 x 70 x bf16>")  # fmt: skip
+case("dot-bf16-linear-tanh", ["<80 x 51 x bf16>", "<66 x 51 x bf16>", "<1 x 66 x bf16>"],
+     "<80 x 66 x bf16>",
+     "%t = transpose %b: <66 x 51 x bf16>",
+     "%d = dot %a: <80 x 51 x bf16>, %t: <51 x 66 x bf16>",
+     "%s = add %d: <80 x 66 x bf16>, %c: <1 x 66 x bf16>",
+     "%r = tanh %s: <80 x 66 x bf16>")  # fmt: skip
 case("convolve-bf16", ["<2 x 4 x 7 x 6 x bf16>", "<6 x 2 x 3 x 2 x bf16>"],
      "<2 x 6 x 4 x 3 x bf16>",
      "%r = convolve %a: <2 x 4 x 7 x 6 x bf16> kernel %b: <6 x 2 x 3 x 2 x bf16> strides 2, 2 "
