@@ -34,7 +34,7 @@ from dlvm.ir.values import Function, Module
 from dlvm.library_check import write_library
 from dlvm.runtime import build_runtime, runtime_dir
 from dlvm.transforms.compute_generation import ComputeGeneration
-from dlvm.transforms.compute_scheduling import ComputeScheduling
+from dlvm.transforms.compute_scheduling import ComputeScheduling, on_tensor_cores
 
 T = TypeVar("T")
 
@@ -87,8 +87,9 @@ def schedule(
     """compute-generation then compute-scheduling for `cpu`'s vector width (and for CUDA as
     well with `cuda`, f32 products in TF32 with `tf32`; the CPU kernels' f32 exp, tanh and log
     in fast math with `fast_math`): the module ends at stage schedule. bf16 products are taken
-    in f32 first (dlvm.codegen.bf16_products)."""
-    products_in_f32(module)
+    in f32 first (dlvm.codegen.bf16_products), but for those that CUDA computes on tensor
+    cores."""
+    products_in_f32(module, on_tensor_cores if cuda else None)
     ComputeGeneration().run(module)
     ComputeScheduling(vector_bits(cpu), cuda, tf32, fast_math).run(module)
     return module
