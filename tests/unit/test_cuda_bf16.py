@@ -19,6 +19,8 @@ from dlvm.codegen.cuda import check_ptx, device_module, ptx
 from dlvm.codegen.spec import module_spec
 from dlvm.interp import run_function
 from dlvm.ir import parse_module
+from dlvm.transforms.compute_generation import ComputeGeneration
+from dlvm.transforms.compute_scheduling import ComputeScheduling
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +94,17 @@ def test_a_library_for_cuda_computes_its_bf16_products_on_the_cpu_in_f32(tmp_pat
             want = np.asarray(run_function(reference, name, args))
             got = np.asarray(getattr(lib, name)(*args))
             check_within_bound(name, args, got, want)
+
+
+def test_a_small_bf16_product_left_bf16_sums_in_f32_on_a_gpu_thread(tmp_path):
+    """Scheduled as given (dlopt --target cuda: no f32 rewrite), a product too small for the
+    tensor cores is one GPU thread's sum per element: in f32, rounded once."""
+    module = parse_module(PRODUCTS, "bf16mma.dl")
+    ComputeGeneration().run(module)
+    ComputeScheduling(cuda=True).run(module)
+    (kernel,) = [f for f in module.functions if f.name == "small_k"]
+    assert kernel.cuda_schedule.get_all("tile") is None
+    emulated = EmulatedInterpreter(module, Emulator(module, tmp_path))
+    args = inputs("small", 4)
+    want = np.asarray(run_function(parse_module(PRODUCTS, "bf16mma.dl"), "small", args))
+    check_within_bound("small", args, np.asarray(emulated.run("small", args)), want)
