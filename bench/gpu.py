@@ -5,8 +5,9 @@ hook with NCCL on one rank: the data-parallel path's own cost), the chain
 tanh(a*x + b) * sigmoid(x) on 256M floats
 (with the device-to-device copy bandwidth it is held to), and an 8192^3 f32 matrix product
 (cuBLAS through PyTorch) in f32 and in TF32 (ours built with --tf32, cuBLAS with TF32
-allowed), and the same product of bf16 matrices (tensor cores, f32 sums, on both sides). Every contender's arrays live on the GPU; ours are passed through DLPack, so the
-library reads and writes them in place.
+allowed), and the same product of bf16 matrices (tensor cores, f32 sums, on both sides).
+Every contender's arrays live on the GPU; ours are passed through DLPack, so the library reads
+and writes them in place.
 
 In two steps, since the GPU machine has no compiler toolchain of ours:
     python bench/gpu.py build DIR            # here: the CUDA libraries into DIR
