@@ -402,8 +402,8 @@ class KernelGen:
     def bf16_sums(self) -> bool:
         """Whether the kernel's product is of bf16 on the CPU, which only a build for CUDA keeps
         (its products on tensor cores: dlvm.codegen.bf16_products). The matrix-product kernels
-        (dlvm.codegen.matmul) would round the sums to bf16 between slices of p, so it is
-        computed one element at a time instead, summed in f32 and rounded once."""
+        (dlvm.codegen.matmul) would multiply and add in bf16 vectors, rounding every step, so
+        it is computed one element at a time instead, summed in f32 and rounded once."""
         return self.core.opcode == "dot" and tensor_type(self.core).dtype is DataType.BF16
 
     def product_elements(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
