@@ -5,8 +5,9 @@ hook with NCCL on one rank: the data-parallel path's own cost), the chain
 tanh(a*x + b) * sigmoid(x) on 256M floats
 (with the device-to-device copy bandwidth it is held to), and an 8192^3 f32 matrix product
 (cuBLAS through PyTorch) in f32 and in TF32 (ours built with --tf32, cuBLAS with TF32
-allowed). Every contender's arrays live on the GPU; ours are passed through DLPack, so the
-library reads and writes them in place.
+allowed), and the same product of bf16 matrices (tensor cores, f32 sums, on both sides).
+Every contender's arrays live on the GPU; ours are passed through DLPack, so the library reads
+and writes them in place.
 
 In two steps, since the GPU machine has no compiler toolchain of ours:
     python bench/gpu.py build DIR            # here: the CUDA libraries into DIR
@@ -32,6 +33,8 @@ from cases import CHAIN, MATMUL, MLP  # noqa: E402
 
 CHAIN_N = 1 << 28  # 256M floats: 1 GiB in, 1 GiB out
 MATMUL_N = 8192
+# The product of bf16 matrices: the f32 case's source in a `type bfloat16` module.
+MATMUL_BF16 = MATMUL.replace("dim N", "type bfloat16\ndim N", 1)
 BATCHES = {"mlp_b1": 1, "mlp_b4096": 4096, "train_b4096": 4096}
 RATE = 0.01
 # (case, peer, ours/peer time at most): the goals the CUDA path is held to.
@@ -59,6 +62,7 @@ def build(directory: Path, gpu: str) -> None:
         "chain": (CHAIN, {"N": CHAIN_N}),
         "matmul": (MATMUL, {"N": MATMUL_N}),
         "matmul_tf32": (MATMUL, {"N": MATMUL_N}),
+        "matmul_bf16": (MATMUL_BF16, {"N": MATMUL_N}),
     }
     for name, (text, defines) in sources.items():
         t0 = time.perf_counter()
@@ -208,6 +212,13 @@ def run(directory: Path, runs: int, write: bool) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     model.close()
     results["matmul_tf32"] = row
+    a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
+    c = torch.empty_like(a)
+    model = dlvm.load(directory / "matmul_bf16.so", device="cuda:0")
+    row = {"ours": timed(lambda: model.matmul(a, b, out=c), sync, max(5, runs // 10))}
+    row["torch"] = timed(lambda: torch.mm(a, b, out=c), sync, max(5, runs // 10))
+    model.close()
+    results["matmul_bf16"] = row
 
     table = report(results, torch.cuda.get_device_name(0), runs)
     print(table)
@@ -329,6 +340,7 @@ def report(results: dict[str, dict[str, list[float]]], device: str, runs: int) -
         "chain": "tanh(a*x+b)*sigmoid(x), 256M f32",
         "matmul": "matmul 8192^3 f32 (no TF32)",
         "matmul_tf32": "matmul 8192^3 f32 in TF32 (--tf32; cuBLAS with TF32)",
+        "matmul_bf16": "matmul 8192^3 bf16 (tensor cores, f32 sums; cuBLAS bf16)",
     }
     lines = [
         f"GPU run: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, {device},"

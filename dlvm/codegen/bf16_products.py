@@ -1,18 +1,22 @@
-"""bf16 products the CPU kernels do not take in bf16, taken in f32: before compute generation,
-each such `dot` and `convolve` of bf16 tensors becomes the same product of its operands cast to
-f32, rounded once to bf16. Its sums then accumulate in f32, as the interpreter's do
-(docs/ir.md, "Reductions"), instead of rounding to bf16 after every step. The casts are
-elementwise kernels that the product reads in place of its operands; the rounding fuses into
-the product's epilogue.
+"""bf16 products not taken in bf16 are taken in f32: before compute generation, each such `dot`
+and `convolve` of bf16 tensors becomes the same product of its operands cast to f32, rounded
+once to bf16. Its sums then accumulate in f32, as the interpreter's do (docs/ir.md,
+"Reductions"), instead of rounding to bf16 after every step. The casts are elementwise kernels
+that the product reads in place of its operands; the rounding fuses into the product's epilogue.
 
-A matrix product (`dot` of rank 2 or more) with sums at most LONGEST_SUM long stays in bf16:
-the tiled kernel (dlvm.codegen.matmul) accumulates it in f32 registers over the whole sum,
-from operands packed in pairs for `vdpbf16ps` (dlvm.codegen.bf16_pairs) or widened to f32 as
-they are read, and rounds once. What is rewritten: every `convolve`, a `dot` of two vectors,
-and a product with longer sums (whose packed operands would no longer fit the caches and the
-stack, where the kernel slices its sums and would round between slices)."""
+What stays bf16 is the caller's choice (`keep`; dlvm.codegen.build): on the CPU, a matrix
+product (`dot` of rank 2 or more) with sums at most LONGEST_SUM long (kernel_takes): the tiled
+kernel (dlvm.codegen.matmul) accumulates it in f32 registers over the whole sum, from operands
+packed in pairs for `vdpbf16ps` (dlvm.codegen.bf16_pairs) or widened to f32 as they are read,
+and rounds once. A build for CUDA keeps those of them that run on tensor cores
+(dlvm.codegen.cuda_mma), which take bf16 operands and sum in f32 themselves. What is rewritten:
+every `convolve`, a `dot` of two vectors, and a product with longer sums (whose packed operands
+would no longer fit the caches and the stack, where the kernel slices its sums and would round
+between slices)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from dlvm.ir.builder import Builder
 from dlvm.ir.types import DataType, as_tensor
@@ -32,10 +36,9 @@ def kernel_takes(inst: Instruction) -> bool:
     return a.shape[-1] <= LONGEST_SUM
 
 
-def products_in_f32(module: Module, cuda: bool = False) -> None:
-    """Rewrites every bf16 `dot` and `convolve` of the module that the CPU kernels do not take
-    in bf16 (kernel_takes), as described above; with `cuda` (the module's kernels run on a GPU
-    too, whose tiled product, dlvm.codegen.cuda_matmul, would sum in bf16), every one."""
+def products_in_f32(module: Module, keep: Callable[[Instruction], bool] = kernel_takes) -> None:
+    """Rewrites every bf16 `dot` and `convolve` of the module that `keep` does not accept, as
+    described above."""
     for fn in module.functions:
         replacement: dict[Value, Value] = {}
         dead: set[Instruction] = set()
@@ -43,7 +46,7 @@ def products_in_f32(module: Module, cuda: bool = False) -> None:
             t = as_tensor(inst.type)
             if inst.opcode not in PRODUCTS or t is None or t.dtype is not DataType.BF16:
                 continue
-            if kernel_takes(inst) and not cuda:
+            if keep(inst):
                 continue
             b = Builder().before(inst)
             wide = [b.dataTypeCast(v, dtype=DataType.F32) for v in inst.operands]

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from dlvm.analysis.call_graph import CallGraph
 from dlvm.c_compiler import c_compiler
-from dlvm.codegen.bf16_products import products_in_f32
+from dlvm.codegen.bf16_products import kernel_takes, products_in_f32
 from dlvm.codegen.cuda import ptx, ptx_object
 from dlvm.codegen.glue import check_spec, glue_source, header_source
 from dlvm.codegen.glue_cuda import CudaGlue, cuda_glue
@@ -30,11 +30,11 @@ from dlvm.codegen.llgen import object_files
 from dlvm.codegen.spec import LibrarySpec
 from dlvm.codegen.target import has_avx512bf16, vector_bits
 from dlvm.diagnostics import BuildFailure
-from dlvm.ir.values import Function, Module
+from dlvm.ir.values import Function, Instruction, Module
 from dlvm.library_check import write_library
 from dlvm.runtime import build_runtime, runtime_dir
 from dlvm.transforms.compute_generation import ComputeGeneration
-from dlvm.transforms.compute_scheduling import ComputeScheduling
+from dlvm.transforms.compute_scheduling import ComputeScheduling, on_tensor_cores
 
 T = TypeVar("T")
 
@@ -87,10 +87,14 @@ def schedule(
     """compute-generation then compute-scheduling for `cpu`'s vector width (and for CUDA as
     well with `cuda`, f32 products in TF32 with `tf32`; the CPU kernels' f32 exp, tanh and log
     in fast math with `fast_math`): the module ends at stage schedule. bf16 products the CPU
-    kernels do not take in bf16 (with `cuda`, all) are taken in f32 first
-    (dlvm.codegen.bf16_products); those
-    they take go in pairs through `vdpbf16ps` where `cpu` has AVX-512 BF16."""
-    products_in_f32(module, cuda)
+    kernels do not take in bf16 are taken in f32 first (dlvm.codegen.bf16_products); those they
+    take go in pairs through `vdpbf16ps` where `cpu` has AVX-512 BF16. With `cuda`, only those
+    that also run on tensor cores stay bf16 (the GPU's other product kernels sum as they go)."""
+
+    def keep(inst: Instruction) -> bool:
+        return kernel_takes(inst) and (not cuda or on_tensor_cores(inst, tf32))
+
+    products_in_f32(module, keep)
     ComputeGeneration().run(module)
     ComputeScheduling(vector_bits(cpu), cuda, tf32, fast_math, has_avx512bf16(cpu)).run(module)
     return module

@@ -1,13 +1,14 @@
-"""The `dot` of f16 matrices, or of f32 matrices in TF32 when asked for (`telc build --tf32`), on
-tensor cores: a CUDA kernel scheduled `block 128 tile 64 x 64 x 16 mma 1 grid …` (`… mma 1
-tf32 1 …` for TF32; dlvm.transforms.compute_scheduling).
+"""The `dot` of f16 or bf16 matrices, or of f32 matrices in TF32 when asked for (`telc build
+--tf32`), on tensor cores: a CUDA kernel scheduled `block 128 tile 64 x 64 x 16 mma 1 grid …`
+(`… mma 1 tf32 1 …` for TF32; dlvm.transforms.compute_scheduling).
 
 As in the SIMT product (dlvm.codegen.cuda_matmul), block (x, y, z) computes the 64 × 64 tile of
 out at rows y·64…, columns x·64… of batch element z, staging 16-deep slices of the operands in
-shared memory (as f16; zeros beyond the edges). Its four warps each own a 32 × 32 quarter of the
-tile, as 2 × 4 tensor-core products of shape m16n8k16 (`mma.sync.aligned.m16n8k16.row.col`,
-f16 operands, f32 accumulators), fed from shared memory in the fragment layout the PTX ISA
-defines for that shape:
+shared memory (in the operands' type, f16 or bf16; zeros beyond the edges). Its four warps each
+own a 32 × 32 quarter of the tile, as 2 × 4 tensor-core products of shape m16n8k16
+(`mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`, or `….f32.bf16.bf16.f32`: f16 or bf16
+operands, f32 accumulators), fed from shared memory in the fragment layout the PTX ISA defines
+for that shape, the same for f16 and bf16:
 
 - A (16 × 16, row-major), element i of lane l (g = l / 4, t = l % 4): row g, plus 8 for
   i in {2, 3, 6, 7}; column 2t + (i mod 2), plus 8 for i ≥ 4;
@@ -20,20 +21,23 @@ mantissa, `cvt.rna.tf32.f32`) as they are read from shared memory:
 - A (16 × 8): row g, plus 8 for i odd; column t, plus 4 for i ≥ 2;
 - B (8 × 8): row t, plus 4 for i = 1; column g.
 
-Each product is one call of `dl.mma.m16n8k16` or `dl.mma.m16n8k8.tf32` (internal functions
-around the intrinsics, so that the CPU emulator of tests/unit can stand in for them). The
-accumulated tile is rounded to the output's type as it is stored, with the epilogue applied
-there."""
+Each product is one call of `dl.mma.m16n8k16`, `dl.mma.m16n8k16.bf16` or `dl.mma.m16n8k8.tf32`
+(internal functions around the intrinsics, so that the CPU emulator of tests/unit can stand in
+for them). The accumulated tile is rounded to the output's type once, as it is stored (an f32 sum
+of exact products, as the interpreter's bf16 and f16 products are), and the epilogue is applied
+there to the rounded product, as the IR says: computed in f32 and rounded once again for bf16
+(dlvm.codegen.elementwise)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
 from dlvm.codegen.errors import CodegenError
-from dlvm.codegen.llvm_types import I32, I64, PTR, constant
+from dlvm.codegen.llvm_types import BFLOAT, I32, I64, PTR, constant
 from dlvm.codegen.loops import counted_loop, unravel
 from dlvm.codegen.nvptx import barrier, shared_array, special_register
 from dlvm.ir.types import DataType, TensorType
@@ -46,8 +50,26 @@ if TYPE_CHECKING:
 HALF = ir.HalfType()
 F32 = ir.FloatType()
 HALF2 = ir.VectorType(HALF, 2)
-MMA = "dl.mma.m16n8k16"  # (ptr acc[4], i32 a0..a3, i32 b0, b1): acc += A·B for the warp
-MMA_TF32 = "dl.mma.m16n8k8.tf32"  # the same signature: A 16 × 8, B 8 × 8, TF32 in each i32
+
+
+@dataclass(frozen=True)
+class Operands:
+    """One kind of tensor-core product: the internal function each product calls, (ptr acc[4],
+    i32 a0..a3, i32 b0, b1): acc += A·B for the warp; the NVVM intrinsic it wraps; the element
+    staged in shared memory; and whether the intrinsic takes the i32 fragments as two f16."""
+
+    function: str
+    intrinsic: str
+    element: ir.Type
+    as_half2: bool = False
+
+
+# m16n8k16 with f16 or bf16 in each half of an i32 fragment; TF32's m16n8k8 (A 16 × 8, B 8 × 8)
+# with one TF32 in each i32, rounded from the f32 staged.
+F16_PRODUCT = Operands("dl.mma.m16n8k16", "llvm.nvvm.mma.m16n8k16.row.col.f32.f32", HALF, True)
+BF16_PRODUCT = Operands("dl.mma.m16n8k16.bf16", "llvm.nvvm.mma.m16n8k16.row.col.bf16", BFLOAT)
+TF32_PRODUCT = Operands("dl.mma.m16n8k8.tf32", "llvm.nvvm.mma.m16n8k8.row.col.tf32", F32)
+PRODUCTS = {DataType.F16: F16_PRODUCT, DataType.BF16: BF16_PRODUCT}
 WARPS_M, WARPS_N = 2, 2  # the block's 4 warps, over the tile's rows and columns
 TILES_M, TILES_N = 2, 4  # each warp's m16n8 products: 32 rows × 32 columns
 
@@ -65,27 +87,23 @@ def tensor_cores(fn: Function) -> bool:
     return sched is not None and sched.get("mma") == 1 and kernel_core(fn).opcode == "dot"
 
 
-def mma_function(module: ir.Module, tf32: bool = False) -> ir.Function:
-    """dl.mma.m16n8k16: the accumulators at acc[0..3] += this warp's m16n8k16 product of the
-    A fragments a0..a3 and B fragments b0, b1 (each two f16 in an i32); with `tf32`,
-    dl.mma.m16n8k8.tf32, the m16n8k8 product of TF32 fragments (one in each i32)."""
-    name = MMA_TF32 if tf32 else MMA
-    fn = module.globals.get(name)
+def mma_function(module: ir.Module, kind: Operands) -> ir.Function:
+    """kind's internal function: the accumulators at acc[0..3] += this warp's product of the A
+    fragments a0..a3 and B fragments b0, b1 (each two f16 or bf16 in an i32, or one TF32)."""
+    fn = module.globals.get(kind.function)
     if fn is not None:
         return fn
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] + [I32] * 6), name)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] + [I32] * 6), kind.function)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     acc, *frags = fn.args
-    operands = frags if tf32 else [b.bitcast(f, HALF2) for f in frags]
+    operands = [b.bitcast(f, HALF2) for f in frags] if kind.as_half2 else frags
     slots = [b.gep(acc, [ir.Constant(I64, i)], source_etype=F32) for i in range(4)]
     c = [b.load(s, typ=F32) for s in slots]
     ret = ir.LiteralStructType([F32] * 4)
-    intrinsic_name = ("llvm.nvvm.mma.m16n8k8.row.col.tf32" if tf32
-                      else "llvm.nvvm.mma.m16n8k16.row.col.f32.f32")  # fmt: skip
-    intrinsic = module.globals.get(intrinsic_name) or ir.Function(
-        module, ir.FunctionType(ret, [o.type for o in operands] + [F32] * 4), intrinsic_name
+    intrinsic = module.globals.get(kind.intrinsic) or ir.Function(
+        module, ir.FunctionType(ret, [o.type for o in operands] + [F32] * 4), kind.intrinsic
     )
     d = b.call(intrinsic, [*operands, *c])
     for i, s in enumerate(slots):
@@ -104,10 +122,12 @@ class MmaProduct:
         sched = kg.fn.cuda_schedule
         assert isinstance(t, TensorType) and sched is not None
         self.tf32 = sched.get("tf32") == 1
-        if t.dtype is not (DataType.F32 if self.tf32 else DataType.F16):
+        kind = TF32_PRODUCT if self.tf32 and t.dtype is DataType.F32 else PRODUCTS.get(t.dtype)
+        if kind is None or (self.tf32 and kind is not TF32_PRODUCT):
             raise CodegenError(f"@{kg.fn.name}: {sched}: not for a product of {t.dtype}")
         self.t = t
-        self.element = F32 if self.tf32 else HALF
+        self.kind = kind
+        self.element = kind.element
         self.a, self.b = core.operands
         a_t = self.a.type
         assert isinstance(a_t, TensorType)
@@ -124,7 +144,7 @@ class MmaProduct:
         kg = self.kg
         out = kg.bind_arguments()
         b = kg.b
-        mma = mma_function(kg.module, self.tf32)
+        mma = mma_function(kg.module, self.kind)
         element = self.element
         a_tile, b_tile = self.shared("a", 64 * 16), self.shared("b", 16 * 64)
 
@@ -152,17 +172,21 @@ class MmaProduct:
             inside, (ci, cj) = kg.clamp([i, j], shape)
             return b.select(inside, kg.elem(v, [*batch, ci, cj]), zero)
 
-        def half_at(tile: ir.Value, offset: ir.Value) -> ir.Value:  # an element of a tile
+        def element_at(tile: ir.Value, offset: ir.Value) -> ir.Value:  # an element of a tile
             return b.gep(tile, [offset], source_etype=element)
 
         def tf32_at(tile: ir.Value, offset: ir.Value) -> ir.Value:
-            return to_tf32(b, b.load(half_at(tile, offset), typ=F32))
+            return to_tf32(b, b.load(element_at(tile, offset), typ=F32))
+
+        two = ir.VectorType(element, 2)
 
         def pair(tile: ir.Value, first: ir.Value, second: ir.Value) -> ir.Value:
-            """Two f16 of shared memory as one i32 fragment register (first in the low half)."""
-            v = ir.Constant(HALF2, ir.Undefined)
-            v = b.insert_element(v, b.load(half_at(tile, first), typ=HALF), ir.Constant(I32, 0))
-            v = b.insert_element(v, b.load(half_at(tile, second), typ=HALF), ir.Constant(I32, 1))
+            """Two f16 or bf16 of shared memory as one i32 fragment register (first in the low
+            half)."""
+            v = ir.Constant(two, ir.Undefined)
+            for lane, at in enumerate((first, second)):
+                x = b.load(element_at(tile, at), typ=element)
+                v = b.insert_element(v, x, ir.Constant(I32, lane))
             return b.bitcast(v, I32)
 
         def slice_(index: ir.Value) -> None:
@@ -171,12 +195,12 @@ class MmaProduct:
                 flat = b.add(thread, c(e * 128))
                 r, q = b.udiv(flat, c(16)), b.urem(flat, c(16))
                 v = operand(self.a, b.add(row0, r), b.add(p0, q), (self.m, self.k))
-                b.store(v, half_at(a_tile, b.add(b.mul(r, c(16)), q)))
+                b.store(v, element_at(a_tile, b.add(b.mul(r, c(16)), q)))
             for e in range(8):  # b: 16 × 64, consecutive threads along columns
                 flat = b.add(thread, c(e * 128))
                 q, j = b.udiv(flat, c(64)), b.urem(flat, c(64))
                 v = operand(self.b, b.add(p0, q), b.add(col0, j), (self.k, self.n))
-                b.store(v, half_at(b_tile, b.add(b.mul(q, c(64)), j)))
+                b.store(v, element_at(b_tile, b.add(b.mul(q, c(64)), j)))
             barrier(b)
             if self.tf32:
                 self.tf32_products(mma, acc, a_tile, b_tile, warp_row, warp_col, group, tig,
@@ -212,8 +236,8 @@ class MmaProduct:
                 with b.if_then(inside):
                     idx = [*batch, r, col]
                     value = b.load(self.at(slot, e), typ=F32)
-                    if not self.tf32:
-                        value = b.fptrunc(value, HALF)
+                    if element is not F32:  # rounded once to f16 or bf16
+                        value = b.fptrunc(value, element)
                     kg.store(out, idx, self.t, value)
                     if kg.root is not kg.core:
                         kg.memo.clear()

@@ -219,6 +219,7 @@ class KernelGen:
         _, begin, end = self.body.args
         op = self.core.opcode
         if op == "dot" and tensor_type(self.core).shape and self.flat:
+            self.columns = 0  # one element at a time: the threads share rows
             self.product_elements(out, begin, end)
         elif op == "dot" and tensor_type(self.core).shape:
             self.matmul(out, begin, end)
@@ -400,24 +401,32 @@ class KernelGen:
 
     def product_elements(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
         """A matrix product one output element at a time (each a sum over p in order), then
-        the epilogue at that element: the untiled product of a GPU thread."""
+        the epilogue at that element: the untiled product of a GPU thread. A bf16 product's
+        products and sums are f32 (exact products, rounded once, as the interpreter's)."""
         b, core = self.b, self.core
         x, y = core.operands
         t = tensor_type(core)
-        slot = self.alloca(value_type(t.dtype))
+        wide = t.dtype is DataType.BF16
+        dt = DataType.F32 if wide else t.dtype
+        slot = self.alloca(value_type(dt))
+
+        def operand(v: Value, idx: list[ir.Value]) -> ir.Value:
+            e = self.elem(v, idx)
+            return b.fpext(e, value_type(dt)) if wide else e
 
         def at(idx: list[ir.Value]) -> None:
             batch, i, j = idx[:-2], idx[-2], idx[-1]
-            b.store(constant(t.dtype, 0), slot)
+            b.store(constant(dt, 0), slot)
 
             def step(p: ir.Value) -> None:
                 self.memo.clear()
-                xy = binary(b, "multiply", self.elem(x, [*batch, i, p]),
-                            self.elem(y, [*batch, p, j]), t.dtype)  # fmt: skip
-                b.store(binary(b, "add", b.load(slot), xy, t.dtype), slot)
+                xy = binary(b, "multiply", operand(x, [*batch, i, p]),
+                            operand(y, [*batch, p, j]), dt)  # fmt: skip
+                b.store(binary(b, "add", b.load(slot), xy, dt), slot)
 
             counted_loop(b, 0, tensor_type(x).shape[-1], step, name="p")
-            self.store(out, idx, t, b.load(slot))
+            total = b.load(slot)
+            self.store(out, idx, t, narrow(b, total, value_type(t.dtype)) if wide else total)
             if self.root is not core:
                 self.memo.clear()
                 self.store(out, idx, t, self.elem(self.root, idx))

@@ -28,10 +28,11 @@ Scheduling for CUDA as well (`cuda=True`, a library that runs on either device) 
   each block of 16 × 16 threads computes a 64 × 64 tile of the output (4 × 4 elements a thread)
   from 16-deep slices of the operands staged in shared memory; X tiles across the columns, Y
   down the rows, Z one per batch element (dlvm.codegen.cuda_matmul);
-- an f16 product of that size, on tensor cores: `[schedule cuda block 128 tile 64 x 64 x 16
-  mma 1 grid X x Y x Z]`, four warps a block, each 2 × 4 mma.m16n8k16 products with f32
+- an f16 or bf16 product of that size, on tensor cores: `[schedule cuda block 128 tile 64 x 64
+  x 16 mma 1 grid X x Y x Z]`, four warps a block, each 2 × 4 mma.m16n8k16 products with f32
   accumulators (dlvm.codegen.cuda_mma); with `tf32`, f32 products too (`… mma 1 tf32 1 …`:
-  operands rounded to TF32, mma.m16n8k8);
+  operands rounded to TF32, mma.m16n8k8). Only these bf16 products stay bf16 in a build for
+  CUDA: the others are taken in f32 before compute generation (dlvm.codegen.bf16_products);
 - a convolution of floats with at least 64 × 64 outputs, the same tiled product over its
   implicit matrices: the group's kernel (output channels × input channels and taps) times the
   inputs each tap reads (× batch and output positions), grid Z over the groups
@@ -168,6 +169,17 @@ def conv_split(batch: int, rows: int) -> int:
                 rows)  # fmt: skip
 
 
+def on_tensor_cores(inst: Instruction, tf32: bool = False) -> bool:
+    """Whether `inst` is a product that CUDA computes on tensor cores: a matrix `dot` of f16 or
+    bf16 (or f32 with `tf32`) with at least a tile's worth of outputs."""
+    out = inst.type
+    if inst.opcode != "dot" or not isinstance(out, TensorType) or out.rank < 2:
+        return False
+    rows, cols, _ = CUDA_TILE
+    types = (DataType.F16, DataType.BF16, DataType.F32) if tf32 else (DataType.F16, DataType.BF16)
+    return out.dtype in types and out.shape[-2] * out.shape[-1] >= rows * cols
+
+
 def cuda_schedule(fn: Function, tf32: bool = False) -> Schedule:
     """The GPU launch of a [compute] function (the module docstring); `tf32`: f32 products on
     tensor cores in TF32."""
@@ -175,9 +187,7 @@ def cuda_schedule(fn: Function, tf32: bool = False) -> Schedule:
     out = root.type
     assert isinstance(out, TensorType)
     rows, cols, _ = CUDA_TILE
-    on_tensor_cores = out.dtype is DataType.F16 or (tf32 and out.dtype is DataType.F32)
-    if root.opcode == "dot" and out.rank >= 2 and on_tensor_cores and (
-            out.shape[-2] * out.shape[-1] >= rows * cols):  # fmt: skip
+    if on_tensor_cores(root, tf32):
         tiles = (
             math.ceil(out.shape[-1] / cols),
             math.ceil(out.shape[-2] / rows),

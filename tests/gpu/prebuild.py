@@ -1,7 +1,8 @@
-"""Builds the libraries tests/gpu runs (every instruction case, every sample, and digits built
-with --distributed as digits_distributed, all for CUDA) into a directory, where the compiler is
-installed; a GPU machine then runs the tests on them with DLVM_GPU_PREBUILT=DIR (it needs only
-NumPy, lark and this checkout there, and CuPy with NCCL for test_distributed_gpu.py):
+"""Builds the libraries tests/gpu runs (every instruction case, every sample, digits built
+with --distributed as digits_distributed, and the bf16 tensor-core products, all for CUDA)
+into a directory, where the compiler is installed; a GPU machine then runs the tests on them
+with DLVM_GPU_PREBUILT=DIR (it needs only NumPy, lark and this checkout there, and CuPy with
+NCCL for test_distributed_gpu.py):
 
     python tests/gpu/prebuild.py gpu-build
 """
@@ -17,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 from telhelp import sample_names  # noqa: E402
 from test_distributed_gpu import built_distributed  # noqa: E402
 from test_gpu import built  # noqa: E402
+from test_gpu_bf16 import built_bf16  # noqa: E402
 
 
 def main(directory: Path) -> None:
@@ -25,6 +27,7 @@ def main(directory: Path) -> None:
         path = built(name, directory)
         print(f"built {path}", flush=True)
     print(f"built {built_distributed(directory)}", flush=True)
+    print(f"built {built_bf16(directory)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -107,6 +107,30 @@ void dlemu_mma_m16n8k16(float *acc, unsigned a0, unsigned a1, unsigned a2, unsig
     accumulate(acc, exchange_fragments(a0, a1, a2, a3, b0, b1), 16, f16_a, f16_b);
 }
 
+/* bf16 m16n8k16 (mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32): f16's fragment layout,
+ * a bf16 in each half of a register (the upper 16 bits of an f32). */
+static float bf16_of(unsigned reg, int high) {
+    unsigned bits = (high ? reg >> 16 : reg & 0xFFFF) << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static float bf16_a(unsigned base, unsigned row, unsigned k) {
+    unsigned i = (k & 1) + (row >= 8 ? 2 : 0) + (k >= 8 ? 4 : 0);
+    return bf16_of(exchange_a[base + (row & 7) * 4 + (k & 7) / 2][i / 2], i & 1);
+}
+
+static float bf16_b(unsigned base, unsigned k, unsigned col) {
+    unsigned i = (k & 1) + (k >= 8 ? 2 : 0);
+    return bf16_of(exchange_b[base + col * 4 + (k & 7) / 2][i / 2], i & 1);
+}
+
+void dlemu_mma_bf16(float *acc, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                    unsigned b1) {
+    accumulate(acc, exchange_fragments(a0, a1, a2, a3, b0, b1), 16, bf16_a, bf16_b);
+}
+
 /* cvt.rna.tf32.f32: x with 10 bits of mantissa, rounded to nearest, ties away from zero. */
 unsigned dlemu_f2tf32_rna(float x) {
     unsigned u;

@@ -41,7 +41,8 @@ def host_text(device_ir: str) -> str:
     text = re.sub(r'@"llvm\.nvvm\.shfl\.sync\.down\.(f32|i32)"', r'@"dlemu_shfl_down_\1"', text)
     text = re.sub(r'@"__nv_(\w+)"', r'@"\1"', text)
     # The tensor-core product (dlvm.codegen.cuda_mma) is the emulator's, not the intrinsic's.
-    for shape, ours in (("m16n8k16", "dlemu_mma_m16n8k16"), ("m16n8k8.tf32", "dlemu_mma_tf32")):
+    for shape, ours in (("m16n8k16", "dlemu_mma_m16n8k16"), ("m16n8k16.bf16", "dlemu_mma_bf16"),
+                        ("m16n8k8.tf32", "dlemu_mma_tf32")):  # fmt: skip
         text = re.sub(rf'define internal void @"dl\.mma\.{re.escape(shape)}"\(.*?\n\}}\n',
                       f'declare void @"{ours}"(ptr, i32, i32, i32, i32, i32, i32)\n',
                       text, flags=re.S)  # fmt: skip

@@ -221,9 +221,10 @@ def test_which_cpus_have_avx512bf16():
     assert not has_avx512bf16("icelake-server") and not has_avx512bf16("x86-64-v4")
 
 
-def test_a_library_for_cuda_too_takes_every_bf16_product_in_f32():
-    """Its GPU kernels' tiled product would sum in bf16."""
+def test_a_product_keep_refuses_is_taken_in_f32():
+    """As a build for CUDA refuses a product its tensor cores do not take (the GPU's other
+    product kernels would sum in bf16): operands cast to f32, the product rounded once."""
     module = parse_module(DOT.format(k=40), "s.dl")
-    products_in_f32(module, cuda=True)
+    products_in_f32(module, keep=lambda inst: False)
     opcodes = [i.opcode for f in module.functions for i in f.instructions()]
     assert opcodes.count("dataTypeCast") == 3

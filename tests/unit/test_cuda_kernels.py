@@ -101,8 +101,10 @@ def test_products_with_a_tile_of_outputs_are_tiled(emulated):
         f for f in tiled if any(i.opcode == "convolve" for i in f.blocks[0].instructions)
     ]
     assert len(convolutions) == 2  # as implicit products, one of them grouped (grid z = 2)
-    on_tensor_cores = [f for f in tiled if f.cuda_schedule.get("mma") == 1]
-    assert len(on_tensor_cores) == 2 and all("f16" in str(f.type) for f in on_tensor_cores)
+    on_tensor_cores = [str(f.type) for f in tiled if f.cuda_schedule.get("mma") == 1]
+    # f16 and bf16, each alone and batched with an epilogue; bf16 also x · Wᵀ + bias and tanh
+    assert sum("x f16>" in t for t in on_tensor_cores) == 2
+    assert sum("bf16" in t for t in on_tensor_cores) == 4 == len(on_tensor_cores) - 2
 
 
 TF32 = """module "tf32"
