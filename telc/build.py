@@ -29,6 +29,7 @@ from telc.driver import (
     Timings,
     lower_program,
     optimize,
+    quantize,
 )
 from telc.onnx_use import MAX_ONNX_BYTES, OnnxOptions, model_source
 from telc.program import load
@@ -94,6 +95,8 @@ def produce(
     if emit == "ir":
         return Product(module_text(compiled.module), report=report)
     optimize(compiled.module, timings, options.level)
+    if options.quantize is not None:
+        quantize(compiled, options.quantize, timings)
     report["passes"] = [[p.name, p.changed, p.seconds] for p in timings.passes]
     if emit == "optimized":
         return Product(module_text(compiled.module), report=report)

@@ -16,6 +16,7 @@ from dlvm.diagnostics import Diagnostic, DiagnosticError
 from dlvm.ir.types import TensorType, Type
 from dlvm.ir.values import Module
 from dlvm.ir.verifier import verify
+from dlvm.transforms.int8_products import quantize_products
 from dlvm.transforms.pass_manager import PassManager, PassRun
 from dlvm.transforms.pipelines import PIPELINES, Pipeline
 from telc import __version__
@@ -25,6 +26,7 @@ from telc.program import Program, load
 
 STAGES = ("tel", "ast", "ir", "optimized", "compute", "schedule", "llvm", "asm", "ptx", "obj", "so")
 TARGETS = ("cpu", "cuda")
+QUANTIZE_SCHEMES = ("int8",)  # what --quantize accepts (docs/quantization.md)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,7 @@ class BuildOptions:
     tf32: bool = False  # f32 products in TF32 on tensor cores (CUDA)
     distributed: bool = False  # each train entry also in halves (docs/distributed.md)
     fast_math: bool = False  # f32 exp, tanh, log of CPU kernels in fast math (docs/ir.md)
+    quantize: str | None = None  # "int8": infer entries' weight products in int8
 
     @property
     def values(self) -> dict[str, int | float]:
@@ -107,6 +110,8 @@ class BuildOptions:
             fixed.append("--distributed")
         if self.fast_math:
             fixed.append("--fast-math")
+        if self.quantize is not None:
+            fixed.append(f"--quantize={self.quantize}")
         return fixed + [f"-D {n}={v!r}" for n, v in sorted(self.defines)]
 
 
@@ -211,6 +216,27 @@ def optimize(
             manager.run_pipeline(module, opt.pipeline)
     timings.passes.extend(manager.runs)
     return module
+
+
+def quantize(compiled: Compiled, scheme: str, timings: Timings | None = None) -> int:
+    """`--quantize int8` (docs/quantization.md): in each infer entry, the products whose
+    right operand is a parameter in int8 (dlvm.transforms.int8_products), then dead code
+    removed; stage quantization. Returns how many products changed."""
+    assert scheme in QUANTIZE_SCHEMES, scheme
+    timings = timings if timings is not None else Timings()
+    functions = {f.name: f for f in compiled.module.functions}
+    changed = 0
+    with timings.stage("quantization"):
+        for entry in compiled.spec.entries:
+            fn = functions.get(entry.host)
+            if entry.kind != "infer" or fn is None:
+                continue
+            first = len(entry.inputs)
+            weights = fn.arguments[first : first + len(entry.params)]
+            changed += quantize_products(fn, set(weights))
+        if changed:
+            PassManager().run(compiled.module, PassManager.resolve(["DCE"]))
+    return changed
 
 
 def library_spec(interface: Interface) -> LibrarySpec:
