@@ -1,0 +1,141 @@
+"""`telc build --quantize int8` (docs/quantization.md): the rewrite of products by parameters
+(dlvm/transforms/int8_products.py) against a NumPy reference of the same scheme, through the
+interpreter and compiled (with and without VNNI in the target), against f32 within the
+quantisation error, the digits sample's accuracy, and the option's errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import dlvm
+from dlvm.interp import run_function
+from dlvm.ir import module_text, parse_module
+from dlvm.transforms.int8_products import quantize_products
+from telc import demo
+from telc.build import produce
+from telc.cli import cli
+from telc.driver import BuildOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+DIGITS = ROOT / "samples" / "digits.tel"
+
+PRODUCTS = """module "m"
+stage optimizable
+
+func @f: (<3 x 40 x f32>, <40 x 5 x f32>, <5 x 40 x f32>, <40 x 5 x f32>) -> (<3 x 5 x f32>, <3 x 5 x f32>, <3 x 5 x f32>) {
+'entry(%x: <3 x 40 x f32>, %W: <40 x 5 x f32>, %V: <5 x 40 x f32>, %A: <40 x 5 x f32>):
+    %a = dot %x: <3 x 40 x f32>, %W: <40 x 5 x f32>
+    %t = transpose %V: <5 x 40 x f32>
+    %b = dot %x: <3 x 40 x f32>, %t: <40 x 5 x f32>
+    %c = dot %x: <3 x 40 x f32>, %A: <40 x 5 x f32>
+    %r = literal (%a: <3 x 5 x f32>, %b: <3 x 5 x f32>, %c: <3 x 5 x f32>): (<3 x 5 x f32>, <3 x 5 x f32>, <3 x 5 x f32>)
+    return %r: (<3 x 5 x f32>, <3 x 5 x f32>, <3 x 5 x f32>)
+}
+"""  # noqa: E501
+
+
+def quantized(v: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """The scheme's integers (as i64: exact sums) and scales of v along `axis`."""
+    scale = np.abs(v).max(axis=axis, keepdims=True) / np.float32(127)
+    q = np.rint(v / np.maximum(scale, np.float32(1e-30)))
+    assert np.abs(q).max() <= 127
+    return q.astype(np.int64), scale
+
+
+def reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x · w as --quantize int8 computes it: exact integer sums, dequantised in f32."""
+    xq, sx = quantized(x, 1)
+    wq, sw = quantized(w, 0)
+    return ((xq @ wq).astype(np.float32) * sx) * sw
+
+
+def test_products_by_weights_only_are_rewritten_and_match_the_reference():
+    module = parse_module(PRODUCTS)
+    fn = module.functions[0]
+    x_, w_, v_, a_ = fn.arguments
+    assert quantize_products(fn, {w_, v_}) == 2  # A is not a weight: its product stays f32
+    text = module_text(module)
+    assert text.count("to i8") == 4 and "dot %x: <3 x 40 x f32>, %A" in text
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 40)).astype(np.float32)
+    x[1] = 0  # a row of zeros: scale 0, product 0
+    w, v, a = (rng.standard_normal(s).astype(np.float32) for s in ((40, 5), (5, 40), (40, 5)))
+    w[:, 2] = 0  # a column of zeros
+    got = run_function(module, "f", [x, w, v, a])
+    np.testing.assert_array_equal(got[0], reference(x, w))
+    np.testing.assert_array_equal(got[1], reference(x, v.T))
+    np.testing.assert_array_equal(got[2], x @ a)
+    assert not got[0][1].any() and not got[0][:, 2].any()
+    # Within the quantisation error of the f32 product: half a step of each factor per term.
+    bound = 40 * (np.abs(x).max() * np.abs(w).max()) / 127
+    assert np.abs(got[0] - x @ w).max() < bound
+
+
+def test_rewriting_twice_changes_nothing_more():
+    module = parse_module(PRODUCTS)
+    fn = module.functions[0]
+    weights = set(fn.arguments[1:3])
+    assert quantize_products(fn, weights) == 2
+    assert quantize_products(fn, weights) == 0  # its products are i32 now
+
+
+def build(tmp: Path, cpu: str, batch: int, quantize: str | None = "int8") -> Path:
+    options = BuildOptions(defines=(("B", batch),), cpu=cpu, quantize=quantize)
+    product = produce(str(DIGITS), "so", options, tmp / f"digits_{cpu}_{batch}.so")
+    assert product.library is not None
+    return product.library
+
+
+def forward(params: dict[str, np.ndarray], x: np.ndarray, int8: bool) -> np.ndarray:
+    """digits.tel's infer in NumPy, its products as --quantize int8 computes them or in f32."""
+    product = reference if int8 else np.matmul
+    h = np.maximum(product(x, params["W1"]) + params["b1"], 0)
+    logits = product(h, params["W2"]) + params["b2"]
+    e = np.exp(logits - logits.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+@pytest.mark.parametrize("cpu", ["native", "skylake-avx512"])
+def test_compiled_library_matches_the_reference_and_follows_its_parameters(tmp_path, cpu):
+    """Compiled (VNNI where the host has it; skylake-avx512 has none) against the NumPy
+    scheme; set_param and a train step change what infer computes at once."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    with dlvm.load(build(tmp_path, cpu, 4), seed=3) as model:
+        np.testing.assert_allclose(model.infer(x), forward(model.params, x, True), atol=1e-6)
+        model.set_param("W1", rng.standard_normal((64, 128)).astype(np.float32))
+        np.testing.assert_allclose(model.infer(x), forward(model.params, x, True), atol=1e-6)
+        labels = np.eye(10, dtype=np.float32)[[1, 2, 3, 4]]
+        model.train_step(x, labels)
+        np.testing.assert_allclose(model.infer(x), forward(model.params, x, True), atol=1e-6)
+        assert np.abs(model.infer(x) - forward(model.params, x, False)).max() < 0.05
+
+
+def test_digits_accuracy_within_half_a_point_of_f32(tmp_path):
+    """Trained through the int8 library (its train step is f32), its infer scores within 0.5
+    points of the same parameters in f32 on the 357 test digits (docs/quantization.md)."""
+    data = demo.load_data()
+    with dlvm.load(build(tmp_path, "native", 32), seed=0) as model:
+        demo.train(model, data, epochs=10, seed=0)
+        int8 = demo.accuracy(demo.predict(model, data.x_test), data.y_test)
+        f32 = demo.accuracy(forward(model.params, data.x_test, False), data.y_test)
+    assert f32 >= 0.93
+    assert abs(int8 - f32) <= 0.005, (int8, f32)
+
+
+def test_the_option_is_checked_documented_and_part_of_the_cache_key():
+    runner = CliRunner()
+    bad = runner.invoke(cli, ["build", str(DIGITS), "--quantize", "int4"])
+    assert bad.exit_code == 2
+    assert "Invalid value for '--quantize': 'int4' is not a quantisation scheme" in bad.output
+    assert "known: int8" in bad.output
+    cuda = runner.invoke(cli, ["build", str(DIGITS), "--quantize", "int8", "--target", "cuda"])
+    assert cuda.exit_code == 2 and "not with --target cuda" in cuda.output
+    for command in ("build", "run"):
+        assert "--quantize" in runner.invoke(cli, [command, "--help"]).stdout
+    assert "--quantize=int8" in BuildOptions(quantize="int8").flags()
+    assert not any("quantize" in f for f in BuildOptions().flags())
