@@ -39,7 +39,8 @@ def quantize_products(fn: Function, weights: Collection[Value]) -> int:
         weight, transposed = found
         assert inst.block is not None
         old = set(inst.block.instructions)
-        replacement[inst] = _int8_product(Builder().before(inst), inst.operands[0], weight, transposed)
+        b = Builder().before(inst)
+        replacement[inst] = _int8_product(b, inst.operands[0], weight, transposed)
         for new in inst.block.instructions:
             if new not in old:
                 new.loc = inst.loc
