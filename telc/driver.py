@@ -4,6 +4,7 @@ DiagnosticError carrying located diagnostics."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Iterator
@@ -13,10 +14,10 @@ from dataclasses import dataclass, field
 from dlvm.codegen.gpus import DEFAULT_GPU
 from dlvm.codegen.spec import EntrySpec, LibrarySpec, StateSpec, TensorSpec
 from dlvm.diagnostics import Diagnostic, DiagnosticError
-from dlvm.ir.types import TensorType, Type
-from dlvm.ir.values import Module
+from dlvm.ir.types import DATA_TYPES, TensorType, Type
+from dlvm.ir.values import Module, fresh_name
 from dlvm.ir.verifier import verify
-from dlvm.transforms.int8_products import quantize_products
+from dlvm.transforms.int8_products import QuantizedWeight, quantize_products, weights_function
 from dlvm.transforms.pass_manager import PassManager, PassRun
 from dlvm.transforms.pipelines import PIPELINES, Pipeline
 from telc import __version__
@@ -220,23 +221,49 @@ def optimize(
 
 def quantize(compiled: Compiled, scheme: str, timings: Timings | None = None) -> int:
     """`--quantize int8` (docs/quantization.md): in each infer entry, the products whose
-    right operand is a parameter in int8 (dlvm.transforms.int8_products), then dead code
-    removed; stage quantization. Returns how many products changed."""
+    right operand is a parameter in int8 (dlvm.transforms.int8_products), reading the weights'
+    int8 copies and scales, which become derived states of the library computed by a function
+    of the parameters (LibrarySpec.derive); then dead code removed. Stage quantization;
+    compiled.spec changes with the module. Returns how many weights are read in int8."""
     assert scheme in QUANTIZE_SCHEMES, scheme
     timings = timings if timings is not None else Timings()
-    functions = {f.name: f for f in compiled.module.functions}
-    changed = 0
+    spec = compiled.spec
+    module = compiled.module
+    functions = {f.name: f for f in module.functions}
+    copies: dict[str, QuantizedWeight] = {}
+    entries = []
     with timings.stage("quantization"):
-        for entry in compiled.spec.entries:
+        for entry in spec.entries:
             fn = functions.get(entry.host)
-            if entry.kind != "infer" or fn is None:
+            if entry.kind != "infer" or fn is None or entry.states:
+                entries.append(entry)
                 continue
             first = len(entry.inputs)
-            weights = fn.arguments[first : first + len(entry.params)]
-            changed += quantize_products(fn, set(weights))
-        if changed:
-            PassManager().run(compiled.module, PassManager.resolve(["DCE"]))
-    return changed
+            args = fn.arguments[first : first + len(entry.params)]
+            found = quantize_products(fn, dict(zip(args, entry.params)))
+            names = tuple(n for q in found for n in (q.int8, q.scale))
+            entries.append(dataclasses.replace(entry, states=names))
+            copies.update((q.int8, q) for q in found)
+        if not copies:
+            return 0
+        taken = {f.name for f in module.functions}
+        name = fresh_name("quantize_weights", taken)
+        params = [(p.name, TensorType(p.shape, DATA_TYPES[p.dtype])) for p in spec.params]
+        module.add_function(weights_function(name, params, list(copies.values())))
+        PassManager().run(module, PassManager.resolve(["DCE"]))
+    derived = [
+        StateSpec(n, q.weight, t.dtype.text, t.shape)
+        for q in copies.values()
+        for n, t in zip((q.int8, q.scale), q.types())
+    ]
+    compiled.spec = dataclasses.replace(
+        spec,
+        states=(*spec.states, *derived),
+        entries=tuple(entries),
+        derived=len(derived),
+        derive=name,
+    )
+    return len(copies)
 
 
 def library_spec(interface: Interface) -> LibrarySpec:

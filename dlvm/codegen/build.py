@@ -169,6 +169,7 @@ class LibraryBuild:
         it is already that, else a copy."""
         spec = self.spec
         roots = {e.host for e in spec.every_entry()} | ({spec.init} if spec.init else set())
+        roots |= {spec.derive} if spec.derive else set()
         given = self.given
         if given.stage == "schedule" and not unreachable(given, roots):
             return given

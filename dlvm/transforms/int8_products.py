@@ -2,24 +2,27 @@
 each rank-2 f32 `dot` whose right operand is a weight (an argument of the function the caller
 names, used as `x · W` or `x · transpose W`) becomes the same product in integers.
 
-The weight is quantised per output column c, symmetrically: s_w[c] = max_p |W[p, c]| / 127 and
-W_q = rint(W / s_w) in i8 (|W_q| <= 127). The left operand is quantised the same way per row
-m, at run time: s_x[m] = max_p |x[m, p]| / 127, x_q = rint(x / s_x) in i8. The product sums
-x_q · W_q exactly in i32 and is dequantised as acc · s_x[m] · s_w[c] in f32, before whatever
-followed the product (bias, activation) runs in f32 as it did. A row or column of zeros has a
-scale of 0 and gives 0 (its division is by a tiny number instead, so never 0/0).
+The weight is quantised per output channel c, symmetrically: s_w[c] = max_p |W[p, c]| / 127 and
+W_q = rint(W / s_w) in i8 (|W_q| <= 127), by a separate function of the parameters
+(`weights_function`) whose results the inference function takes as arguments of its own: the
+runtime keeps them in the model and recomputes them only when the parameters changed. The left
+operand is quantised the same way per row m, at run time: s_x[m] = max_p |x[m, p]| / 127,
+x_q = rint(x / s_x) in i8. The product sums x_q · W_q exactly in i32 and is dequantised as
+acc · s_x[m] · s_w[c] in f32, before whatever followed the product (bias, activation) runs in
+f32 as it did. A row or column of zeros has a scale of 0 and gives 0 (its division is by a tiny
+number instead, so never 0/0).
 
 Everything is existing instructions, so the interpreter computes the scheme exactly and every
-pass and code generator handles it; the code generator recognises the integer product and
-runs it on VNNI where the CPU has it."""
+pass and code generator handles it."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from dlvm.ir.builder import Builder, constant
-from dlvm.ir.types import DataType, TensorType, as_tensor
-from dlvm.ir.values import Function, Instruction, Value
+from dlvm.ir.builder import Builder, constant, tuple_literal
+from dlvm.ir.types import DataType, FunctionType, TensorType, TupleType, Type, as_tensor
+from dlvm.ir.values import Argument, Block, Function, Instruction, Value, fresh_name
 from dlvm.transforms.rewrite import replace_and_remove
 
 # The largest magnitude of a quantised value: symmetric, so -128 is never used.
@@ -28,28 +31,101 @@ LEVELS = 127
 _TINY = 1e-30
 
 
-def quantize_products(fn: Function, weights: Collection[Value]) -> int:
-    """Rewrites fn's products by `weights` (arguments of fn) as above; returns how many."""
+@dataclass(frozen=True)
+class QuantizedWeight:
+    """A weight the products read in int8: the parameter `weight` of `shape`, its output
+    channels its columns, or its rows when `transposed`."""
+
+    weight: str
+    shape: tuple[int, int]
+    transposed: bool
+
+    @property
+    def int8(self) -> str:
+        """The name of its int8 copy (shaped as the weight)."""
+        return f"{self.weight}_int8" + ("_t" if self.transposed else "")
+
+    @property
+    def scale(self) -> str:
+        """The name of its scales: a row 1 x N, or a column N x 1 when transposed."""
+        return f"{self.weight}_scale" + ("_t" if self.transposed else "")
+
+    @property
+    def axis(self) -> int:
+        """The axis each scale is the maximum along."""
+        return 1 if self.transposed else 0
+
+    def types(self) -> tuple[TensorType, TensorType]:
+        """The types of the int8 copy and of the scales."""
+        kept = tuple(1 if i == self.axis else n for i, n in enumerate(self.shape))
+        return TensorType(self.shape, DataType.I8), TensorType(kept, DataType.F32)
+
+
+def quantize_products(fn: Function, weights: Mapping[Value, str]) -> list[QuantizedWeight]:
+    """Rewrites fn's products by `weights` (arguments of fn, with their parameters' names) as
+    above. fn takes, after its arguments, the int8 copy and the scales of each weight it now
+    reads in int8, in the order returned."""
     replacement: dict[Value, Value] = {}
     dead: set[Instruction] = set()
+    copies: dict[Value, tuple[QuantizedWeight, Argument, Argument]] = {}
+    entry = fn.blocks[0] if fn.blocks else None
     for inst in list(fn.instructions()):  # a copy: new instructions go in as it runs
         found = _weight_of(inst, weights)
-        if found is None:
+        if found is None or entry is None:
             continue
         weight, transposed = found
+        if weight not in copies:
+            copies[weight] = _new_arguments(fn, entry, weight, weights[weight], transposed)
+        q, wq, sw = copies[weight]
+        if q.transposed != transposed:  # read both ways: the second stays f32
+            continue
         assert inst.block is not None
         old = set(inst.block.instructions)
         b = Builder().before(inst)
-        replacement[inst] = _int8_product(b, inst.operands[0], weight, transposed)
+        replacement[inst] = _int8_product(b, inst.operands[0], wq, sw, transposed)
         for new in inst.block.instructions:
             if new not in old:
                 new.loc = inst.loc
         dead.add(inst)
     replace_and_remove(fn, replacement, dead)
-    return len(dead)
+    return [q for q, _, _ in copies.values()]
 
 
-def _weight_of(inst: Instruction, weights: Collection[Value]) -> tuple[Value, bool] | None:
+def weights_function(
+    name: str, params: list[tuple[str, Type]], quantized: list[QuantizedWeight]
+) -> Function:
+    """@name: the parameters -> the int8 copy and the scales of each of `quantized`, in order
+    (what the runtime stores for quantize_products' new arguments)."""
+    results = [t for q in quantized for t in q.types()]
+    fn = Function(name, FunctionType(tuple(t for _, t in params), TupleType(tuple(results))))
+    entry = fn.add_block(Block("entry", [Argument(n, t) for n, t in params]))
+    by_name = {a.name: a for a in entry.arguments}
+    b = Builder().at_end(entry)
+    values: list[Value] = []
+    for q in quantized:
+        levels, scale = _quantize(b, by_name[q.weight], q.axis)
+        values += [b.convert(levels, dtype=DataType.I8, name=q.int8), scale]
+    b.build("return", [b.build("literal", [tuple_literal(values)])])
+    return fn
+
+
+def _new_arguments(
+    fn: Function, entry: Block, weight: Value, param: str, transposed: bool
+) -> tuple[QuantizedWeight, Argument, Argument]:
+    t = as_tensor(weight.type)
+    assert t is not None and t.rank == 2
+    q = QuantizedWeight(param, (t.shape[0], t.shape[1]), transposed)
+    taken = {a.name for b in fn.blocks for a in b.arguments}
+    taken |= {i.name for i in fn.instructions() if i.name}
+    int8_type, scale_type = q.types()
+    wq = entry.add_argument(Argument(fresh_name(q.int8, taken), int8_type))
+    sw = entry.add_argument(Argument(fresh_name(q.scale, taken), scale_type))
+    assert isinstance(fn.type, FunctionType)
+    fn.type = FunctionType((*fn.type.arguments, int8_type, scale_type), fn.type.result)
+    return q, wq, sw
+
+
+def _weight_of(inst: Instruction, weights: Mapping[Value, str]) -> tuple[Value, bool] | None:
     """(W, transposed) when inst is `dot x, W` or `dot x, transpose W` of rank-2 f32 tensors
     with W one of `weights`; else None."""
     if inst.opcode != "dot":
@@ -67,22 +143,19 @@ def _weight_of(inst: Instruction, weights: Collection[Value]) -> tuple[Value, bo
     return None
 
 
-def _int8_product(b: Builder, x: Value, w: Value, transposed: bool) -> Value:
-    """The quantised product of x and w (w's output channels its columns, or its rows when
-    transposed)."""
-    # The output channel is w's axis 1 (x · W) or axis 0 (x · Wᵀ); its scale is a row 1 x N.
-    wq, sw = _quantize(b, w, axis=0 if not transposed else 1)
+def _int8_product(b: Builder, x: Value, wq: Value, sw: Value, transposed: bool) -> Value:
+    """The quantised product of x by the weight whose int8 copy is wq and scales sw."""
+    w32: Value = b.convert(wq, dtype=DataType.I32)
     if transposed:
-        wq = b.transpose(wq)
-        sw = b.transpose(sw)
-    xq, sx = _quantize(b, x, axis=1)
-    acc = b.dot(xq, wq)
+        w32, sw = b.transpose(w32), b.transpose(sw)
+    levels, sx = _quantize(b, x, axis=1)
+    acc = b.dot(b.convert(b.convert(levels, dtype=DataType.I8), dtype=DataType.I32), w32)
     return b.multiply(b.multiply(b.convert(acc, dtype=DataType.F32), sx), sw)
 
 
 def _quantize(b: Builder, v: Value, axis: int) -> tuple[Value, Value]:
-    """v (rank 2, f32) as i8 values widened to i32, each line along `axis` by its own scale,
-    and the scales, keeping `axis` as a dimension of 1 (an M x 1 column or 1 x N row)."""
+    """v (rank 2, f32) rounded to levels in [-127, 127] (still f32), each line along `axis` by
+    its own scale, and the scales, keeping `axis` as a dimension of 1 (M x 1 or 1 x N)."""
     t = as_tensor(v.type)
     assert isinstance(t, TensorType) and t.rank == 2
     magnitude = b.max(v, b.negate(v))
@@ -90,9 +163,7 @@ def _quantize(b: Builder, v: Value, axis: int) -> tuple[Value, Value]:
     kept = tuple(1 if i == axis else n for i, n in enumerate(t.shape))
     scale = b.divide(b.shapeCast(peak, shape=kept), constant(float(LEVELS), f32_scalar()))
     divisor = b.max(scale, constant(_TINY, f32_scalar()))
-    levels = b.rint(b.divide(v, divisor))
-    q8 = b.convert(levels, dtype=DataType.I8)
-    return b.convert(q8, dtype=DataType.I32), scale
+    return b.rint(b.divide(v, divisor)), scale
 
 
 def f32_scalar() -> TensorType:

@@ -10,11 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from safetensors.numpy import load_file
 
 import dlvm
 from dlvm.interp import run_function
 from dlvm.ir import module_text, parse_module
-from dlvm.transforms.int8_products import quantize_products
+from dlvm.ir.values import Module
+from dlvm.ir.verifier import verify
+from dlvm.transforms.int8_products import QuantizedWeight, quantize_products, weights_function
 from telc import demo
 from telc.build import produce
 from telc.cli import cli
@@ -53,19 +56,37 @@ def reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return ((xq @ wq).astype(np.float32) * sx) * sw
 
 
-def test_products_by_weights_only_are_rewritten_and_match_the_reference():
+def quantize_module() -> tuple[Module, list[QuantizedWeight]]:
+    """PRODUCTS with W and V as weights, and @weights computing their int8 copies."""
     module = parse_module(PRODUCTS)
     fn = module.functions[0]
     x_, w_, v_, a_ = fn.arguments
-    assert quantize_products(fn, {w_, v_}) == 2  # A is not a weight: its product stays f32
+    found = quantize_products(fn, {w_: "W", v_: "V"})
+    params = [(a.name, a.type) for a in (w_, v_, a_)]
+    module.add_function(weights_function("weights", params, found))
+    assert verify(module) == []
+    return module, found
+
+
+def test_products_by_weights_only_are_rewritten_and_match_the_reference():
+    module, found = quantize_module()
+    assert [(q.weight, q.transposed, q.int8, q.scale) for q in found] == [
+        ("W", False, "W_int8", "W_scale"),
+        ("V", True, "V_int8_t", "V_scale_t"),
+    ]
     text = module_text(module)
-    assert text.count("to i8") == 4 and "dot %x: <3 x 40 x f32>, %A" in text
+    assert "dot %x: <3 x 40 x f32>, %A" in text  # A is not a weight: its product stays f32
+    assert "%W_int8: <40 x 5 x i8>, %W_scale: <1 x 5 x f32>" in text
+    assert "%V_int8_t: <5 x 40 x i8>, %V_scale_t: <5 x 1 x f32>" in text
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3, 40)).astype(np.float32)
     x[1] = 0  # a row of zeros: scale 0, product 0
     w, v, a = (rng.standard_normal(s).astype(np.float32) for s in ((40, 5), (5, 40), (40, 5)))
     w[:, 2] = 0  # a column of zeros
-    got = run_function(module, "f", [x, w, v, a])
+    wq, ws, vq, vs = run_function(module, "weights", [w, v, a])
+    np.testing.assert_array_equal(wq, quantized(w, 0)[0])
+    np.testing.assert_array_equal(vs, quantized(v, 1)[1])
+    got = run_function(module, "f", [x, w, v, a, wq, ws, vq, vs])
     np.testing.assert_array_equal(got[0], reference(x, w))
     np.testing.assert_array_equal(got[1], reference(x, v.T))
     np.testing.assert_array_equal(got[2], x @ a)
@@ -76,11 +97,9 @@ def test_products_by_weights_only_are_rewritten_and_match_the_reference():
 
 
 def test_rewriting_twice_changes_nothing_more():
-    module = parse_module(PRODUCTS)
+    module, _ = quantize_module()
     fn = module.functions[0]
-    weights = set(fn.arguments[1:3])
-    assert quantize_products(fn, weights) == 2
-    assert quantize_products(fn, weights) == 0  # its products are i32 now
+    assert quantize_products(fn, {fn.arguments[1]: "W", fn.arguments[2]: "V"}) == []
 
 
 def build(tmp: Path, cpu: str, batch: int, quantize: str | None = "int8") -> Path:
@@ -102,7 +121,8 @@ def forward(params: dict[str, np.ndarray], x: np.ndarray, int8: bool) -> np.ndar
 @pytest.mark.parametrize("cpu", ["native", "skylake-avx512"])
 def test_compiled_library_matches_the_reference_and_follows_its_parameters(tmp_path, cpu):
     """Compiled (VNNI where the host has it; skylake-avx512 has none) against the NumPy
-    scheme; set_param and a train step change what infer computes at once."""
+    scheme; set_param, a train step and load change what infer computes at once (the int8
+    copies are remade); checkpoints hold the f32 parameters only."""
     rng = np.random.default_rng(2)
     x = rng.standard_normal((4, 64)).astype(np.float32)
     with dlvm.load(build(tmp_path, cpu, 4), seed=3) as model:
@@ -113,6 +133,15 @@ def test_compiled_library_matches_the_reference_and_follows_its_parameters(tmp_p
         model.train_step(x, labels)
         np.testing.assert_allclose(model.infer(x), forward(model.params, x, True), atol=1e-6)
         assert np.abs(model.infer(x) - forward(model.params, x, False)).max() < 0.05
+        model.save(tmp_path / "trained.safetensors")
+        assert set(load_file(str(tmp_path / "trained.safetensors"))) == {
+            "W1", "b1", "W2", "b2"
+        }  # fmt: skip
+        trained = model.params
+    with dlvm.load(build(tmp_path, cpu, 4), seed=4) as fresh:
+        fresh.infer(x)  # its own parameters' int8 copies, made on this first call
+        fresh.load(tmp_path / "trained.safetensors")
+        np.testing.assert_allclose(fresh.infer(x), forward(trained, x, True), atol=1e-6)
 
 
 def test_digits_accuracy_within_half_a_point_of_f32(tmp_path):
