@@ -17,7 +17,7 @@ pass and code generator handles it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dlvm.ir.builder import Builder, constant, tuple_literal
@@ -92,7 +92,7 @@ def quantize_products(fn: Function, weights: Mapping[Value, str]) -> list[Quanti
 
 
 def weights_function(
-    name: str, params: list[tuple[str, Type]], quantized: list[QuantizedWeight]
+    name: str, params: Sequence[tuple[str, Type]], quantized: Sequence[QuantizedWeight]
 ) -> Function:
     """@name: the parameters -> the int8 copy and the scales of each of `quantized`, in order
     (what the runtime stores for quantize_products' new arguments)."""
