@@ -34,7 +34,10 @@ _TINY = 1e-30
 @dataclass(frozen=True)
 class QuantizedWeight:
     """A weight the products read in int8: the parameter `weight` of `shape`, its output
-    channels its columns, or its rows when `transposed`."""
+    channels its columns, or its rows when `transposed`. Its int8 copy is laid out N x P, an
+    output channel per row (the weight's transpose, or the weight itself when transposed), so
+    that each channel's sum reads contiguous bytes (dlvm.codegen.matmul_int8); its scales
+    are a row 1 x N."""
 
     weight: str
     shape: tuple[int, int]
@@ -42,23 +45,23 @@ class QuantizedWeight:
 
     @property
     def int8(self) -> str:
-        """The name of its int8 copy (shaped as the weight)."""
-        return f"{self.weight}_int8" + ("_t" if self.transposed else "")
+        """The name of its int8 copy."""
+        return f"{self.weight}_int8"
 
     @property
     def scale(self) -> str:
-        """The name of its scales: a row 1 x N, or a column N x 1 when transposed."""
-        return f"{self.weight}_scale" + ("_t" if self.transposed else "")
+        """The name of its scales."""
+        return f"{self.weight}_scale"
 
     @property
     def axis(self) -> int:
-        """The axis each scale is the maximum along."""
+        """The weight's axis each scale is the maximum along."""
         return 1 if self.transposed else 0
 
     def types(self) -> tuple[TensorType, TensorType]:
         """The types of the int8 copy and of the scales."""
-        kept = tuple(1 if i == self.axis else n for i, n in enumerate(self.shape))
-        return TensorType(self.shape, DataType.I8), TensorType(kept, DataType.F32)
+        p, n = (self.shape[1], self.shape[0]) if self.transposed else self.shape
+        return TensorType((n, p), DataType.I8), TensorType((1, n), DataType.F32)
 
 
 def quantize_products(fn: Function, weights: Mapping[Value, str]) -> list[QuantizedWeight]:
@@ -82,7 +85,7 @@ def quantize_products(fn: Function, weights: Mapping[Value, str]) -> list[Quanti
         assert inst.block is not None
         old = set(inst.block.instructions)
         b = Builder().before(inst)
-        replacement[inst] = _int8_product(b, inst.operands[0], wq, sw, transposed)
+        replacement[inst] = _int8_product(b, inst.operands[0], wq, sw)
         for new in inst.block.instructions:
             if new not in old:
                 new.loc = inst.loc
@@ -104,6 +107,10 @@ def weights_function(
     values: list[Value] = []
     for q in quantized:
         levels, scale = _quantize(b, by_name[q.weight], q.axis)
+        if not q.transposed:  # an output channel per row
+            levels = b.transpose(levels)
+        else:
+            scale = b.transpose(scale)
         values += [b.convert(levels, dtype=DataType.I8, name=q.int8), scale]
     b.build("return", [b.build("literal", [tuple_literal(values)])])
     return fn
@@ -143,11 +150,9 @@ def _weight_of(inst: Instruction, weights: Mapping[Value, str]) -> tuple[Value, 
     return None
 
 
-def _int8_product(b: Builder, x: Value, wq: Value, sw: Value, transposed: bool) -> Value:
-    """The quantised product of x by the weight whose int8 copy is wq and scales sw."""
-    w32: Value = b.convert(wq, dtype=DataType.I32)
-    if transposed:
-        w32, sw = b.transpose(w32), b.transpose(sw)
+def _int8_product(b: Builder, x: Value, wq: Value, sw: Value) -> Value:
+    """The quantised product of x by the weight whose int8 copy (N x P) is wq and scales sw."""
+    w32 = b.transpose(b.convert(wq, dtype=DataType.I32))
     levels, sx = _quantize(b, x, axis=1)
     acc = b.dot(b.convert(b.convert(levels, dtype=DataType.I8), dtype=DataType.I32), w32)
     return b.multiply(b.multiply(b.convert(acc, dtype=DataType.F32), sx), sw)

@@ -72,20 +72,21 @@ def test_products_by_weights_only_are_rewritten_and_match_the_reference():
     module, found = quantize_module()
     assert [(q.weight, q.transposed, q.int8, q.scale) for q in found] == [
         ("W", False, "W_int8", "W_scale"),
-        ("V", True, "V_int8_t", "V_scale_t"),
+        ("V", True, "V_int8", "V_scale"),
     ]
     text = module_text(module)
     assert "dot %x: <3 x 40 x f32>, %A" in text  # A is not a weight: its product stays f32
-    assert "%W_int8: <40 x 5 x i8>, %W_scale: <1 x 5 x f32>" in text
-    assert "%V_int8_t: <5 x 40 x i8>, %V_scale_t: <5 x 1 x f32>" in text
+    # Each int8 copy holds an output channel per row.
+    assert "%W_int8: <5 x 40 x i8>, %W_scale: <1 x 5 x f32>" in text
+    assert "%V_int8: <5 x 40 x i8>, %V_scale: <1 x 5 x f32>" in text
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3, 40)).astype(np.float32)
     x[1] = 0  # a row of zeros: scale 0, product 0
     w, v, a = (rng.standard_normal(s).astype(np.float32) for s in ((40, 5), (5, 40), (40, 5)))
     w[:, 2] = 0  # a column of zeros
     wq, ws, vq, vs = run_function(module, "weights", [w, v, a])
-    np.testing.assert_array_equal(wq, quantized(w, 0)[0])
-    np.testing.assert_array_equal(vs, quantized(v, 1)[1])
+    np.testing.assert_array_equal(wq, quantized(w, 0)[0].T)
+    np.testing.assert_array_equal(vs, quantized(v, 1)[1].T)
     got = run_function(module, "f", [x, w, v, a, wq, ws, vq, vs])
     np.testing.assert_array_equal(got[0], reference(x, w))
     np.testing.assert_array_equal(got[1], reference(x, v.T))
