@@ -28,7 +28,7 @@ from dlvm.codegen.glue_cuda import CudaGlue, cuda_glue
 from dlvm.codegen.gpus import DEFAULT_GPU
 from dlvm.codegen.llgen import object_files
 from dlvm.codegen.spec import LibrarySpec
-from dlvm.codegen.target import vector_bits
+from dlvm.codegen.target import has_vnni, vector_bits
 from dlvm.diagnostics import BuildFailure
 from dlvm.ir.values import Function, Module
 from dlvm.library_check import write_library
@@ -87,10 +87,11 @@ def schedule(
     """compute-generation then compute-scheduling for `cpu`'s vector width (and for CUDA as
     well with `cuda`, f32 products in TF32 with `tf32`; the CPU kernels' f32 exp, tanh and log
     in fast math with `fast_math`): the module ends at stage schedule. bf16 products are taken
-    in f32 first (dlvm.codegen.bf16_products)."""
+    in f32 first (dlvm.codegen.bf16_products); `--quantize int8`'s products are scheduled
+    `vnni 1` where the CPU has AVX-512 VNNI (dlvm.codegen.matmul_int8)."""
     products_in_f32(module)
     ComputeGeneration().run(module)
-    ComputeScheduling(vector_bits(cpu), cuda, tf32, fast_math).run(module)
+    ComputeScheduling(vector_bits(cpu), cuda, tf32, fast_math, has_vnni(cpu)).run(module)
     return module
 
 

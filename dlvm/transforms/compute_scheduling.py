@@ -49,6 +49,7 @@ from dlvm.ir.schedule import Schedule
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Function, Instruction, Module
 from dlvm.transforms.compute_generation import kernel_core
+from dlvm.transforms.int8_products import int8_rows_product
 from dlvm.transforms.pass_base import Pass
 
 # Work (elements touched) below which a kernel runs on one thread: waking a worker costs a
@@ -93,11 +94,13 @@ class ComputeScheduling(Pass):
         cuda: bool | None = None,
         tf32: bool | None = None,
         fast_math: bool = False,
+        vnni: bool = False,
     ) -> None:
         self.vector_bits = vector_bits
         self.cuda = self.default_cuda if cuda is None else cuda
         self.tf32 = self.default_tf32 if tf32 is None else tf32
         self.fast_math = fast_math
+        self.vnni = vnni
 
     def run(self, module: Module) -> bool:
         changed = module.stage != "schedule"
@@ -142,6 +145,8 @@ class ComputeScheduling(Pass):
                 items.append(("split", (split,)))
         if self.fast_math and any(_fast_math_op(i) for i in fn.blocks[0].instructions):
             items.append(("fastmath", (1,)))
+        if self.vnni and int8_rows_product(fn) is not None:
+            items.append(("vnni", (1,)))
         return Schedule("cpu", tuple(items))
 
 

@@ -174,3 +174,46 @@ def _quantize(b: Builder, v: Value, axis: int) -> tuple[Value, Value]:
 def f32_scalar() -> TensorType:
     """The type of an f32 scalar."""
     return TensorType((), DataType.F32)
+
+
+# The most rows of x a kernel sums by VNNI (dlvm.codegen.matmul_int8): it keeps them as bytes
+# on the stack, and more rows are a product for tiles, not dot products.
+VNNI_ROWS = 16
+VNNI_STACK_BYTES = 1 << 16
+
+
+def int8_rows_product(fn: Function) -> tuple[Argument, Argument] | None:
+    """(x, W_int8) when [compute] fn is exactly `dot x, transpose (convert W_int8 to i32)`, x
+    an i32 argument of at most VNNI_ROWS rows (holding int8 values: quantize_products makes
+    it) and W_int8 an i8 argument N x P: the product as quantize_products writes it, which
+    the VNNI kernel computes; else None."""
+    if len(fn.blocks) != 1:
+        return None
+    insts = fn.blocks[0].instructions
+    if len(insts) != 4 or insts[-1].opcode != "return" or insts[-1].operands[0] is not insts[2]:
+        return None
+    convert, transpose, dot = insts[:3]
+    x = dot.operands[0] if dot.opcode == "dot" else None
+    w = convert.operands[0] if convert.opcode == "convert" else None
+    if (
+        transpose.opcode != "transpose"
+        or transpose.operands[0] is not convert
+        or dot.operands[1] is not transpose
+        or not isinstance(x, Argument)
+        or not isinstance(w, Argument)
+    ):
+        return None
+    tx, tw, tout = as_tensor(x.type), as_tensor(w.type), as_tensor(dot.type)
+    if tx is None or tw is None or tout is None or tx.rank != 2 or tw.rank != 2:
+        return None
+    rows, depth = tx.shape
+    padded = -(-depth // 64) * 64
+    if (
+        tx.dtype is not DataType.I32
+        or tw.dtype is not DataType.I8
+        or tout.dtype is not DataType.I32
+        or rows > VNNI_ROWS
+        or rows * padded > VNNI_STACK_BYTES
+    ):
+        return None
+    return x, w

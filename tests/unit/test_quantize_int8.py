@@ -169,3 +169,49 @@ def test_the_option_is_checked_documented_and_part_of_the_cache_key():
         assert "--quantize" in runner.invoke(cli, [command, "--help"]).stdout
     assert "--quantize=int8" in BuildOptions(quantize="int8").flags()
     assert not any("quantize" in f for f in BuildOptions().flags())
+
+
+def int8_product_module(rows: int, depth: int, channels: int) -> Module:
+    """x (i32, int8 values) times W_int8ᵀ, as quantize_products writes the product."""
+    x, w = f"<{rows} x {depth} x i32>", f"<{channels} x {depth} x i8>"
+    wide, t = f"<{channels} x {depth} x i32>", f"<{depth} x {channels} x i32>"
+    out = f"<{rows} x {channels} x i32>"
+    return parse_module(f"""module "q"
+stage optimizable
+
+func @product: ({x}, {w}) -> {out} {{
+'entry(%x: {x}, %w: {w}):
+    %c = convert %w: {w} to i32
+    %t = transpose %c: {wide}
+    %d = dot %x: {x}, %t: {t}
+    return %d: {out}
+}}
+""")
+
+
+SHAPES = [(1, 784, 512), (1, 10, 3), (3, 64, 17), (4, 129, 65), (16, 200, 40), (17, 70, 9)]
+
+
+@pytest.mark.parametrize("cpu", ["native", "skylake-avx512"])
+def test_int8_product_kernel_sums_exactly(tmp_path, cpu):
+    """The VNNI kernel (at most 16 rows, where the CPU has VNNI) and the generic one give the
+    exact integer sums, whatever the depth's remainder by 64 and at the extremes -127, 127."""
+    from dlvm.codegen.build import build_library, schedule
+    from dlvm.codegen.spec import module_spec
+    from dlvm.codegen.target import has_vnni
+
+    rng = np.random.default_rng(5)
+    for rows, depth, channels in SHAPES:
+        module = int8_product_module(rows, depth, channels)
+        scheduled = schedule(int8_product_module(rows, depth, channels), cpu)
+        vnni = [f for f in scheduled.functions if f.schedule and f.schedule.get("vnni")]
+        assert len(vnni) == int(has_vnni(cpu) and rows <= 16), (cpu, rows)
+        name = f"q_{rows}_{depth}_{channels}"
+        path = tmp_path / f"{name}.so"
+        build_library(module, module_spec(module, name), path, cpu=cpu)
+        x = rng.integers(-127, 128, (rows, depth)).astype(np.int32)
+        w = rng.integers(-127, 128, (channels, depth)).astype(np.int8)
+        x[0, :], w[0, :] = 127, -127  # the largest sums
+        with dlvm.load(path) as lib:
+            got = lib.entries["product"](x, w)
+        np.testing.assert_array_equal(got, x.astype(np.int64) @ w.T.astype(np.int64))
