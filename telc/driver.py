@@ -241,7 +241,7 @@ def quantize(compiled: Compiled, scheme: str, timings: Timings | None = None) ->
             first = len(entry.inputs)
             args = fn.arguments[first : first + len(entry.params)]
             found = quantize_products(fn, dict(zip(args, entry.params)))
-            names = tuple(n for q in found for n in (q.int8, q.scale))
+            names = tuple(n for q in found for n in q.names())
             entries.append(dataclasses.replace(entry, states=names))
             copies.update((q.int8, q) for q in found)
         if not copies:
@@ -254,7 +254,7 @@ def quantize(compiled: Compiled, scheme: str, timings: Timings | None = None) ->
     derived = [
         StateSpec(n, q.weight, t.dtype.text, t.shape)
         for q in copies.values()
-        for n, t in zip((q.int8, q.scale), q.types())
+        for n, t in zip(q.names(), q.types())
     ]
     compiled.spec = dataclasses.replace(
         spec,

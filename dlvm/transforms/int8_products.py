@@ -7,10 +7,12 @@ W_q = rint(W / s_w) in i8 (|W_q| <= 127), by a separate function of the paramete
 (`weights_function`) whose results the inference function takes as arguments of its own: the
 runtime keeps them in the model and recomputes them only when the parameters changed. The left
 operand is quantised the same way per row m, at run time: s_x[m] = max_p |x[m, p]| / 127,
-x_q = rint(x / s_x) in i8. The product sums x_q · W_q exactly in i32 and is dequantised as
-acc · s_x[m] · s_w[c] in f32, before whatever followed the product (bias, activation) runs in
-f32 as it did. A row or column of zeros has a scale of 0 and gives 0 (its division is by a tiny
-number instead, so never 0/0).
+x_q = rint(x / s_x) in i8. The product sums x_q · W_q exactly in i32, in the form VNNI takes
+(unsigned bytes times signed ones): Σ_p (x_q + 128) · W_q minus shift[c] = 128 · Σ_p W_q[p, c],
+which the weights function computes with the copy. It is dequantised as acc · s_x[m] · s_w[c] in
+f32, before whatever followed the product (bias, activation) runs in f32 as it did. A row or
+column of zeros has a scale of 0 and gives 0 (its division is by a tiny number instead, so
+never 0/0).
 
 Everything is existing instructions, so the interpreter computes the scheme exactly and every
 pass and code generator handles it."""
@@ -37,7 +39,7 @@ class QuantizedWeight:
     channels its columns, or its rows when `transposed`. Its int8 copy is laid out N x P, an
     output channel per row (the weight's transpose, or the weight itself when transposed), so
     that each channel's sum reads contiguous bytes (dlvm.codegen.matmul_int8); its scales
-    are a row 1 x N."""
+    are a row 1 x N, and so is its shift (128 times each channel's sum of the copy, i32)."""
 
     weight: str
     shape: tuple[int, int]
@@ -54,23 +56,37 @@ class QuantizedWeight:
         return f"{self.weight}_scale"
 
     @property
+    def shift(self) -> str:
+        """The name of its shifts."""
+        return f"{self.weight}_shift"
+
+    def names(self) -> tuple[str, str, str]:
+        """The names of the int8 copy, the scales and the shifts, in the order of types()."""
+        return self.int8, self.scale, self.shift
+
+    @property
     def axis(self) -> int:
         """The weight's axis each scale is the maximum along."""
         return 1 if self.transposed else 0
 
-    def types(self) -> tuple[TensorType, TensorType]:
-        """The types of the int8 copy and of the scales."""
+    def types(self) -> tuple[TensorType, TensorType, TensorType]:
+        """The types of the int8 copy, the scales and the shifts."""
         p, n = (self.shape[1], self.shape[0]) if self.transposed else self.shape
-        return TensorType((n, p), DataType.I8), TensorType((1, n), DataType.F32)
+        row = (1, n)
+        return (
+            TensorType((n, p), DataType.I8),
+            TensorType(row, DataType.F32),
+            TensorType(row, DataType.I32),
+        )
 
 
 def quantize_products(fn: Function, weights: Mapping[Value, str]) -> list[QuantizedWeight]:
     """Rewrites fn's products by `weights` (arguments of fn, with their parameters' names) as
     above. fn takes, after its arguments, the int8 copy and the scales of each weight it now
-    reads in int8, in the order returned."""
+    reads in int8, in the order returned: its int8 copy, scales and shifts (types())."""
     replacement: dict[Value, Value] = {}
     dead: set[Instruction] = set()
-    copies: dict[Value, tuple[QuantizedWeight, Argument, Argument]] = {}
+    copies: dict[Value, tuple[QuantizedWeight, list[Argument]]] = {}
     entry = fn.blocks[0] if fn.blocks else None
     for inst in list(fn.instructions()):  # a copy: new instructions go in as it runs
         found = _weight_of(inst, weights)
@@ -79,27 +95,28 @@ def quantize_products(fn: Function, weights: Mapping[Value, str]) -> list[Quanti
         weight, transposed = found
         if weight not in copies:
             copies[weight] = _new_arguments(fn, entry, weight, weights[weight], transposed)
-        q, wq, sw = copies[weight]
+        q, derived = copies[weight]
         if q.transposed != transposed:  # read both ways: the second stays f32
             continue
         assert inst.block is not None
         old = set(inst.block.instructions)
         b = Builder().before(inst)
-        replacement[inst] = _int8_product(b, inst.operands[0], wq, sw)
+        replacement[inst] = _int8_product(b, inst.operands[0], *derived)
         for new in inst.block.instructions:
             if new not in old:
                 new.loc = inst.loc
         dead.add(inst)
     replace_and_remove(fn, replacement, dead)
-    return [q for q, _, _ in copies.values()]
+    return [q for q, _ in copies.values()]
 
 
 def weights_function(
     name: str, params: Sequence[tuple[str, Type]], quantized: Sequence[QuantizedWeight]
 ) -> Function:
-    """@name: the parameters -> the int8 copy and the scales of each of `quantized`, in order
-    (what the runtime stores for quantize_products' new arguments)."""
+    """@name: the parameters -> the int8 copy, the scales and the shifts of each of
+    `quantized`, in order (what the runtime stores for quantize_products' new arguments)."""
     results = [t for q in quantized for t in q.types()]
+    i32 = TensorType((), DataType.I32)
     fn = Function(name, FunctionType(tuple(t for _, t in params), TupleType(tuple(results))))
     entry = fn.add_block(Block("entry", [Argument(n, t) for n, t in params]))
     by_name = {a.name: a for a in entry.arguments}
@@ -111,25 +128,30 @@ def weights_function(
             levels = b.transpose(levels)
         else:
             scale = b.transpose(scale)
-        values += [b.convert(levels, dtype=DataType.I8, name=q.int8), scale]
+        copy = b.convert(levels, dtype=DataType.I8, name=q.int8)
+        n = q.types()[0].shape[0]
+        sums = b.reduce(b.convert(copy, dtype=DataType.I32), constant(0, i32), comb="add", dims=(1,))
+        shift = b.multiply(b.shapeCast(sums, shape=(1, n)), constant(128, i32))
+        values += [copy, scale, shift]
     b.build("return", [b.build("literal", [tuple_literal(values)])])
     return fn
 
 
 def _new_arguments(
     fn: Function, entry: Block, weight: Value, param: str, transposed: bool
-) -> tuple[QuantizedWeight, Argument, Argument]:
+) -> tuple[QuantizedWeight, list[Argument]]:
     t = as_tensor(weight.type)
     assert t is not None and t.rank == 2
     q = QuantizedWeight(param, (t.shape[0], t.shape[1]), transposed)
     taken = {a.name for b in fn.blocks for a in b.arguments}
     taken |= {i.name for i in fn.instructions() if i.name}
-    int8_type, scale_type = q.types()
-    wq = entry.add_argument(Argument(fresh_name(q.int8, taken), int8_type))
-    sw = entry.add_argument(Argument(fresh_name(q.scale, taken), scale_type))
+    types = q.types()
+    derived = [
+        entry.add_argument(Argument(fresh_name(n, taken), ty)) for n, ty in zip(q.names(), types)
+    ]
     assert isinstance(fn.type, FunctionType)
-    fn.type = FunctionType((*fn.type.arguments, int8_type, scale_type), fn.type.result)
-    return q, wq, sw
+    fn.type = FunctionType((*fn.type.arguments, *types), fn.type.result)
+    return q, derived
 
 
 def _weight_of(inst: Instruction, weights: Mapping[Value, str]) -> tuple[Value, bool] | None:
@@ -150,11 +172,14 @@ def _weight_of(inst: Instruction, weights: Mapping[Value, str]) -> tuple[Value, 
     return None
 
 
-def _int8_product(b: Builder, x: Value, wq: Value, sw: Value) -> Value:
-    """The quantised product of x by the weight whose int8 copy (N x P) is wq and scales sw."""
+def _int8_product(b: Builder, x: Value, wq: Value, sw: Value, shift: Value) -> Value:
+    """The quantised product of x by the weight whose int8 copy (N x P) is wq, scales sw and
+    shifts `shift`."""
+    i32 = TensorType((), DataType.I32)
     w32 = b.transpose(b.convert(wq, dtype=DataType.I32))
     levels, sx = _quantize(b, x, axis=1)
-    acc = b.dot(b.convert(b.convert(levels, dtype=DataType.I8), dtype=DataType.I32), w32)
+    xq = b.convert(b.convert(levels, dtype=DataType.I8), dtype=DataType.I32)
+    acc = b.subtract(b.dot(b.add(xq, constant(128, i32)), w32), shift)
     return b.multiply(b.multiply(b.convert(acc, dtype=DataType.F32), sx), sw)
 
 
@@ -184,9 +209,9 @@ VNNI_STACK_BYTES = 1 << 16
 
 def int8_rows_product(fn: Function) -> tuple[Argument, Argument] | None:
     """(x, W_int8) when [compute] fn is exactly `dot x, transpose (convert W_int8 to i32)`, x
-    an i32 argument of at most VNNI_ROWS rows (holding int8 values: quantize_products makes
-    it) and W_int8 an i8 argument N x P: the product as quantize_products writes it, which
-    the VNNI kernel computes; else None."""
+    an i32 argument of at most VNNI_ROWS rows and W_int8 an i8 argument N x P: the product as
+    quantize_products writes it (x then holds bytes, x_q + 128), which the VNNI kernel computes
+    (checking that x's values are bytes); else None."""
     if len(fn.blocks) != 1:
         return None
     insts = fn.blocks[0].instructions

@@ -77,17 +77,19 @@ def test_products_by_weights_only_are_rewritten_and_match_the_reference():
     text = module_text(module)
     assert "dot %x: <3 x 40 x f32>, %A" in text  # A is not a weight: its product stays f32
     # Each int8 copy holds an output channel per row.
-    assert "%W_int8: <5 x 40 x i8>, %W_scale: <1 x 5 x f32>" in text
-    assert "%V_int8: <5 x 40 x i8>, %V_scale: <1 x 5 x f32>" in text
+    assert "%W_int8: <5 x 40 x i8>, %W_scale: <1 x 5 x f32>, %W_shift: <1 x 5 x i32>" in text
+    assert "%V_int8: <5 x 40 x i8>, %V_scale: <1 x 5 x f32>, %V_shift: <1 x 5 x i32>" in text
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3, 40)).astype(np.float32)
     x[1] = 0  # a row of zeros: scale 0, product 0
     w, v, a = (rng.standard_normal(s).astype(np.float32) for s in ((40, 5), (5, 40), (40, 5)))
     w[:, 2] = 0  # a column of zeros
-    wq, ws, vq, vs = run_function(module, "weights", [w, v, a])
+    derived = run_function(module, "weights", [w, v, a])
+    wq, ws, wshift, vq, vs, vshift = derived
     np.testing.assert_array_equal(wq, quantized(w, 0)[0].T)
     np.testing.assert_array_equal(vs, quantized(v, 1)[1].T)
-    got = run_function(module, "f", [x, w, v, a, wq, ws, vq, vs])
+    np.testing.assert_array_equal(wshift, 128 * quantized(w, 0)[0].sum(0, keepdims=True))
+    got = run_function(module, "f", [x, w, v, a, *derived])
     np.testing.assert_array_equal(got[0], reference(x, w))
     np.testing.assert_array_equal(got[1], reference(x, v.T))
     np.testing.assert_array_equal(got[2], x @ a)
@@ -189,13 +191,15 @@ func @product: ({x}, {w}) -> {out} {{
 """)
 
 
-SHAPES = [(1, 784, 512), (1, 10, 3), (3, 64, 17), (4, 129, 65), (16, 200, 40), (17, 70, 9)]
+SHAPES = [(1, 784, 512), (1, 10, 3), (3, 64, 17), (4, 129, 65), (16, 200, 40), (17, 70, 9),
+          (2, 256, 48)]  # fmt: skip
 
 
 @pytest.mark.parametrize("cpu", ["native", "skylake-avx512"])
 def test_int8_product_kernel_sums_exactly(tmp_path, cpu):
     """The VNNI kernel (at most 16 rows, where the CPU has VNNI) and the generic one give the
-    exact integer sums, whatever the depth's remainder by 64 and at the extremes -127, 127."""
+    exact integer sums, whatever the depth's remainder by 64, the channels' by 16, at the
+    extremes (x 255, W -127) and for an x that is not bytes (the VNNI kernel's own check)."""
     from dlvm.codegen.build import build_library, schedule
     from dlvm.codegen.spec import module_spec
     from dlvm.codegen.target import has_vnni
@@ -209,9 +213,11 @@ def test_int8_product_kernel_sums_exactly(tmp_path, cpu):
         name = f"q_{rows}_{depth}_{channels}"
         path = tmp_path / f"{name}.so"
         build_library(module, module_spec(module, name), path, cpu=cpu)
-        x = rng.integers(-127, 128, (rows, depth)).astype(np.int32)
+        x = rng.integers(0, 256, (rows, depth)).astype(np.int32)
         w = rng.integers(-127, 128, (channels, depth)).astype(np.int8)
-        x[0, :], w[0, :] = 127, -127  # the largest sums
+        x[0, :], w[0, :] = 255, -127  # the largest sums
         with dlvm.load(path) as lib:
-            got = lib.entries["product"](x, w)
-        np.testing.assert_array_equal(got, x.astype(np.int64) @ w.T.astype(np.int64))
+            for values in (x, x - 128):
+                got = lib.entries["product"](values, w)
+                want = values.astype(np.int64) @ w.T.astype(np.int64)
+                np.testing.assert_array_equal(got, want)
