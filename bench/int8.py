@@ -88,7 +88,8 @@ def main() -> None:
         print(f"| {mode} | {m * 1e6:.1f} | {gap:.1e} |")
     for peer, goal in (("onnxruntime f32", 0.5), ("onnxruntime int8", 0.8)):
         ratio = med["ours int8"] / med[peer]
-        print(f"ours int8 / {peer}: {ratio:.2f} (goal <= {goal}: {'met' if ratio <= goal else 'not met'})")
+        verdict = "met" if ratio <= goal else "not met"
+        print(f"ours int8 / {peer}: {ratio:.2f} (goal <= {goal}: {verdict})")
     print(f"ours int8 / ours f32: {med['ours int8'] / med['ours f32']:.2f}")
 
 

@@ -130,7 +130,9 @@ def weights_function(
             scale = b.transpose(scale)
         copy = b.convert(levels, dtype=DataType.I8, name=q.int8)
         n = q.types()[0].shape[0]
-        sums = b.reduce(b.convert(copy, dtype=DataType.I32), constant(0, i32), comb="add", dims=(1,))
+        sums = b.reduce(
+            b.convert(copy, dtype=DataType.I32), constant(0, i32), comb="add", dims=(1,)
+        )
         shift = b.multiply(b.shapeCast(sums, shape=(1, n)), constant(128, i32))
         values += [copy, scale, shift]
     b.build("return", [b.build("literal", [tuple_literal(values)])])

@@ -128,7 +128,11 @@ def test_compiled_library_matches_the_reference_and_follows_its_parameters(tmp_p
     copies are remade); checkpoints hold the f32 parameters only."""
     rng = np.random.default_rng(2)
     x = rng.standard_normal((4, 64)).astype(np.float32)
-    with dlvm.load(build(tmp_path, cpu, 4), seed=3) as model:
+    library = build(tmp_path, cpu, 4)
+    header = library.with_suffix(".h").read_text()
+    assert "W1_int8" not in header and "W1_shift" not in header
+    with dlvm.load(library, seed=3) as model:
+        assert model.manifest["states"] == []  # the derived states are the runtime's own
         np.testing.assert_allclose(model.infer(x), forward(model.params, x, True), atol=1e-6)
         model.set_param("W1", rng.standard_normal((64, 128)).astype(np.float32))
         np.testing.assert_allclose(model.infer(x), forward(model.params, x, True), atol=1e-6)
@@ -141,7 +145,7 @@ def test_compiled_library_matches_the_reference_and_follows_its_parameters(tmp_p
             "W1", "b1", "W2", "b2"
         }  # fmt: skip
         trained = model.params
-    with dlvm.load(build(tmp_path, cpu, 4), seed=4) as fresh:
+    with dlvm.load(library, seed=4) as fresh:
         fresh.infer(x)  # its own parameters' int8 copies, made on this first call
         fresh.load(tmp_path / "trained.safetensors")
         np.testing.assert_allclose(fresh.infer(x), forward(trained, x, True), atol=1e-6)
