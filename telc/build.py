@@ -91,6 +91,10 @@ def produce(
             timings.stages.append(("cache", time.perf_counter() - t0))  # key, lookup, copy
             product.report = {**report, **entry.report}
             return product
+    if options.quantize is not None and options.target == "cuda":
+        help_ = Diagnostic("  help: build without --target cuda", severity="detail")
+        message = f"--quantize {options.quantize} is built for the CPU only (docs/quantization.md)"
+        raise DiagnosticError([Diagnostic(message, notes=(help_,))])
     compiled = lower_program(program, timings, options.distributed)
     if emit == "ir":
         return Product(module_text(compiled.module), report=report)

@@ -222,9 +222,10 @@ def optimize(
 def quantize(compiled: Compiled, scheme: str, timings: Timings | None = None) -> int:
     """`--quantize int8` (docs/quantization.md): in each infer entry, the products whose
     right operand is a parameter in int8 (dlvm.transforms.int8_products), reading the weights'
-    int8 copies and scales, which become derived states of the library computed by a function
-    of the parameters (LibrarySpec.derive); then dead code removed. Stage quantization;
-    compiled.spec changes with the module. Returns how many weights are read in int8."""
+    int8 copies, scales and shifts, which become derived states of the library computed by a
+    function of the parameters (LibrarySpec.derive); then dead code removed. Stage
+    quantization; compiled.spec changes with the module. Returns how many weights are read in
+    int8."""
     assert scheme in QUANTIZE_SCHEMES, scheme
     timings = timings if timings is not None else Timings()
     spec = compiled.spec

@@ -47,18 +47,23 @@ class QuantizedWeight:
 
     @property
     def int8(self) -> str:
-        """The name of its int8 copy."""
-        return f"{self.weight}_int8"
+        """The name of its int8 copy (`_t` at the end when transposed: one weight read both
+        ways, by two infer entries, has two copies)."""
+        return f"{self.weight}_int8{self._suffix}"
 
     @property
     def scale(self) -> str:
         """The name of its scales."""
-        return f"{self.weight}_scale"
+        return f"{self.weight}_scale{self._suffix}"
 
     @property
     def shift(self) -> str:
         """The name of its shifts."""
-        return f"{self.weight}_shift"
+        return f"{self.weight}_shift{self._suffix}"
+
+    @property
+    def _suffix(self) -> str:
+        return "_t" if self.transposed else ""
 
     def names(self) -> tuple[str, str, str]:
         """The names of the int8 copy, the scales and the shifts, in the order of types()."""
@@ -162,7 +167,10 @@ def _weight_of(inst: Instruction, weights: Mapping[Value, str]) -> tuple[Value, 
     if inst.opcode != "dot":
         return None
     t = as_tensor(inst.type)
-    if t is None or t.dtype is not DataType.F32 or t.rank != 2:
+    x = as_tensor(inst.operands[0].type)
+    if t is None or x is None or t.dtype is not DataType.F32 or t.rank != 2:
+        return None
+    if not all(t.shape) or not all(x.shape):  # nothing to sum, or no output
         return None
     right = inst.operands[1]
     if right in weights:

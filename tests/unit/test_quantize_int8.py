@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from safetensors.numpy import load_file
 
 import dlvm
+from dlvm.diagnostics import DiagnosticError
 from dlvm.interp import run_function
 from dlvm.ir import module_text, parse_module
 from dlvm.ir.values import Module
@@ -72,13 +73,13 @@ def test_products_by_weights_only_are_rewritten_and_match_the_reference():
     module, found = quantize_module()
     assert [(q.weight, q.transposed, q.int8, q.scale) for q in found] == [
         ("W", False, "W_int8", "W_scale"),
-        ("V", True, "V_int8", "V_scale"),
+        ("V", True, "V_int8_t", "V_scale_t"),
     ]
     text = module_text(module)
     assert "dot %x: <3 x 40 x f32>, %A" in text  # A is not a weight: its product stays f32
     # Each int8 copy holds an output channel per row.
     assert "%W_int8: <5 x 40 x i8>, %W_scale: <1 x 5 x f32>, %W_shift: <1 x 5 x i32>" in text
-    assert "%V_int8: <5 x 40 x i8>, %V_scale: <1 x 5 x f32>, %V_shift: <1 x 5 x i32>" in text
+    assert "%V_int8_t: <5 x 40 x i8>, %V_scale_t: <1 x 5 x f32>, %V_shift_t: <1 x 5 x i32>" in text
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3, 40)).astype(np.float32)
     x[1] = 0  # a row of zeros: scale 0, product 0
@@ -173,6 +174,9 @@ def test_the_option_is_checked_documented_and_part_of_the_cache_key():
     assert cuda.exit_code == 2 and "not with --target cuda" in cuda.output
     for command in ("build", "run"):
         assert "--quantize" in runner.invoke(cli, [command, "--help"]).stdout
+    with pytest.raises(DiagnosticError, match="built for the CPU only") as refused:
+        produce(str(DIGITS), "so", BuildOptions(target="cuda", quantize="int8"), Path("x.so"))
+    assert "help: build without --target cuda" in refused.value.diagnostics[0].render()
     assert "--quantize=int8" in BuildOptions(quantize="int8").flags()
     assert not any("quantize" in f for f in BuildOptions().flags())
 
