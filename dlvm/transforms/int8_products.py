@@ -228,11 +228,12 @@ def int8_rows_product(fn: Function) -> tuple[Argument, Argument] | None:
     if len(insts) != 4 or insts[-1].opcode != "return" or insts[-1].operands[0] is not insts[2]:
         return None
     convert, transpose, dot = insts[:3]
-    x = dot.operands[0] if dot.opcode == "dot" else None
-    w = convert.operands[0] if convert.opcode == "convert" else None
+    opcodes = (convert.opcode, transpose.opcode, dot.opcode)
+    if opcodes != ("convert", "transpose", "dot"):
+        return None
+    x, w = dot.operands[0], convert.operands[0]
     if (
-        transpose.opcode != "transpose"
-        or transpose.operands[0] is not convert
+        transpose.operands[0] is not convert
         or dot.operands[1] is not transpose
         or not isinstance(x, Argument)
         or not isinstance(w, Argument)

@@ -18,7 +18,12 @@ from dlvm.interp import run_function
 from dlvm.ir import module_text, parse_module
 from dlvm.ir.values import Module
 from dlvm.ir.verifier import verify
-from dlvm.transforms.int8_products import QuantizedWeight, quantize_products, weights_function
+from dlvm.transforms.int8_products import (
+    QuantizedWeight,
+    int8_rows_product,
+    quantize_products,
+    weights_function,
+)
 from telc import demo
 from telc.build import produce
 from telc.cli import cli
@@ -229,3 +234,26 @@ def test_int8_product_kernel_sums_exactly(tmp_path, cpu):
                 got = lib.entries["product"](values, w)
                 want = values.astype(np.int64) @ w.T.astype(np.int64)
                 np.testing.assert_array_equal(got, want)
+
+
+def test_only_the_int8_product_is_recognised():
+    """int8_rows_product (what compute-scheduling schedules `vnni 1`) on kernels of other
+    shapes: a four-instruction kernel that is no product, a product of f32s."""
+    from dlvm.codegen.build import schedule
+
+    module = parse_module("""module "m"
+stage optimizable
+
+func @f: (<2 x 3 x 4 x f32>, <1 x 12 x f32>, <12 x 5 x f32>) -> (<3 x 4 x 2 x f32>, <1 x 5 x f32>) {
+'entry(%x: <2 x 3 x 4 x f32>, %a: <1 x 12 x f32>, %b: <12 x 5 x f32>):
+    %0.0 = shapeCast %x: <2 x 3 x 4 x f32> to 2 x 12
+    %0.1 = transpose %0.0: <2 x 12 x f32>
+    %0.2 = shapeCast %0.1: <12 x 2 x f32> to 3 x 4 x 2
+    %p = dot %a: <1 x 12 x f32>, %b: <12 x 5 x f32>
+    %r = literal (%0.2: <3 x 4 x 2 x f32>, %p: <1 x 5 x f32>): (<3 x 4 x 2 x f32>, <1 x 5 x f32>)
+    return %r: (<3 x 4 x 2 x f32>, <1 x 5 x f32>)
+}
+""")  # noqa: E501
+    kernels = [f for f in schedule(module).functions if f.compute]
+    assert len(kernels) == 2
+    assert all(int8_rows_product(f) is None for f in kernels)
