@@ -159,17 +159,21 @@ def build(
     defines: dict[str, int],
     fast_math: bool = False,
     precision: str = "f32",
+    quantize: str | None = None,
 ) -> Any:
     """Compiles TEL `text` as `telc build -O2` does (with `--fast-math`: `fast_math`; with
-    `--precision`: `precision`) and loads the library."""
+    `--precision`: `precision`; with `--quantize`: `quantize`) and loads the library."""
     import dlvm
     from dlvm.codegen.build import build_library
     from telc.driver import compile_text, optimize
+    from telc.driver import quantize as quantize_products
 
     src = directory / f"{name}.tel"
     src.write_text(text)
     compiled = compile_text(str(src), text, defines, precision=precision)
     optimize(compiled.module)
+    if quantize is not None:
+        quantize_products(compiled, quantize)
     path = directory / f"{name}.so"
     build_library(compiled.module, compiled.spec, path, fast_math=fast_math)
     return dlvm.load(path, seed=0)

@@ -57,12 +57,12 @@ MATMUL_BF16 = MATMUL.replace("module matmul\n", "module matmul\ntype bfloat16\n"
 
 INFERENCE = ("mlp_b1", "mlp_b256")
 
-# A build flag's variant is one more line, such as
-# Variant("ours int8", ("--quantize", "int8"), MLP, INFERENCE).
+# A build flag's variant is one more line.
 VARIANTS = [
     Variant(F32, (), MLP, MLP_CASES),
     Variant("ours bf16", (), MLP_BF16, MLP_CASES),
     Variant("ours --precision bf16", ("--precision", "bf16"), MLP, ("train_b128",)),
+    Variant("ours int8", ("--quantize", "int8"), MLP, INFERENCE),
     Variant(F32, (), MATMUL, ("matmul",)),
     Variant("ours bf16", (), MATMUL_BF16, ("matmul",)),
     Variant(F32, (), CHAIN, ("chain",)),

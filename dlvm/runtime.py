@@ -370,6 +370,9 @@ class DlrtModelSpec(ctypes.Structure):
         ("entries", ctypes.POINTER(DlrtEntry)),
         ("cuda", ctypes.POINTER(DlrtModelCuda)),
         ("buffers", ctypes.c_int32),
+        ("derived", ctypes.c_int32),
+        ("derive", DlrtHost),
+        ("derive_name", ctypes.c_char_p),
     ]
 
 

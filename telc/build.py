@@ -29,6 +29,7 @@ from telc.driver import (
     Timings,
     lower_program,
     optimize,
+    quantize,
 )
 from telc.onnx_use import MAX_ONNX_BYTES, OnnxOptions, model_source
 from telc.program import load
@@ -90,10 +91,16 @@ def produce(
             timings.stages.append(("cache", time.perf_counter() - t0))  # key, lookup, copy
             product.report = {**report, **entry.report}
             return product
+    if options.quantize is not None and options.target == "cuda":
+        help_ = Diagnostic("  help: build without --target cuda", severity="detail")
+        message = f"--quantize {options.quantize} is built for the CPU only (docs/quantization.md)"
+        raise DiagnosticError([Diagnostic(message, notes=(help_,))])
     compiled = lower_program(program, timings, options.distributed, options.precision)
     if emit == "ir":
         return Product(module_text(compiled.module), report=report)
     optimize(compiled.module, timings, options.level)
+    if options.quantize is not None:
+        quantize(compiled, options.quantize, timings)
     report["passes"] = [[p.name, p.changed, p.seconds] for p in timings.passes]
     if emit == "optimized":
         return Product(module_text(compiled.module), report=report)

@@ -29,6 +29,7 @@ from telc.driver import (
     DEFAULT_OPT_LEVEL,
     OPT_LEVELS,
     PRECISIONS,
+    QUANTIZE_SCHEMES,
     STAGES,
     TARGETS,
     BuildOptions,
@@ -176,6 +177,13 @@ def _inputs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) 
     return given
 
 
+def _quantize(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value is not None and value not in QUANTIZE_SCHEMES:
+        known = ", ".join(QUANTIZE_SCHEMES)
+        raise click.BadParameter(f"'{value}' is not a quantisation scheme (known: {known})")
+    return value
+
+
 def _in_range(low: int, high: int) -> Callable[[click.Context, click.Parameter, int], int]:
     def check(ctx: click.Context, param: click.Parameter, value: int) -> int:
         if not low <= value <= high:
@@ -213,7 +221,16 @@ _verbose = click.option(
 
 
 # The BuildOptions fields that a command line option of the same name gives, besides -D and -O.
-CODEGEN_OPTIONS = ("target", "cpu", "gpu", "tf32", "distributed", "fast_math", "precision")
+CODEGEN_OPTIONS = (
+    "target",
+    "cpu",
+    "gpu",
+    "tf32",
+    "distributed",
+    "fast_math",
+    "precision",
+    "quantize",
+)
 
 
 def _gather_build_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -224,6 +241,12 @@ def _gather_build_options(f: Callable[..., Any]) -> Callable[..., Any]:
     def command(**kwargs: Any) -> Any:
         defines, level = tuple(kwargs.pop("defines")), int(kwargs.pop("level"))
         named = {n: kwargs.pop(n) for n in CODEGEN_OPTIONS}
+        if named["quantize"] is not None and named["target"] == "cuda":
+            raise click.BadParameter(
+                "int8 products are built for the CPU only, not with --target cuda "
+                "(docs/quantization.md)",
+                param_hint="'--quantize'",
+            )
         return f(options=BuildOptions(defines, level, **named), **kwargs)
 
     return command
@@ -275,6 +298,14 @@ _codegen = _options(
         help="What train steps compute in: f32, or bf16 (products and activations in bf16, "
         'sums, the loss, parameters and optimiser state in f32; docs/telc.md, "Mixed '
         'precision").',
+    ),
+    click.option(
+        "--quantize",
+        metavar="SCHEME",
+        callback=_quantize,
+        help="int8: infer entries compute each product by a parameter (x . W) with int8 "
+        "weights, per output channel, and int8 activations, per row, summed in i32 "
+        "(docs/quantization.md). Train entries and the parameters stay f32.",
     ),
     click.option(
         "--cpu", default="native", show_default=True, help="Target CPU: native, x86-64-v3, znver4…"

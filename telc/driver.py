@@ -4,6 +4,7 @@ DiagnosticError carrying located diagnostics."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Iterator
@@ -13,9 +14,10 @@ from dataclasses import dataclass, field
 from dlvm.codegen.gpus import DEFAULT_GPU
 from dlvm.codegen.spec import EntrySpec, LibrarySpec, StateSpec, TensorSpec
 from dlvm.diagnostics import Diagnostic, DiagnosticError
-from dlvm.ir.types import TensorType, Type
-from dlvm.ir.values import Module
+from dlvm.ir.types import DATA_TYPES, TensorType, Type
+from dlvm.ir.values import Module, fresh_name
 from dlvm.ir.verifier import verify
+from dlvm.transforms.int8_products import QuantizedWeight, quantize_products, weights_function
 from dlvm.transforms.mixed_precision import to_mixed_precision
 from dlvm.transforms.pass_manager import PassManager, PassRun
 from dlvm.transforms.pipelines import PIPELINES, Pipeline
@@ -29,6 +31,7 @@ TARGETS = ("cpu", "cuda")
 # What --precision names: the element type train steps compute in (docs/telc.md, "Mixed
 # precision"); f32 leaves the module as lowered.
 PRECISIONS = ("f32", "bf16")
+QUANTIZE_SCHEMES = ("int8",)  # what --quantize accepts (docs/quantization.md)
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ class BuildOptions:
     distributed: bool = False  # each train entry also in halves (docs/distributed.md)
     fast_math: bool = False  # f32 exp, tanh, log of CPU kernels in fast math (docs/ir.md)
     precision: str = "f32"  # what train steps compute in (PRECISIONS)
+    quantize: str | None = None  # "int8": infer entries' weight products in int8
 
     @property
     def values(self) -> dict[str, int | float]:
@@ -114,6 +118,8 @@ class BuildOptions:
             fixed.append("--fast-math")
         if self.precision != "f32":
             fixed.append(f"--precision={self.precision}")
+        if self.quantize is not None:
+            fixed.append(f"--quantize={self.quantize}")
         return fixed + [f"-D {n}={v!r}" for n, v in sorted(self.defines)]
 
 
@@ -235,6 +241,54 @@ def optimize(
             manager.run_pipeline(module, opt.pipeline)
     timings.passes.extend(manager.runs)
     return module
+
+
+def quantize(compiled: Compiled, scheme: str, timings: Timings | None = None) -> int:
+    """`--quantize int8` (docs/quantization.md): in each infer entry, the products whose
+    right operand is a parameter in int8 (dlvm.transforms.int8_products), reading the weights'
+    int8 copies, scales and shifts, which become derived states of the library computed by a
+    function of the parameters (LibrarySpec.derive); then dead code removed. Stage
+    quantization; compiled.spec changes with the module. Returns how many weights are read in
+    int8."""
+    assert scheme in QUANTIZE_SCHEMES, scheme
+    timings = timings if timings is not None else Timings()
+    spec = compiled.spec
+    module = compiled.module
+    functions = {f.name: f for f in module.functions}
+    copies: dict[str, QuantizedWeight] = {}
+    entries = []
+    with timings.stage("quantization"):
+        for entry in spec.entries:
+            fn = functions.get(entry.host)
+            if entry.kind != "infer" or fn is None or entry.states:
+                entries.append(entry)
+                continue
+            first = len(entry.inputs)
+            args = fn.arguments[first : first + len(entry.params)]
+            found = quantize_products(fn, dict(zip(args, entry.params)))
+            names = tuple(n for q in found for n in q.names())
+            entries.append(dataclasses.replace(entry, states=names))
+            copies.update((q.int8, q) for q in found)
+        if not copies:
+            return 0
+        taken = {f.name for f in module.functions}
+        name = fresh_name("quantize_weights", taken)
+        params = [(p.name, TensorType(p.shape, DATA_TYPES[p.dtype])) for p in spec.params]
+        module.add_function(weights_function(name, params, list(copies.values())))
+        PassManager().run(module, PassManager.resolve(["DCE"]))
+    derived = [
+        StateSpec(n, q.weight, t.dtype.text, t.shape)
+        for q in copies.values()
+        for n, t in zip(q.names(), q.types())
+    ]
+    compiled.spec = dataclasses.replace(
+        spec,
+        states=(*spec.states, *derived),
+        entries=tuple(entries),
+        derived=len(derived),
+        derive=name,
+    )
+    return len(copies)
 
 
 def library_spec(interface: Interface) -> LibrarySpec:

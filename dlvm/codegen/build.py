@@ -28,7 +28,7 @@ from dlvm.codegen.glue_cuda import CudaGlue, cuda_glue
 from dlvm.codegen.gpus import DEFAULT_GPU
 from dlvm.codegen.llgen import object_files
 from dlvm.codegen.spec import LibrarySpec
-from dlvm.codegen.target import has_avx512bf16, vector_bits
+from dlvm.codegen.target import has_avx512bf16, has_vnni, vector_bits
 from dlvm.diagnostics import BuildFailure
 from dlvm.ir.values import Function, Instruction, Module
 from dlvm.library_check import write_library
@@ -89,14 +89,18 @@ def schedule(
     in fast math with `fast_math`): the module ends at stage schedule. bf16 products the CPU
     kernels do not take in bf16 are taken in f32 first (dlvm.codegen.bf16_products); those they
     take go in pairs through `vdpbf16ps` where `cpu` has AVX-512 BF16. With `cuda`, only those
-    that also run on tensor cores stay bf16 (the GPU's other product kernels sum as they go)."""
+    that also run on tensor cores stay bf16 (the GPU's other product kernels sum as they go).
+    `--quantize int8`'s products are scheduled `vnni 1` where the CPU has AVX-512 VNNI
+    (dlvm.codegen.matmul_int8)."""
 
     def keep(inst: Instruction) -> bool:
         return kernel_takes(inst) and (not cuda or on_tensor_cores(inst, tf32))
 
     products_in_f32(module, keep)
     ComputeGeneration().run(module)
-    ComputeScheduling(vector_bits(cpu), cuda, tf32, fast_math, has_avx512bf16(cpu)).run(module)
+    ComputeScheduling(
+        vector_bits(cpu), cuda, tf32, fast_math, has_avx512bf16(cpu), has_vnni(cpu)
+    ).run(module)
     return module
 
 
@@ -175,6 +179,7 @@ class LibraryBuild:
         it is already that, else a copy."""
         spec = self.spec
         roots = {e.host for e in spec.every_entry()} | ({spec.init} if spec.init else set())
+        roots |= {spec.derive} if spec.derive else set()
         given = self.given
         if given.stage == "schedule" and not unreachable(given, roots):
             return given

@@ -66,7 +66,7 @@ def manifest_json(spec: LibrarySpec, cuda: CudaGlue | None = None) -> str:
         "params": [param(i, p) for i, p in enumerate(spec.params)],
         "states": [
             {"name": s.name, "param": s.param, "dtype": s.dtype, "shape": list(s.shape)}
-            for s in spec.states
+            for s in spec.states[: len(spec.states) - spec.derived]
         ],
         "entries": entries,
     }
@@ -172,6 +172,9 @@ def _tables(layout: Layout, cuda: CudaGlue | None) -> list[str]:
     model += [str(len(entries)), "entries" if entries else "NULL"]
     model.append(plans.model if plans is not None else "NULL")
     model.append(str(spec.buffers))
+    derive = host_symbol(spec.derive) if spec.derive is not None else None
+    model.append(str(spec.derived))
+    model += [thunks[derive], c_string(derive)] if derive is not None else ["NULL", "NULL"]
     out = [
         "/* The model: parameters, states, each entry's arguments; the entries. */",
         *shapes.declaration(),

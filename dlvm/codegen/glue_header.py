@@ -201,10 +201,11 @@ def _tensor_table_comment(spec: LibrarySpec) -> list[str]:
         return ["/* The model has no parameters. */", ""]
     lines = ["/* Parameters (the names get_param and set_param take):"]
     lines += [c_comment(f"     {p.name}: {p.dtype}{dims(p.shape)}") for p in spec.params]
-    if spec.states:
+    states = spec.states[: len(spec.states) - spec.derived]
+    if states:
         lines.append("   Optimiser states (saved and loaded with the parameters):")
         lines += [
-            c_comment(f"     {s.name}: {s.dtype}{dims(s.shape)} of {s.param}") for s in spec.states
+            c_comment(f"     {s.name}: {s.dtype}{dims(s.shape)} of {s.param}") for s in states
         ]
     lines[-1] += " */"
     return [*lines, ""]

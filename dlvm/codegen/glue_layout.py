@@ -84,6 +84,13 @@ class Layout:
         for n in names:
             if "\0" in n:
                 raise SpecError(f"model '{spec.name}': the name {n!r} holds a NUL character")
+        if not 0 <= spec.derived <= len(spec.states) or (spec.derive is None) != (
+            spec.derived == 0
+        ):
+            raise SpecError(
+                f"model '{spec.name}': {spec.derived} derived of {len(spec.states)} states, "
+                f"derive {spec.derive!r}"
+            )
         if not 0 <= spec.buffers <= len(spec.params):
             raise SpecError(
                 f"model '{spec.name}': {spec.buffers} buffers of {len(spec.params)} parameters"
@@ -154,6 +161,9 @@ class Layout:
         if self.spec.init is not None:
             found[host_symbol(self.spec.init)] = (0, self.n_params)
             functions[host_symbol(self.spec.init)] = self.spec.init
+        if self.spec.derive is not None:
+            found[host_symbol(self.spec.derive)] = (self.n_params, self.spec.derived)
+            functions[host_symbol(self.spec.derive)] = self.spec.derive
         for e in self.spec.every_entry():
             sym, arity = host_symbol(e.host), self.host_arity(e)
             if found.setdefault(sym, arity) != arity:

@@ -56,6 +56,7 @@ from dlvm.codegen.llvm_types import (
 )
 from dlvm.codegen.loops import counted_loop, linear_index, loop_nest, strided_offset, unravel
 from dlvm.codegen.matmul import MatMul
+from dlvm.codegen.matmul_int8 import emit_int8_product
 from dlvm.ir.literals import (
     AggregateLiteral,
     DenseLiteral,
@@ -218,7 +219,9 @@ class KernelGen:
         b = self.b
         _, begin, end = self.body.args
         op = self.core.opcode
-        if op == "dot" and tensor_type(self.core).shape and self.flat:
+        if op == "dot" and self.fn.schedule is not None and self.fn.schedule.get("vnni"):
+            emit_int8_product(self, out, begin, end)
+        elif op == "dot" and tensor_type(self.core).shape and self.flat:
             self.columns = 0  # one element at a time: the threads share rows
             self.product_elements(out, begin, end)
         elif op == "dot" and tensor_type(self.core).shape:

@@ -66,7 +66,12 @@ class LibrarySpec:
     """A whole library. `init` is the host function that returns every parameter in `params`
     order (None when the model has none). The last `buffers` of `params` are buffers:
     non-trainable state, a parameter to the runtime (saved, loaded, got and set, updated by the
-    train entries that list them), marked "kind": "buffer" in the manifest."""
+    train entries that list them), marked "kind": "buffer" in the manifest.
+
+    The last `derived` of `states` are derived from the parameters (`--quantize int8`'s int8
+    weights, docs/quantization.md): host function `derive` takes every parameter and returns
+    them, and the runtime runs it before an infer entry whenever the parameters changed since;
+    they are neither saved, loaded nor in the manifest."""
 
     name: str
     compiler: str
@@ -75,6 +80,8 @@ class LibrarySpec:
     init: str | None = None
     entries: tuple[EntrySpec, ...] = field(default_factory=tuple)
     buffers: int = 0
+    derived: int = 0
+    derive: str | None = None
 
     @property
     def c_name(self) -> str:

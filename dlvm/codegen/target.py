@@ -70,3 +70,35 @@ def vector_bits(cpu: str = "native") -> int:
     if cpu == "native":
         return 512 if host_has_avx512() else 256
     return 512 if cpu in AVX512_CPUS else 256
+
+
+# LLVM CPU names with AVX512-VNNI (vpdpbusd on 512-bit vectors) and AVX512BW.
+VNNI_CPUS = frozenset(
+    [
+        "cascadelake",
+        "cooperlake",
+        "icelake-client",
+        "icelake-server",
+        "tigerlake",
+        "rocketlake",
+        "sapphirerapids",
+        "emeraldrapids",
+        "graniterapids",
+        "graniterapids-d",
+        "diamondrapids",
+        "znver4",
+        "znver5",
+    ]
+)
+
+
+@functools.cache
+def host_has_vnni() -> bool:
+    llvm.initialize_native_target()
+    features = llvm.get_host_cpu_features().flatten().split(",")
+    return "+avx512vnni" in features and "+avx512bw" in features
+
+
+def has_vnni(cpu: str = "native") -> bool:
+    """Whether int8 products for `cpu` may use vpdpbusd (dlvm.codegen.matmul_int8)."""
+    return host_has_vnni() if cpu == "native" else cpu in VNNI_CPUS

@@ -54,6 +54,7 @@ from dlvm.ir.schedule import Schedule
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Function, Instruction, Module
 from dlvm.transforms.compute_generation import kernel_core
+from dlvm.transforms.int8_products import int8_rows_product
 from dlvm.transforms.pass_base import Pass
 
 # Work (elements touched) below which a kernel runs on one thread: waking a worker costs a
@@ -99,12 +100,14 @@ class ComputeScheduling(Pass):
         tf32: bool | None = None,
         fast_math: bool = False,
         bf16_pairs: bool = False,
+        vnni: bool = False,
     ) -> None:
         self.vector_bits = vector_bits
         self.bf16_pairs = bf16_pairs
         self.cuda = self.default_cuda if cuda is None else cuda
         self.tf32 = self.default_tf32 if tf32 is None else tf32
         self.fast_math = fast_math
+        self.vnni = vnni
 
     def run(self, module: Module) -> bool:
         changed = module.stage != "schedule"
@@ -152,6 +155,8 @@ class ComputeScheduling(Pass):
         if self.bf16_pairs and root.opcode == "dot" and out.rank >= 2 and (
                 out.dtype is DataType.BF16):  # fmt: skip
             items.append(("pairs", (1,)))
+        if self.vnni and int8_rows_product(fn) is not None:
+            items.append(("vnni", (1,)))
         return Schedule("cpu", tuple(items))
 
 

@@ -391,6 +391,9 @@ typedef struct {
     const dlrt_entry *entries;
     const dlrt_model_cuda *cuda; /* NULL: a library without CUDA kernels */
     int32_t buffers;             /* how many of the last parameters are buffers */
+    int32_t derived;             /* how many of the last states derive from the parameters */
+    dlrt_host derive;            /* parameters -> derived states; NULL when derived is 0 */
+    const char *derive_name;
 } dlrt_model_spec;
 
 /* A model object: buffers of its tensors, the step count, an arena, a device. */

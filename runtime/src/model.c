@@ -208,6 +208,7 @@ dlrt_status dlrt_model_create(const dlrt_model_spec *spec, const char *device, u
         return DLRT_ERR_OUT_OF_MEMORY;
     }
     m->ctx.seed = seed;
+    m->version = 1; /* derived states, computed at version 0 (never), are stale */
     if (spec->init != NULL) {
         s = run_init(m, fn);
         if (s != DLRT_OK) {

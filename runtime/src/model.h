@@ -27,6 +27,11 @@ struct dlrt_model {
     void **dspare;  /* on the device: the second set for train entries */
     void *scratch;  /* device memory of the plans' inputs and temporaries */
     int host_stale; /* the device's parameters are newer than buf's */
+    /* Derived states (spec->derived, --quantize int8): `version` counts changes of the
+       parameters (create, load, set_param, train steps); `derived_at` is the version the
+       derived states were computed from, 0 for never. */
+    uint64_t version;
+    uint64_t derived_at;
     /* Data-parallel training (model_allreduce.c): the host's collective (NULL when unset),
        over `ranks` processes, and the block a train entry's grads part writes into: `sums`
        in host memory, `dsums` in the GPU's, `sums_bytes` each. */

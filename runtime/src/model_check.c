@@ -168,7 +168,8 @@ static dlrt_status check_parts(const char *fn, const dlrt_model_spec *spec, cons
 dlrt_status dlrt_model_check(const dlrt_model_spec *spec, const char *fn) {
     if (spec->name == NULL || spec->compiler == NULL || spec->params < 0 || spec->states < 0 ||
         spec->params > INT32_MAX - spec->states || spec->entry_count < 0 || spec->buffers < 0 ||
-        spec->buffers > spec->params ||
+        spec->buffers > spec->params || spec->derived < 0 || spec->derived > spec->states ||
+        (spec->derived > 0 && spec->derive == NULL) ||
         (spec->entry_count > 0 && spec->entries == NULL)) {
         return dlrt_error(DLRT_ERR_INTERNAL,
                           "%s: the library's tables are inconsistent (%" PRId32

@@ -35,9 +35,44 @@ void dlrt_model_step(const dlrt_model *m, const dlrt_entry *e, dlrt_step_value *
     }
 }
 
+/* Computes the derived states from the parameters when they changed since (spec->derive). */
+static dlrt_status derive(dlrt_model *m, const char *fn) {
+    const dlrt_model_spec *spec = m->spec;
+    if (spec->derive == NULL || m->derived_at == m->version) {
+        return DLRT_OK;
+    }
+    size_t count = (size_t)spec->params + (size_t)spec->derived;
+    size_t mark = dlrt_arena_mark(m->ctx.arena);
+    void **args = dlrt_arena_push(m->ctx.arena, sizeof(void *) * count);
+    if (args == NULL) {
+        return dlrt_error(DLRT_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    int32_t first = dlrt_model_tensor_count(spec) - spec->derived;
+    for (int32_t i = 0; i < spec->params; i++) {
+        args[i] = m->buf[i];
+    }
+    for (int32_t i = 0; i < spec->derived; i++) {
+        args[spec->params + i] = m->buf[first + i];
+    }
+    dlrt_clear_error();
+    int32_t rc = spec->derive(&m->ctx, args);
+    dlrt_arena_reset(m->ctx.arena, mark);
+    if (rc != DLRT_OK) {
+        return dlrt_model_host_status(fn, spec->derive_name, rc);
+    }
+    m->derived_at = m->version;
+    return DLRT_OK;
+}
+
 dlrt_status dlrt_model_run_cpu(dlrt_model *m, const dlrt_entry *e, void *const *args,
                                const char *fn) {
     bool train = dlrt_model_trains(e);
+    if (!train) { /* a train entry's call counted a new version (dlrt_model_call) */
+        dlrt_status s = derive(m, fn);
+        if (s != DLRT_OK) {
+            return s;
+        }
+    }
     size_t count = (size_t)(e->inputs + e->buffers + (e->step >= 0) + e->outputs) +
                    (train ? (size_t)e->buffers : 0);
     size_t mark = dlrt_arena_mark(m->ctx.arena);
@@ -101,6 +136,10 @@ dlrt_status dlrt_model_call(const dlrt_model_spec *spec, int32_t entry, dlrt_mod
             return dlrt_model_null(fn, e->args[i].name);
         }
     }
+    if (dlrt_model_trains(e)) {
+        m->version += 1; /* the parameters change, on whichever path; a failed step too: a
+                            version too many only recomputes the derived states */
+    }
     if (e->grads != NULL && m->allreduce != NULL) {
         return dlrt_model_distributed(m, e, args, NULL);
     }
@@ -156,6 +195,9 @@ dlrt_status dlrt_model_call_dl(const dlrt_model_spec *spec, int32_t entry, dlrt_
                                  ordinal, &data[i], &dev[i]);
         }
         on_device |= s == DLRT_OK && dev[i];
+    }
+    if (s == DLRT_OK && dlrt_model_trains(e)) {
+        m->version += 1;
     }
     if (s == DLRT_OK && e->grads != NULL && m->allreduce != NULL) {
         s = dlrt_model_distributed(m, e, data, dev);

@@ -156,7 +156,7 @@ static void manifest(json_writer *w, const dlrt_model_spec *spec) {
     json_raw(w, ", \"params\": ");
     listed(w, spec->tensors, spec->params, spec->params - spec->buffers);
     json_raw(w, ", \"states\": [");
-    for (int32_t i = 0; i < spec->states; i++) {
+    for (int32_t i = 0; i < spec->states - spec->derived; i++) {
         const dlrt_tensor *t = &spec->tensors[spec->params + i];
         field(w, i ? ", {" : "{", "name", t->name);
         field(w, ", ", "param", spec->tensors[spec->state_params[i]].name);

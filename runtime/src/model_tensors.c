@@ -40,7 +40,11 @@ static dlrt_status save_or_load(const dlrt_model_spec *spec, dlrt_model *m, cons
     if (s != DLRT_OK) {
         return s;
     }
-    size_t n = (size_t)dlrt_model_tensor_count(spec);
+    if (!save) {
+        m->version += 1; /* even a failed load may have written some parameters */
+    }
+    /* Derived states are the parameters' (--quantize): neither saved nor loaded. */
+    size_t n = (size_t)(dlrt_model_tensor_count(spec) - spec->derived);
     size_t total = n + dlrt_model_has_step(spec);
     size_t mark = dlrt_arena_mark(m->ctx.arena);
     dlrt_tensor *ts = dlrt_arena_push(m->ctx.arena, sizeof *ts * (total ? total : 1));
@@ -135,5 +139,6 @@ dlrt_status dlrt_model_set_param(const dlrt_model_spec *spec, dlrt_model *m, con
         return s;
     }
     memcpy(m->buf[i], data, dlrt_model_bytes(&spec->tensors[i]));
+    m->version += 1;
     return push(m, fn);
 }

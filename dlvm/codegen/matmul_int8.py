@@ -1,0 +1,247 @@
+"""The int8 product of `--quantize int8` on AVX-512 VNNI (a kernel scheduled `vnni 1`,
+docs/quantization.md): out[m, n] = Σ_p x[m, p] · W[n, p] in i32, for x (i32) of at most a few
+rows and W_int8 (i8) an output channel per row, N x P (dlvm.transforms.int8_products).
+
+`vpdpbusd` multiplies unsigned bytes by signed bytes, four to a 32-bit lane, and adds the sums
+to the lane. quantize_products makes x's values bytes already (x_q + 128, in [1, 255]); the
+kernel writes them as bytes into a stack buffer, each row padded with zeros to a multiple of
+64, and checks that every one fits a byte: if one does not (the kernel is only known by its
+shape), it computes the product element by element in i32 instead. Then, for each block of
+16 output channels, each row of x is summed against the 16 rows of W, 64 bytes a step (the last
+step a masked load, so nothing past a row is read; padding adds nothing), into 16 vectors of 16
+lanes, which a tree of shuffles adds into one vector of the 16 sums, stored at once. Channels
+left over after the blocks are summed one at a time.
+
+Threads share the channels in groups of compute-scheduling's `columns` (or, without it, the
+rows of x); a CPU without VNNI computes the same product with the generic kernel
+(dlvm.codegen.matmul), in i32 multiply-adds."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from dlvm.codegen.llvm_types import I1, I8, I32, I64, PTR
+from dlvm.codegen.loops import counted_loop
+from dlvm.ir.types import TensorType
+from dlvm.transforms.int8_products import int8_rows_product
+
+if TYPE_CHECKING:
+    from dlvm.codegen.kernel import KernelGen
+
+STEP = 64  # bytes of a row per vpdpbusd
+LANES = 16  # i32 lanes of a 512-bit vector; also the channels of a block
+BYTES = ir.VectorType(I8, STEP)
+SUMS = ir.VectorType(I32, LANES)
+
+
+def _c(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+def emit_int8_product(kg: KernelGen, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
+    """The body of kg's kernel over its share [begin, end) (column groups, or rows of x)."""
+    found = int8_rows_product(kg.fn)
+    assert found is not None, f"@{kg.fn.name} is scheduled vnni but is no int8 product"
+    x, w = found
+    tx, tw = x.type, w.type
+    assert isinstance(tx, TensorType) and isinstance(tw, TensorType)
+    rows, depth = tx.shape
+    channels = tw.shape[0]
+    b = kg.b
+    if kg.columns:
+        first = b.mul(begin, _c(kg.columns))
+        last = b.mul(end, _c(kg.columns))
+        last = b.select(b.icmp_signed(">", last, _c(channels)), _c(channels), last)
+        row_lo, row_hi = _c(0), _c(rows)
+    else:
+        first, last, row_lo, row_hi = _c(0), _c(channels), begin, end
+    product = Int8Product(kg, kg.ptrs[x], kg.ptrs[w], out, rows, depth, channels)
+    product.emit((row_lo, row_hi), (first, last))
+
+
+class Int8Product:
+    """One kernel body's int8 product: x (i32, rows x depth), w (i8, channels x depth), out
+    (i32, rows x channels)."""
+
+    def __init__(
+        self,
+        kg: KernelGen,
+        x: ir.Value,
+        w: ir.Value,
+        out: ir.Value,
+        rows: int,
+        depth: int,
+        channels: int,
+    ) -> None:
+        self.kg, self.b = kg, kg.b
+        self.x, self.w, self.out = x, w, out
+        self.rows, self.depth, self.channels = rows, depth, channels
+        self.steps = -(-depth // STEP)
+        self.padded = self.steps * STEP
+        self.tail = depth - (self.steps - 1) * STEP  # bytes of the last step, 1 to 64
+        module = kg.module
+        self.vpdpbusd = _declare(module, "llvm.x86.avx512.vpdpbusd.512", SUMS, [SUMS, BYTES, BYTES])
+        self.total = _declare(module, "llvm.vector.reduce.add.v16i32", I32, [SUMS])
+        mask = ir.VectorType(I1, STEP)
+        self.masked_load = _declare(
+            module, "llvm.masked.load.v64i8.p0", BYTES, [PTR, I32, mask, BYTES]
+        )
+        self.mask = ir.Constant(mask, [1] * self.tail + [0] * (STEP - self.tail))
+
+    def emit(self, rows: tuple[ir.Value, ir.Value], channels: tuple[ir.Value, ir.Value]) -> None:
+        b = self.b
+        buffer, fits = self.pack(rows)
+        with b.if_else(fits) as (bytes_, other):
+            with bytes_:
+                self.by_vnni(buffer, rows, channels)
+            with other:
+                self.by_elements(rows, channels)
+
+    def by_vnni(
+        self, buffer: ir.Value, rows: tuple[ir.Value, ir.Value], channels: tuple[ir.Value, ir.Value]
+    ) -> None:
+        b = self.b
+        span = b.sub(channels[1], channels[0])
+        blocks = b.sdiv(span, _c(LANES))
+        rest = b.add(channels[0], b.mul(blocks, _c(LANES)))
+
+        def block(i: ir.Value) -> None:
+            n0 = b.add(channels[0], b.mul(i, _c(LANES)))
+            weights = [b.gep(self.w, [b.mul(b.add(n0, _c(j)), _c(self.depth))], source_etype=I8)
+                       for j in range(LANES)]  # fmt: skip
+
+            def each_row(m: ir.Value) -> None:
+                xs = b.gep(buffer, [_c(0), b.mul(m, _c(self.padded))])
+                sums = _tree_total(b, self.sums(xs, weights))
+                at = b.gep(self.out, [b.add(b.mul(m, _c(self.channels)), n0)], source_etype=I32)
+                b.store(sums, at, align=4)
+
+            counted_loop(b, rows[0], rows[1], each_row, "m")
+
+        def channel(n: ir.Value) -> None:
+            weights = [b.gep(self.w, [b.mul(n, _c(self.depth))], source_etype=I8)]
+
+            def each_row(m: ir.Value) -> None:
+                xs = b.gep(buffer, [_c(0), b.mul(m, _c(self.padded))])
+                (acc,) = self.sums(xs, weights)
+                at = b.gep(self.out, [b.add(b.mul(m, _c(self.channels)), n)], source_etype=I32)
+                b.store(b.call(self.total, [acc]), at)
+
+            counted_loop(b, rows[0], rows[1], each_row, "m")
+
+        counted_loop(b, _c(0), blocks, block, "block")
+        counted_loop(b, rest, channels[1], channel, "n")
+
+    def by_elements(
+        self, rows: tuple[ir.Value, ir.Value], channels: tuple[ir.Value, ir.Value]
+    ) -> None:
+        """out[m, n] one element at a time, in i32: for an x whose values are not bytes."""
+        b = self.b
+        slot = self.kg.alloca(I32)
+
+        def channel(n: ir.Value) -> None:
+            def each_row(m: ir.Value) -> None:
+                b.store(ir.Constant(I32, 0), slot)
+
+                def step(p: ir.Value) -> None:
+                    xv = b.load(b.gep(self.x, [b.add(b.mul(m, _c(self.depth)), p)],
+                                      source_etype=I32), typ=I32)  # fmt: skip
+                    wv = b.load(b.gep(self.w, [b.add(b.mul(n, _c(self.depth)), p)],
+                                      source_etype=I8), typ=I8)  # fmt: skip
+                    acc = b.load(slot, typ=I32)
+                    b.store(b.add(acc, b.mul(xv, b.sext(wv, I32))), slot)
+
+                counted_loop(b, 0, self.depth, step, "p")
+                at = b.gep(self.out, [b.add(b.mul(m, _c(self.channels)), n)], source_etype=I32)
+                b.store(b.load(slot, typ=I32), at)
+
+            counted_loop(b, rows[0], rows[1], each_row, "m")
+
+        counted_loop(b, channels[0], channels[1], channel, "n")
+
+    def pack(self, rows: tuple[ir.Value, ir.Value]) -> tuple[ir.Value, ir.Value]:
+        """x's rows as bytes, each padded with zeros to `padded` bytes, on the stack; and
+        whether every value was a byte (0 to 255)."""
+        b = self.b
+        buffer = self.kg.alloca(ir.ArrayType(I8, self.rows * self.padded))
+        outside = self.kg.alloca(I32)  # the bits of every value above a byte's, or-ed
+        b.store(ir.Constant(I32, 0), outside)
+
+        def row(m: ir.Value) -> None:
+            src = b.gep(self.x, [b.mul(m, _c(self.depth))], source_etype=I32)
+            dst = b.gep(buffer, [_c(0), b.mul(m, _c(self.padded))])
+
+            def element(p: ir.Value) -> None:
+                v = b.load(b.gep(src, [p], source_etype=I32), typ=I32)
+                high = b.and_(v, ir.Constant(I32, ~0xFF))
+                b.store(b.or_(b.load(outside, typ=I32), high), outside)
+                b.store(b.trunc(v, I8), b.gep(dst, [p], source_etype=I8))
+
+            def zero(p: ir.Value) -> None:
+                b.store(ir.Constant(I8, 0), b.gep(dst, [p], source_etype=I8))
+
+            counted_loop(b, 0, self.depth, element, "p")
+            counted_loop(b, self.depth, self.padded, zero, "p")
+
+        counted_loop(b, rows[0], rows[1], row, "m")
+        fits = b.icmp_signed("==", b.load(outside, typ=I32), ir.Constant(I32, 0))
+        return buffer, fits
+
+    def sums(self, xs: ir.Value, weights: list[ir.Value]) -> list[ir.Value]:
+        """For each row of W (a pointer), its 16 lanes of sums against the bytes at xs."""
+        b = self.b
+        slots = [self.kg.alloca(SUMS) for _ in weights]
+        for slot in slots:
+            b.store(ir.Constant(SUMS, None), slot)
+
+        def step(k: ir.Value, last: bool = False) -> None:
+            offset = b.mul(k, _c(STEP))
+            a = b.load(b.gep(xs, [offset], source_etype=I8), typ=BYTES)
+            a.align = 1
+            for row, slot in zip(weights, slots):
+                at = b.gep(row, [offset], source_etype=I8)
+                if last:
+                    no_bytes = ir.Constant(BYTES, None)
+                    w = b.call(self.masked_load, [at, ir.Constant(I32, 1), self.mask, no_bytes])
+                else:
+                    w = b.load(at, typ=BYTES)
+                    w.align = 1
+                acc = b.load(slot, typ=SUMS)
+                b.store(b.call(self.vpdpbusd, [acc, a, w]), slot)
+
+        counted_loop(b, 0, self.steps - 1, step, "k")
+        step(_c(self.steps - 1), last=True)
+        return [b.load(slot, typ=SUMS) for slot in slots]
+
+
+def _tree_total(b: ir.IRBuilder, vectors: list[ir.Value]) -> ir.Value:
+    """The 16 totals of 16 vectors of 16 lanes, as one vector (lane j: vector j's total): at
+    each level, pairs of vectors are shuffled into the first and second halves of each group
+    of lanes and added, halving the groups; a last shuffle puts the totals in order."""
+    labels = [[j] * LANES for j in range(len(vectors))]  # whose sum each lane holds
+    width = LANES
+    while len(vectors) > 1:
+        half = width // 2
+        groups = range(LANES // width)
+        lo = [g * width + i + o for g in groups for o in (0, LANES) for i in range(half)]
+        hi = [i + half for i in lo]
+        nxt, nxt_labels = [], []
+        for k in range(0, len(vectors), 2):
+            x, y = vectors[k], vectors[k + 1]
+            pick = [ir.Constant(ir.VectorType(I32, LANES), m) for m in (lo, hi)]
+            nxt.append(b.add(b.shuffle_vector(x, y, pick[0]), b.shuffle_vector(x, y, pick[1])))
+            both = labels[k] + labels[k + 1]
+            nxt_labels.append([both[i] for i in lo])
+        vectors, labels, width = nxt, nxt_labels, half
+    order = [labels[0].index(j) for j in range(LANES)]
+    mask = ir.Constant(ir.VectorType(I32, LANES), order)
+    return b.shuffle_vector(vectors[0], ir.Constant(SUMS, None), mask)
+
+
+def _declare(module: ir.Module, name: str, result: ir.Type, args: list[ir.Type]) -> ir.Function:
+    existing = module.globals.get(name)
+    if isinstance(existing, ir.Function):
+        return existing
+    return ir.Function(module, ir.FunctionType(result, args), name)
