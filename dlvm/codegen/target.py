@@ -1,6 +1,7 @@
 """What the target CPU offers the kernels: the vector width compute-scheduling plans for (512
 bits where the CPU has AVX-512, else 256: AVX2, the x86-64 baseline of our builds), and whether
-it has AVX-512 BF16 (`vdpbf16ps`: bf16 products packed in pairs, dlvm.codegen.bf16_pairs)."""
+it has AVX-512 BF16 (`vdpbf16ps`: bf16 products packed in pairs, dlvm.codegen.bf16_pairs) and
+AVX512-VNNI (`vpdpbusd`: `--quantize int8`'s products, dlvm.codegen.matmul_int8)."""
 
 from __future__ import annotations
 
@@ -48,30 +49,6 @@ AVX512_BF16_CPUS = frozenset(
 )
 
 
-@functools.cache
-def _host_features() -> frozenset[str]:
-    llvm.initialize_native_target()
-    return frozenset(llvm.get_host_cpu_features().flatten().split(","))
-
-
-def host_has_avx512() -> bool:
-    return "+avx512f" in _host_features()
-
-
-def has_avx512bf16(cpu: str = "native") -> bool:
-    """Whether `cpu` (an LLVM CPU name, or `native`: the host's features) has AVX-512 BF16."""
-    if cpu == "native":
-        return "+avx512bf16" in _host_features()
-    return cpu in AVX512_BF16_CPUS
-
-
-def vector_bits(cpu: str = "native") -> int:
-    """The widest vector the kernels for `cpu` should use."""
-    if cpu == "native":
-        return 512 if host_has_avx512() else 256
-    return 512 if cpu in AVX512_CPUS else 256
-
-
 # LLVM CPU names with AVX512-VNNI (vpdpbusd on 512-bit vectors) and AVX512BW.
 VNNI_CPUS = frozenset(
     [
@@ -93,12 +70,28 @@ VNNI_CPUS = frozenset(
 
 
 @functools.cache
-def host_has_vnni() -> bool:
+def _host_features() -> frozenset[str]:
     llvm.initialize_native_target()
-    features = llvm.get_host_cpu_features().flatten().split(",")
-    return "+avx512vnni" in features and "+avx512bw" in features
+    return frozenset(llvm.get_host_cpu_features().flatten().split(","))
+
+
+def _has(cpu: str, cpus: frozenset[str], *features: str) -> bool:
+    """Whether `cpu` is one of `cpus` or, for `native`, the host has every one of `features`."""
+    if cpu == "native":
+        return all(f"+{f}" in _host_features() for f in features)
+    return cpu in cpus
+
+
+def has_avx512bf16(cpu: str = "native") -> bool:
+    """Whether `cpu` (an LLVM CPU name, or `native`: the host's features) has AVX-512 BF16."""
+    return _has(cpu, AVX512_BF16_CPUS, "avx512bf16")
 
 
 def has_vnni(cpu: str = "native") -> bool:
     """Whether int8 products for `cpu` may use vpdpbusd (dlvm.codegen.matmul_int8)."""
-    return host_has_vnni() if cpu == "native" else cpu in VNNI_CPUS
+    return _has(cpu, VNNI_CPUS, "avx512vnni", "avx512bw")
+
+
+def vector_bits(cpu: str = "native") -> int:
+    """The widest vector the kernels for `cpu` should use."""
+    return 512 if _has(cpu, AVX512_CPUS, "avx512f") else 256

@@ -212,6 +212,21 @@ def run_train_step(
     return loss, new_params, new_states
 
 
+def library_and_interpreter_step(
+    compiled: Compiled, train: Entry, lib: Any, seed: int = 2
+) -> tuple[Any, float, Arrays]:
+    """One step of the train entry `train` by the loaded library `lib` and by the interpreter
+    (f32, zero optimiser state) on the same made-up inputs and `lib`'s parameters before it:
+    (the library's result, the interpreter's loss, its new parameters by name)."""
+    inputs = inputs_for(train.inputs, seed)
+    params = lib.params
+    states = [np.zeros(t.shape, np.float32) for _, _, t in train.states]
+    loss, new_params, _ = run_train_step(
+        compiled, train, inputs, params, states, step=1, float64=False
+    )
+    return getattr(lib, train.name)(**inputs), loss, new_params
+
+
 def central_gradient(
     f: Callable[[np.ndarray], float],
     x: np.ndarray,

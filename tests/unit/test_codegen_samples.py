@@ -19,8 +19,8 @@ from telhelp import (
     entry,
     has_entry,
     inputs_for,
+    library_and_interpreter_step,
     run_infer,
-    run_train_step,
     sample_names,
 )
 
@@ -76,13 +76,7 @@ def test_train_steps_match_the_interpreter(sample):
             assert np.isfinite(loss)
             assert any(not np.array_equal(before[p], v) for p, v in lib.params.items())
             continue
-        inputs = inputs_for(train.inputs, 2)
-        params = lib.params
-        states = [np.zeros(t.shape, np.float32) for _, _, t in train.states]
-        loss, new_params, _ = run_train_step(
-            compiled, train, inputs, params, states, step=1, float64=False
-        )
-        got = getattr(lib, train.name)(**inputs)
+        got, loss, new_params = library_and_interpreter_step(compiled, train, lib)
         np.testing.assert_allclose(np.asarray(got).reshape(-1)[0], loss, rtol=1e-4, atol=1e-5)
         after = lib.params
         for p, value in new_params.items():

@@ -15,6 +15,7 @@ from telhelp import (
     build_sample,
     compiled_sample,
     inputs_for,
+    library_and_interpreter_step,
     run_train_step,
 )
 from test_cuda_library import build_emulated, fake_driver, on_fake_gpu  # noqa: F401 (fixtures)
@@ -67,13 +68,8 @@ def test_train_step_matches_the_interpreter(name, tmp_path):
     compiled = compiled_sample(name, precision="bf16")
     [train] = [e for e in compiled.interface.entries if e.kind == "train"]
     with dlvm.load(build_sample(name, tmp_path, precision="bf16"), seed=1) as lib:
-        inputs = inputs_for(train.inputs, 2)
         params = lib.params
-        states = [np.zeros(t.shape, np.float32) for _, _, t in train.states]
-        loss, new_params, _ = run_train_step(
-            compiled, train, inputs, params, states, step=1, float64=False
-        )
-        got = getattr(lib, train.name)(**inputs)
+        got, loss, new_params = library_and_interpreter_step(compiled, train, lib)
         after = lib.params
     # Both round each bf16 result once: what differs is the order of a product's f32 sums,
     # which moves a bf16 result by an ulp (2^-8 relative) now and then.
