@@ -14,6 +14,7 @@ import os
 import sys
 import sysconfig
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ REQUIRE_MPI = os.environ.get("DLVM_REQUIRE_MPI") == "1"
 GRACE = 5.0
 # launch's status when its timeout ended mpiexec, as timeout(1)'s.
 TIMED_OUT = 124
+# Seconds a launch waits for the segments its ranks leave behind to be released, to remove them.
+REAP_WAIT = 2.0
 
 
 @dataclass(frozen=True)
@@ -135,9 +138,7 @@ def launch(
         }
         before = mpich_segments()
         rc, seconds, expired = run_bounded(command, timeout, child_env, out)
-        # A rank that is killed or aborts never unlinks its node's segment (2 MiB of memory).
-        for segment in unheld(mpich_segments() - before):
-            segment.unlink(missing_ok=True)
+        remove_garbage(before)
         return Launched(
             rc=TIMED_OUT if expired else rc,
             rank_stdout=tuple(_read(out / f"{r}.out") for r in range(ranks)),
@@ -147,6 +148,20 @@ def launch(
             seconds=seconds,
             timed_out=expired,
         )
+
+
+def remove_garbage(before: set[Path]) -> None:
+    """Unlinks the MPICH segments made since `before` that no process holds: a rank that is
+    killed or aborts never unlinks its node's segment (2 MiB of memory). A rank that has just
+    ended may still be releasing its mapping, so this looks again for a moment (REAP_WAIT)
+    while new segments remain; one a launch of another process holds stays, and is its own."""
+    deadline = time.monotonic() + REAP_WAIT
+    while new := mpich_segments() - before:
+        for segment in unheld(new):
+            segment.unlink(missing_ok=True)
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
 
 
 def _read(path: Path) -> str:
