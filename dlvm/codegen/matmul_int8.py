@@ -18,6 +18,7 @@ rows of x); a CPU without VNNI computes the same product with the generic kernel
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -25,13 +26,13 @@ from llvmlite import ir
 from dlvm.codegen.llvm_types import I1, I8, I32, I64, PTR
 from dlvm.codegen.loops import counted_loop
 from dlvm.ir.types import TensorType
-from dlvm.transforms.int8_products import int8_rows_product
+from dlvm.transforms.int8_products import VNNI_TILE_ROWS, int8_rows_product
 
 if TYPE_CHECKING:
     from dlvm.codegen.kernel import KernelGen
 
 STEP = 64  # bytes of a row per vpdpbusd
-LANES = 16  # i32 lanes of a 512-bit vector; also the channels of a block
+LANES = 16  # i32 lanes of a 512-bit vector; also the channels of a row's block
 BYTES = ir.VectorType(I8, STEP)
 SUMS = ir.VectorType(I32, LANES)
 
@@ -92,47 +93,117 @@ class Int8Product:
 
     def emit(self, rows: tuple[ir.Value, ir.Value], channels: tuple[ir.Value, ir.Value]) -> None:
         b = self.b
-        buffer, fits = self.pack(rows)
+        buffer = self.kg.alloca(ir.ArrayType(I8, VNNI_TILE_ROWS * self.padded))
+        tiles = b.sdiv(b.sub(rows[1], rows[0]), _c(VNNI_TILE_ROWS))
+        left = b.add(rows[0], b.mul(tiles, _c(VNNI_TILE_ROWS)))
+
+        def tile(t: ir.Value) -> None:
+            m0 = b.add(rows[0], b.mul(t, _c(VNNI_TILE_ROWS)))
+            self.rows_by_vnni(buffer, (m0, b.add(m0, _c(VNNI_TILE_ROWS))), channels, self.by_tiles)
+
+        counted_loop(b, _c(0), tiles, tile, "tile")
+        with b.if_then(b.icmp_signed("<", left, rows[1])):
+            self.rows_by_vnni(buffer, (left, rows[1]), channels, self.by_vectors)
+
+    def rows_by_vnni(
+        self,
+        buffer: ir.Value,
+        rows: tuple[ir.Value, ir.Value],
+        channels: tuple[ir.Value, ir.Value],
+        kernel: Callable[[ir.Value, tuple[ir.Value, ir.Value], tuple[ir.Value, ir.Value]], None],
+    ) -> None:
+        """Rows [rows) (at most VNNI_TILE_ROWS) packed into buffer, then summed by
+        kernel(buffer, rows, channels), or element by element where a value is not a byte."""
+        b = self.b
+        fits = self.pack(buffer, rows)
         with b.if_else(fits) as (bytes_, other):
             with bytes_:
-                self.by_vnni(buffer, rows, channels)
+                kernel(buffer, rows, channels)
             with other:
                 self.by_elements(rows, channels)
 
-    def by_vnni(
+    def by_tiles(
         self, buffer: ir.Value, rows: tuple[ir.Value, ir.Value], channels: tuple[ir.Value, ir.Value]
     ) -> None:
+        """A tile's rows (T = VNNI_TILE_ROWS, packed in buffer) by channels: T x T sums at a
+        time (each step reads T rows of x and T of W for T² = 16 vpdpbusd), added across lanes by
+        one tree; channels left over after the blocks one at a time, each with T sums."""
+        b = self.b
+        span = b.sub(channels[1], channels[0])
+        blocks = b.sdiv(span, _c(VNNI_TILE_ROWS))
+        rest = b.add(channels[0], b.mul(blocks, _c(VNNI_TILE_ROWS)))
+        m0 = rows[0]
+        xs = [b.gep(buffer, [_c(0), _c(r * self.padded)]) for r in range(VNNI_TILE_ROWS)]
+
+        def row_of(r: int) -> ir.Value:
+            return b.mul(b.add(m0, _c(r)), _c(self.channels))
+
+        def block(i: ir.Value) -> None:
+            n0 = b.add(channels[0], b.mul(i, _c(VNNI_TILE_ROWS)))
+            weights = [self.w_row(b.add(n0, _c(j))) for j in range(VNNI_TILE_ROWS)]
+            sums = _tree_total(
+                b, self.sums(xs, weights)
+            )  # lane VNNI_TILE_ROWS·r + j: row r, channel j
+            for r in range(VNNI_TILE_ROWS):
+                part = [VNNI_TILE_ROWS * r + j for j in range(VNNI_TILE_ROWS)]
+                four = b.shuffle_vector(
+                    sums, sums, ir.Constant(ir.VectorType(I32, VNNI_TILE_ROWS), part)
+                )
+                at = b.gep(self.out, [b.add(row_of(r), n0)], source_etype=I32)
+                b.store(four, at, align=4)
+
+        def channel(n: ir.Value) -> None:
+            accs = self.sums(xs, [self.w_row(n)])
+            for r, acc in enumerate(accs):
+                at = b.gep(self.out, [b.add(row_of(r), n)], source_etype=I32)
+                b.store(b.call(self.total, [acc]), at)
+
+        counted_loop(b, _c(0), blocks, block, "block")
+        counted_loop(b, rest, channels[1], channel, "n")
+
+    def by_vectors(
+        self, buffer: ir.Value, rows: tuple[ir.Value, ir.Value], channels: tuple[ir.Value, ir.Value]
+    ) -> None:
+        """Fewer than VNNI_TILE_ROWS rows (packed in buffer) by channels, a row at a time: 16
+        channels a block, added across lanes by a tree; channels left over one at a time."""
         b = self.b
         span = b.sub(channels[1], channels[0])
         blocks = b.sdiv(span, _c(LANES))
         rest = b.add(channels[0], b.mul(blocks, _c(LANES)))
+        m0 = rows[0]
+        packed = (_c(0), b.sub(rows[1], rows[0]))
 
         def block(i: ir.Value) -> None:
             n0 = b.add(channels[0], b.mul(i, _c(LANES)))
-            weights = [b.gep(self.w, [b.mul(b.add(n0, _c(j)), _c(self.depth))], source_etype=I8)
-                       for j in range(LANES)]  # fmt: skip
+            weights = [self.w_row(b.add(n0, _c(j))) for j in range(LANES)]
 
-            def each_row(m: ir.Value) -> None:
-                xs = b.gep(buffer, [_c(0), b.mul(m, _c(self.padded))])
-                sums = _tree_total(b, self.sums(xs, weights))
+            def each_row(r: ir.Value) -> None:
+                xs = b.gep(buffer, [_c(0), b.mul(r, _c(self.padded))])
+                sums = _tree_total(b, self.sums([xs], weights))
+                m = b.add(m0, r)
                 at = b.gep(self.out, [b.add(b.mul(m, _c(self.channels)), n0)], source_etype=I32)
                 b.store(sums, at, align=4)
 
-            counted_loop(b, rows[0], rows[1], each_row, "m")
+            counted_loop(b, packed[0], packed[1], each_row, "m")
 
         def channel(n: ir.Value) -> None:
-            weights = [b.gep(self.w, [b.mul(n, _c(self.depth))], source_etype=I8)]
+            weights = [self.w_row(n)]
 
-            def each_row(m: ir.Value) -> None:
-                xs = b.gep(buffer, [_c(0), b.mul(m, _c(self.padded))])
-                (acc,) = self.sums(xs, weights)
+            def each_row(r: ir.Value) -> None:
+                xs = b.gep(buffer, [_c(0), b.mul(r, _c(self.padded))])
+                (acc,) = self.sums([xs], weights)
+                m = b.add(m0, r)
                 at = b.gep(self.out, [b.add(b.mul(m, _c(self.channels)), n)], source_etype=I32)
                 b.store(b.call(self.total, [acc]), at)
 
-            counted_loop(b, rows[0], rows[1], each_row, "m")
+            counted_loop(b, packed[0], packed[1], each_row, "m")
 
         counted_loop(b, _c(0), blocks, block, "block")
         counted_loop(b, rest, channels[1], channel, "n")
+
+    def w_row(self, n: ir.Value) -> ir.Value:
+        """Where W's row (output channel) n begins."""
+        return self.b.gep(self.w, [self.b.mul(n, _c(self.depth))], source_etype=I8)
 
     def by_elements(
         self, rows: tuple[ir.Value, ir.Value], channels: tuple[ir.Value, ir.Value]
@@ -161,17 +232,17 @@ class Int8Product:
 
         counted_loop(b, channels[0], channels[1], channel, "n")
 
-    def pack(self, rows: tuple[ir.Value, ir.Value]) -> tuple[ir.Value, ir.Value]:
-        """x's rows as bytes, each padded with zeros to `padded` bytes, on the stack; and
-        whether every value was a byte (0 to 255)."""
+    def pack(self, buffer: ir.Value, rows: tuple[ir.Value, ir.Value]) -> ir.Value:
+        """x's rows [rows) as bytes into buffer from its start, each padded with zeros to
+        `padded` bytes; and whether every value was a byte (0 to 255)."""
         b = self.b
-        buffer = self.kg.alloca(ir.ArrayType(I8, self.rows * self.padded))
         outside = self.kg.alloca(I32)  # the bits of every value above a byte's, or-ed
         b.store(ir.Constant(I32, 0), outside)
 
-        def row(m: ir.Value) -> None:
+        def row(r: ir.Value) -> None:
+            m = b.add(rows[0], r)
             src = b.gep(self.x, [b.mul(m, _c(self.depth))], source_etype=I32)
-            dst = b.gep(buffer, [_c(0), b.mul(m, _c(self.padded))])
+            dst = b.gep(buffer, [_c(0), b.mul(r, _c(self.padded))])
 
             def element(p: ir.Value) -> None:
                 v = b.load(b.gep(src, [p], source_etype=I32), typ=I32)
@@ -185,22 +256,26 @@ class Int8Product:
             counted_loop(b, 0, self.depth, element, "p")
             counted_loop(b, self.depth, self.padded, zero, "p")
 
-        counted_loop(b, rows[0], rows[1], row, "m")
-        fits = b.icmp_signed("==", b.load(outside, typ=I32), ir.Constant(I32, 0))
-        return buffer, fits
+        counted_loop(b, _c(0), b.sub(rows[1], rows[0]), row, "m")
+        return b.icmp_signed("==", b.load(outside, typ=I32), ir.Constant(I32, 0))
 
-    def sums(self, xs: ir.Value, weights: list[ir.Value]) -> list[ir.Value]:
-        """For each row of W (a pointer), its 16 lanes of sums against the bytes at xs."""
+    def sums(self, xs: list[ir.Value], weights: list[ir.Value]) -> list[ir.Value]:
+        """For each row of x (a pointer to its bytes) and each row of W (a pointer), row by
+        row, their 16 lanes of sums."""
         b = self.b
-        slots = [self.kg.alloca(SUMS) for _ in weights]
+        slots = [self.kg.alloca(SUMS) for _ in xs for _ in weights]
         for slot in slots:
             b.store(ir.Constant(SUMS, None), slot)
 
         def step(k: ir.Value, last: bool = False) -> None:
             offset = b.mul(k, _c(STEP))
-            a = b.load(b.gep(xs, [offset], source_etype=I8), typ=BYTES)
-            a.align = 1
-            for row, slot in zip(weights, slots):
+            rows = []
+            for x in xs:
+                a = b.load(b.gep(x, [offset], source_etype=I8), typ=BYTES)
+                a.align = 1
+                rows.append(a)
+            columns = []
+            for row in weights:
                 at = b.gep(row, [offset], source_etype=I8)
                 if last:
                     no_bytes = ir.Constant(BYTES, None)
@@ -208,6 +283,8 @@ class Int8Product:
                 else:
                     w = b.load(at, typ=BYTES)
                     w.align = 1
+                columns.append(w)
+            for slot, (a, w) in zip(slots, [(a, w) for a in rows for w in columns]):
                 acc = b.load(slot, typ=SUMS)
                 b.store(b.call(self.vpdpbusd, [acc, a, w]), slot)
 
