@@ -322,7 +322,8 @@ class Entry:
         for v in args:
             if type(v) is not np.ndarray and cuda_ordinal(v) is not None:
                 return self._call_dl(args, out)
-        if out is not None and any(cuda_ordinal(o) is not None for o in _as_list(out)):
+        if (out is not None and type(out) is not np.ndarray
+                and any(cuda_ordinal(o) is not None for o in _as_list(out))):  # fmt: skip
             return self._call_dl(args, out)
         arrays = list(args)  # holds converted arrays alive until the call returns
         pointers = []
