@@ -20,7 +20,6 @@ rows of x); a CPU without VNNI computes the same product with the generic kernel
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -28,7 +27,11 @@ from llvmlite import ir
 from dlvm.codegen.llvm_types import I1, I8, I32, I64, PTR
 from dlvm.codegen.loops import counted_loop
 from dlvm.ir.types import TensorType
-from dlvm.transforms.int8_products import VNNI_TILE_ROWS, int8_rows_product
+from dlvm.transforms.int8_products import (
+    VNNI_GROUP_ROWS,
+    VNNI_TILE_ROWS,
+    int8_rows_product,
+)
 
 if TYPE_CHECKING:
     from dlvm.codegen.kernel import KernelGen
@@ -95,70 +98,84 @@ class Int8Product:
 
     def emit(self, rows: tuple[ir.Value, ir.Value], channels: tuple[ir.Value, ir.Value]) -> None:
         b = self.b
-        buffer = self.kg.alloca(ir.ArrayType(I8, VNNI_TILE_ROWS * self.padded))
-        tiles = b.sdiv(b.sub(rows[1], rows[0]), _c(VNNI_TILE_ROWS))
-        left = b.add(rows[0], b.mul(tiles, _c(VNNI_TILE_ROWS)))
+        group = min(VNNI_GROUP_ROWS, self.rows)
+        stack = self.kg.alloca(ir.ArrayType(I8, group * self.padded))
+        buffer = b.gep(stack, [_c(0), _c(0)])
+        count = b.sub(rows[1], rows[0])
+        groups = b.sdiv(b.add(count, _c(group - 1)), _c(group))
 
-        def tile(t: ir.Value) -> None:
-            m0 = b.add(rows[0], b.mul(t, _c(VNNI_TILE_ROWS)))
-            self.rows_by_vnni(buffer, (m0, b.add(m0, _c(VNNI_TILE_ROWS))), channels, self.by_tiles)
+        def each_group(g: ir.Value) -> None:
+            lo = b.add(rows[0], b.mul(g, _c(group)))
+            hi = b.add(lo, _c(group))
+            hi = b.select(b.icmp_signed(">", hi, rows[1]), rows[1], hi)
+            fits = self.pack(buffer, (lo, hi))
+            with b.if_else(fits) as (bytes_, other):
+                with bytes_:
+                    self.by_group(buffer, (lo, hi), channels)
+                with other:
+                    self.by_elements((lo, hi), channels)
 
-        counted_loop(b, _c(0), tiles, tile, "tile")
-        with b.if_then(b.icmp_signed("<", left, rows[1])):
-            self.rows_by_vnni(buffer, (left, rows[1]), channels, self.by_vectors)
+        counted_loop(b, _c(0), groups, each_group, "group")
 
-    def rows_by_vnni(
-        self,
-        buffer: ir.Value,
-        rows: tuple[ir.Value, ir.Value],
-        channels: tuple[ir.Value, ir.Value],
-        kernel: Callable[[ir.Value, tuple[ir.Value, ir.Value], tuple[ir.Value, ir.Value]], None],
-    ) -> None:
-        """Rows [rows) (at most VNNI_TILE_ROWS) packed into buffer, then summed by
-        kernel(buffer, rows, channels), or element by element where a value is not a byte."""
-        b = self.b
-        fits = self.pack(buffer, rows)
-        with b.if_else(fits) as (bytes_, other):
-            with bytes_:
-                kernel(buffer, rows, channels)
-            with other:
-                self.by_elements(rows, channels)
-
-    def by_tiles(
+    def by_group(
         self, buffer: ir.Value, rows: tuple[ir.Value, ir.Value], channels: tuple[ir.Value, ir.Value]
     ) -> None:
-        """A tile's rows (T = VNNI_TILE_ROWS, packed in buffer) by channels: T x T sums at a
-        time (each step reads T rows of x and T of W for T² = 16 vpdpbusd), added across lanes by
-        one tree; channels left over after the blocks one at a time, each with T sums."""
+        """Rows [rows) (at most VNNI_GROUP_ROWS, packed in buffer) by channels: tiles of
+        VNNI_TILE_ROWS rows, then the rows left over a row at a time."""
         b = self.b
-        span = b.sub(channels[1], channels[0])
-        blocks = b.sdiv(span, _c(VNNI_TILE_ROWS))
-        rest = b.add(channels[0], b.mul(blocks, _c(VNNI_TILE_ROWS)))
-        m0 = rows[0]
-        xs = [b.gep(buffer, [_c(0), _c(r * self.padded)]) for r in range(VNNI_TILE_ROWS)]
+        tiles = b.sdiv(b.sub(rows[1], rows[0]), _c(VNNI_TILE_ROWS))
+        left = b.mul(tiles, _c(VNNI_TILE_ROWS))
+        self.by_tiles(buffer, rows[0], tiles, channels)
+        with b.if_then(b.icmp_signed("<", b.add(rows[0], left), rows[1])):
+            rest = b.gep(buffer, [b.mul(left, _c(self.padded))], source_etype=I8)
+            self.by_vectors(rest, (b.add(rows[0], left), rows[1]), channels)
 
-        def row_of(r: int) -> ir.Value:
-            return b.mul(b.add(m0, _c(r)), _c(self.channels))
+    def by_tiles(
+        self, buffer: ir.Value, m0: ir.Value, tiles: ir.Value, channels: tuple[ir.Value, ir.Value]
+    ) -> None:
+        """`tiles` tiles of T = VNNI_TILE_ROWS rows (from row m0 on, packed in buffer) by
+        channels: T x T sums at a time (each step reads T rows of x and T of W for T² = 16
+        vpdpbusd), added across lanes by one tree; channels left over after the blocks one at
+        a time, each with T sums. Each block of channels goes through every tile while its
+        rows of W are in L1."""
+        b = self.b
+        t_rows = VNNI_TILE_ROWS
+        span = b.sub(channels[1], channels[0])
+        blocks = b.sdiv(span, _c(t_rows))
+        rest = b.add(channels[0], b.mul(blocks, _c(t_rows)))
+
+        def tile_rows(t: ir.Value) -> tuple[list[ir.Value], list[ir.Value]]:
+            """The tile's rows of x (bytes) and where its rows of out begin."""
+            first = b.mul(t, _c(t_rows))
+            xs = [b.gep(buffer, [b.mul(b.add(first, _c(r)), _c(self.padded))], source_etype=I8)
+                  for r in range(t_rows)]  # fmt: skip
+            outs = [b.mul(b.add(b.add(m0, first), _c(r)), _c(self.channels)) for r in range(t_rows)]
+            return xs, outs
 
         def block(i: ir.Value) -> None:
-            n0 = b.add(channels[0], b.mul(i, _c(VNNI_TILE_ROWS)))
-            weights = [self.w_row(b.add(n0, _c(j))) for j in range(VNNI_TILE_ROWS)]
-            sums = _tree_total(
-                b, self.sums(xs, weights)
-            )  # lane VNNI_TILE_ROWS·r + j: row r, channel j
-            for r in range(VNNI_TILE_ROWS):
-                part = [VNNI_TILE_ROWS * r + j for j in range(VNNI_TILE_ROWS)]
-                four = b.shuffle_vector(
-                    sums, sums, ir.Constant(ir.VectorType(I32, VNNI_TILE_ROWS), part)
-                )
-                at = b.gep(self.out, [b.add(row_of(r), n0)], source_etype=I32)
-                b.store(four, at, align=4)
+            n0 = b.add(channels[0], b.mul(i, _c(t_rows)))
+            weights = [self.w_row(b.add(n0, _c(j))) for j in range(t_rows)]
+
+            def each_tile(t: ir.Value) -> None:
+                xs, outs = tile_rows(t)
+                sums = _tree_total(b, self.sums(xs, weights))  # lane T·r + j: row r, channel j
+                for r in range(t_rows):
+                    part = ir.Constant(
+                        ir.VectorType(I32, t_rows), [t_rows * r + j for j in range(t_rows)]
+                    )
+                    at = b.gep(self.out, [b.add(outs[r], n0)], source_etype=I32)
+                    b.store(b.shuffle_vector(sums, sums, part), at, align=4)
+
+            counted_loop(b, _c(0), tiles, each_tile, "tile")
 
         def channel(n: ir.Value) -> None:
-            accs = self.sums(xs, [self.w_row(n)])
-            for r, acc in enumerate(accs):
-                at = b.gep(self.out, [b.add(row_of(r), n)], source_etype=I32)
-                b.store(b.call(self.total, [acc]), at)
+            def each_tile(t: ir.Value) -> None:
+                xs, outs = tile_rows(t)
+                for r, acc in enumerate(self.sums(xs, [self.w_row(n)])):
+                    at = b.gep(self.out, [b.add(outs[r], n)], source_etype=I32)
+                    b.store(b.call(self.total, [acc]), at)
+
+            counted_loop(b, _c(0), tiles, each_tile, "tile")
 
         counted_loop(b, _c(0), blocks, block, "block")
         counted_loop(b, rest, channels[1], channel, "n")
@@ -166,8 +183,8 @@ class Int8Product:
     def by_vectors(
         self, buffer: ir.Value, rows: tuple[ir.Value, ir.Value], channels: tuple[ir.Value, ir.Value]
     ) -> None:
-        """Fewer than VNNI_TILE_ROWS rows (packed in buffer) by channels, a row at a time: 16
-        channels a block, added across lanes by a tree; channels left over one at a time."""
+        """Rows [rows) (packed in buffer) by channels, a row at a time: 16 channels a block,
+        added across lanes by a tree; channels left over one at a time."""
         b = self.b
         span = b.sub(channels[1], channels[0])
         blocks = b.sdiv(span, _c(LANES))
@@ -180,7 +197,7 @@ class Int8Product:
             weights = [self.w_row(b.add(n0, _c(j))) for j in range(LANES)]
 
             def each_row(r: ir.Value) -> None:
-                xs = b.gep(buffer, [_c(0), b.mul(r, _c(self.padded))])
+                xs = b.gep(buffer, [b.mul(r, _c(self.padded))], source_etype=I8)
                 sums = _tree_total(b, self.sums([xs], weights))
                 m = b.add(m0, r)
                 at = b.gep(self.out, [b.add(b.mul(m, _c(self.channels)), n0)], source_etype=I32)
@@ -192,7 +209,7 @@ class Int8Product:
             weights = [self.w_row(n)]
 
             def each_row(r: ir.Value) -> None:
-                xs = b.gep(buffer, [_c(0), b.mul(r, _c(self.padded))])
+                xs = b.gep(buffer, [b.mul(r, _c(self.padded))], source_etype=I8)
                 (acc,) = self.sums([xs], weights)
                 m = b.add(m0, r)
                 at = b.gep(self.out, [b.add(b.mul(m, _c(self.channels)), n)], source_etype=I32)
@@ -244,7 +261,7 @@ class Int8Product:
         def row(r: ir.Value) -> None:
             m = b.add(rows[0], r)
             src = b.gep(self.x, [b.mul(m, _c(self.depth))], source_etype=I32)
-            dst = b.gep(buffer, [_c(0), b.mul(r, _c(self.padded))])
+            dst = b.gep(buffer, [b.mul(r, _c(self.padded))], source_etype=I8)
 
             def element(p: ir.Value) -> None:
                 v = b.load(b.gep(src, [p], source_etype=I32), typ=I32)
