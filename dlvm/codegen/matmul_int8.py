@@ -4,15 +4,16 @@ rows and W_int8 (i8) an output channel per row, N x P (dlvm.transforms.int8_prod
 
 `vpdpbusd` multiplies unsigned bytes by signed bytes, four to a 32-bit lane, and adds the sums
 to the lane. quantize_products makes x's values bytes already (x_q + 128, in [1, 255]); the
-kernel writes them as bytes into a stack buffer, VNNI_TILE_ROWS (4) rows at a time, each row
+kernel writes them as bytes into a stack buffer, VNNI_GROUP_ROWS (16) rows at a time, each row
 padded with zeros to a multiple of 64, and checks that every one fits a byte: if one does not
 (the kernel is only known by its shape), it computes those rows element by element in i32
-instead. Those 4 rows are summed against 4 rows of W at a time (a tile: 16 vectors of 16
-lanes, 64 bytes a step, the last step a masked load, so nothing past a row is read; padding
-adds nothing), and a tree of shuffles adds the 16 vectors into one vector of the 16 sums;
-channels left over after the tiles are summed one at a time. Rows left over after the groups
-of 4 (a batch of 1, say) are summed a row at a time against blocks of 16 channels, by the
-same tree.
+instead. For each block of VNNI_TILE_ROWS (4) channels, the group's rows are summed 4 at a
+time against the block's 4 rows of W (a tile: 16 vectors of 16 lanes, 64 bytes a step, the
+last step a masked load, so nothing past a row is read; padding adds nothing), and a tree of
+shuffles adds the 16 vectors into one vector of the 16 sums; the block's rows of W stay in L1
+from one tile to the next. Channels left over after the blocks are summed one at a time. Rows
+left over after the tiles (a batch of 1, say) are summed a row at a time against blocks of 16
+channels, by the same tree.
 
 Threads share the channels in groups of compute-scheduling's `columns` (or, without it, the
 rows of x); a CPU without VNNI computes the same product with the generic kernel
