@@ -98,6 +98,9 @@ class Int8Product:
         self.mask = ir.Constant(mask, [1] * self.tail + [0] * (STEP - self.tail))
 
     def emit(self, rows: tuple[ir.Value, ir.Value], channels: tuple[ir.Value, ir.Value]) -> None:
+        """out's rows [rows) by its channels [channels): x packed VNNI_GROUP_ROWS rows at a
+        time (as many as x has, when fewer), each group summed by VNNI where its values are
+        bytes, element by element where not."""
         b = self.b
         group = min(VNNI_GROUP_ROWS, self.rows)
         stack = self.kg.alloca(ir.ArrayType(I8, group * self.padded))
