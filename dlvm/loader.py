@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
 import os
 import re
 import struct
@@ -300,6 +301,7 @@ class Entry:
         self._input_specs = [(t.dtype, t.shape) for t in self.inputs]
         self._dl_fn: Any = None  # NAME_<entry>_dl, looked up on first use
         self._output_specs = [(t.dtype, t.shape) for t in self.outputs]
+        self._into = self._direct_into()
         self.__doc__ = f"{self.signature} ({self.kind} entry of model '{model.name}')"
 
     @property
@@ -316,13 +318,19 @@ class Entry:
         dtypes and shapes, C-contiguous and writable, overlapping no input, that receive the
         results and are returned; by default new arrays are made."""
         # The hot path of a small model (batch-1 latency): about 1.5 µs of Python around the
-        # call, so it avoids comprehensions and helper calls where a plain loop will do.
+        # call, so it avoids comprehensions and helper calls where a plain loop will do; and
+        # arrays of exactly the entry's types into an array `out` take _into's 0.3 µs.
+        if type(out) is np.ndarray and not kwargs and self._into is not None:
+            done = self._into(args, out)
+            if done is not None:
+                return done
         if kwargs or len(args) != len(self.inputs):
             args = tuple(self._bind(args, kwargs))
         for v in args:
             if type(v) is not np.ndarray and cuda_ordinal(v) is not None:
                 return self._call_dl(args, out)
-        if out is not None and any(cuda_ordinal(o) is not None for o in _as_list(out)):
+        if (out is not None and type(out) is not np.ndarray
+                and any(cuda_ordinal(o) is not None for o in _as_list(out))):  # fmt: skip
             return self._call_dl(args, out)
         arrays = list(args)  # holds converted arrays alive until the call returns
         pointers = []
@@ -410,6 +418,50 @@ class Entry:
             return result
 
         return call
+
+    def _direct_into(self) -> Callable[[Sequence[Any], np.ndarray], Any] | None:
+        """For __call__: a function of (inputs, out) that calls the entry when each input and
+        `out` is a C-contiguous writable NumPy array of exactly its dtype and shape and `out`
+        overlaps no input, and returns out; else None, for the full call to convert or refuse
+        them. None itself where the entry has not one output, or has an empty or bf16 tensor
+        (no buffer to view, so no quick address)."""
+        tensors = self.inputs + self.outputs
+        if len(self.outputs) != 1 or any(
+            not math.prod(t.shape) or t.dtype_name == "bf16" for t in tensors
+        ):
+            return None
+        specs = [(np.dtype(t.dtype), t.shape) for t in self.inputs]
+        ((dtype, shape),) = [(np.dtype(t.dtype), t.shape) for t in self.outputs]
+        count, model, fn, lock = len(specs), self.model, self._fn, self.model._lock
+        addressof, view, ndarray = ctypes.addressof, _BYTES.from_buffer, np.ndarray
+
+        def into(args: Sequence[Any], out: np.ndarray) -> Any:
+            if len(args) != count or out.shape != shape or out.dtype is not dtype:
+                return None
+            if not out.flags.carray:  # C-contiguous, aligned and writable
+                return None
+            q = addressof(view(out))  # type: ignore[arg-type]
+            end = q + out.nbytes
+            pointers = []
+            i = 0  # a counter, not zip or enumerate, as in _direct
+            for a in args:
+                if (type(a) is not ndarray or a.shape != specs[i][1] or a.dtype is not specs[i][0]
+                        or not a.flags.carray):  # fmt: skip
+                    return None
+                p = addressof(view(a))  # type: ignore[arg-type]
+                if p < end and q < p + a.nbytes:
+                    return None  # overlapping: the full call says so
+                pointers.append(p)
+                i += 1  # noqa: SIM113
+            with lock:
+                if model._handle is None:
+                    return None  # the full call raises the closed model's error
+                status = fn(model._handle, *pointers, q)
+            if status:
+                model._check(status)
+            return out
+
+        return into
 
     def _call_dl(self, args: Sequence[Any], out: Any) -> Any:
         """The call through NAME_<entry>_dl, for arguments in GPU memory (DLPack kDLCUDA, such

@@ -13,7 +13,7 @@ from llvmlite import ir
 
 from dlvm.codegen import approx, fast_math
 from dlvm.codegen.errors import CodegenError
-from dlvm.codegen.llvm_types import narrow, value_type
+from dlvm.codegen.llvm_types import I32, narrow, value_type
 from dlvm.codegen.math_functions import call_math, truncate
 from dlvm.ir.types import DataType
 
@@ -245,9 +245,24 @@ def convert(b: ir.IRBuilder, x: ir.Value, src: DataType, dst: DataType) -> ir.Va
 
 def _float_to_int(b: ir.IRBuilder, x: ir.Value, to: ir.Type) -> ir.Value:
     """Toward zero, saturated at the integer's range, NaN to 0: `llvm.fptosi.sat`, which
-    both x86-64 and NVPTX lower. f16 and bf16 go through f32 (exact) first."""
+    both x86-64 and NVPTX lower. f16 and bf16 go through f32 (exact) first. To an integer of
+    fewer than 32 bits, whose bounds a float holds exactly, x is clamped to them (NaN to 0)
+    and converted by a plain fptosi through i32, the same value: x86 converts that a vector
+    at a time, and `llvm.fptosi.sat` a lane at a time."""
     if str(x.type) in ("half", "bfloat"):
         x = b.fpext(x, ir.FloatType())
+    assert isinstance(to, ir.IntType)
+    if to.width >= 32:
+        return _fptosi_sat(b, x, to)
+    low = ir.Constant(x.type, float(-(1 << (to.width - 1))))
+    high = ir.Constant(x.type, float((1 << (to.width - 1)) - 1))
+    x = b.select(b.fcmp_unordered("uno", x, x), ir.Constant(x.type, 0.0), x)
+    x = b.select(b.fcmp_ordered("<", x, low), low, x)
+    x = b.select(b.fcmp_ordered(">", x, high), high, x)
+    return b.trunc(b.fptosi(x, I32), to)
+
+
+def _fptosi_sat(b: ir.IRBuilder, x: ir.Value, to: ir.IntType) -> ir.Value:
     suffix = "f32" if str(x.type) == "float" else "f64"
     fname = f"llvm.fptosi.sat.i{to.width}.{suffix}"
     fn = b.module.globals.get(fname) or ir.Function(b.module, ir.FunctionType(to, [x.type]), fname)

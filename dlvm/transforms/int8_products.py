@@ -211,15 +211,17 @@ def f32_scalar() -> TensorType:
     return TensorType((), DataType.F32)
 
 
-# The most rows of x a kernel sums by VNNI (dlvm.codegen.matmul_int8): it keeps them as bytes
-# on the stack, and more rows are a product for tiles, not dot products.
-VNNI_ROWS = 16
+# The rows of x the VNNI kernel (dlvm.codegen.matmul_int8) packs as bytes on the stack at a
+# time (a group), and the most bytes they may take; the rows and channels of its tiles.
+VNNI_GROUP_ROWS = 16
 VNNI_STACK_BYTES = 1 << 16
+VNNI_TILE_ROWS = 4
 
 
 def int8_rows_product(fn: Function) -> tuple[Argument, Argument] | None:
     """(x, W_int8) when [compute] fn is exactly `dot x, transpose (convert W_int8 to i32)`, x
-    an i32 argument of at most VNNI_ROWS rows and W_int8 an i8 argument N x P: the product as
+    an i32 argument (VNNI_GROUP_ROWS of its rows, as bytes, within VNNI_STACK_BYTES) and
+    W_int8 an i8 argument N x P: the product as
     quantize_products writes it (x then holds bytes, x_q + 128), which the VNNI kernel computes
     (checking that x's values are bytes); else None."""
     if len(fn.blocks) != 1:
@@ -248,8 +250,7 @@ def int8_rows_product(fn: Function) -> tuple[Argument, Argument] | None:
         tx.dtype is not DataType.I32
         or tw.dtype is not DataType.I8
         or tout.dtype is not DataType.I32
-        or rows > VNNI_ROWS
-        or rows * padded > VNNI_STACK_BYTES
+        or min(rows, VNNI_GROUP_ROWS) * padded > VNNI_STACK_BYTES
     ):
         return None
     return x, w

@@ -120,3 +120,29 @@ def test_bools_and_narrowing():
     assert convert([-0.0, np.nan, 0.5], "f32", "bool").tolist() == [False, True, True]
     assert convert([0, -3], "i8", "bool").tolist() == [False, True]
     assert convert([300, -129], "i32", "i8").tolist() == [44, 127]  # wraps
+
+
+NARROW = [("f32", "i8"), ("f16", "i16"), ("f64", "i8")]
+
+
+def test_floats_to_narrow_integers_a_vector_at_a_time(tmp_path):
+    """Float to i8 and i16 on a vector of the special inputs (many times over, so the loop's
+    vector body computes most of them) gives the same values, and f32 to i8 is converted a
+    vector at a time (vcvttps2dq), not a lane at a time as `llvm.fptosi.sat` of an i8 is."""
+    from dlvm.codegen.build import schedule
+    from dlvm.codegen.llgen import compile_assembly
+
+    n = 64 * len(_FLOATS)
+    lines = ['module "narrow"', "stage raw", ""]
+    for i, (src, dst) in enumerate(NARROW):
+        lines += [f"func @g{i}: (<{n} x {src}>) -> <{n} x {dst}> {{",
+                  f"'entry(%a: <{n} x {src}>):",
+                  f"    %r = convert %a: <{n} x {src}> to {dst}",
+                  f"    return %r: <{n} x {dst}>", "}", ""]  # fmt: skip
+    text = "\n".join(lines)
+    with dlvm.load(ir_library(text, "narrow", tmp_path)) as lib:
+        for i, (src, dst) in enumerate(NARROW):
+            x = np.tile(inputs(src), 64)
+            same(np.asarray(getattr(lib, f"g{i}")(x)), numpy_reference(x, dst))
+    cpu = "skylake-avx512"
+    assert "vcvttps2dq" in compile_assembly(schedule(parse_module(text), cpu), cpu=cpu)
