@@ -345,7 +345,7 @@ class MatMul:
             with resume:
                 for r in range(rows):
                     for slot, ptr, vt in zip(acc[r], out_ptrs[r], vtypes):
-                        b.store(self.load_vector(ptr, vt, narrow=self.wide), slot)
+                        b.store(self.load_vector(ptr, vt, narrow=self.narrow_out), slot)
 
         def step(p: ir.Value) -> None:
             kg.memo.clear()
@@ -389,7 +389,8 @@ class MatMul:
     # Vectors ---------------------------------------------------------------------------------
 
     def out_address(self, batch: list[ir.Value], i: ir.Value, j0: ir.Value, c: int) -> ir.Value:
-        return self.kg.address(self.out, [*batch, i, self.b.add(j0, ir.Constant(I64, c))], self.t)
+        return self.kg.address(self.out, [*batch, i, self.b.add(j0, ir.Constant(I64, c))],
+                               self.held)  # fmt: skip
 
     def store_sums(
         self, batch: list[ir.Value], i: ir.Value, j0: ir.Value, sums: ir.Value, count: int
@@ -423,15 +424,32 @@ class MatMul:
         v = self.b.load(ptr, typ=ir.VectorType(self.elem_ty, vt.count), align=self.dt.size)
         return self.b.fpext(v, vt)
 
+    @property
+    def held(self) -> TensorType:
+        """The tile's type in out: t, or f32 for a bf16 product under an f32 epilogue
+        (KernelGen.held)."""
+        held = self.kg.held
+        if isinstance(held, TensorType) and held.shape == self.t.shape:
+            return held
+        return self.t
+
+    @property
+    def narrow_out(self) -> bool:
+        """Whether out holds the tile in bf16 (not widened for an f32 epilogue)."""
+        return self.wide and self.held.dtype is DataType.BF16
+
     def store_vector(self, v: ir.Value, ptr: ir.Value) -> None:
-        """Sums into out: a bf16 product's f32 sums rounded once to bf16."""
+        """Sums into out: a bf16 product's f32 sums rounded once to bf16 (and widened back,
+        exactly, where out holds them in f32)."""
         b = self.b
         vt = v.type
         if self.wide:
             assert isinstance(vt, ir.VectorType)
             to = ir.VectorType(self.elem_ty, vt.count)
             v = narrow(b, v, to) if self.converts else bf16_rounded(b, v)
-        b.store(v, ptr, align=self.dt.size)
+            if not self.narrow_out:
+                v = b.fpext(v, vt)
+        b.store(v, ptr, align=self.held.dtype.size)
 
     def splat(self, x: ir.Value, vt: ir.VectorType) -> ir.Value:
         b = self.b
