@@ -30,13 +30,15 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from dlvm.codegen.llvm_types import I32, I64, constant
+from dlvm.codegen.llvm_types import I32, I64, constant, narrow
 from dlvm.codegen.loops import counted_loop
 from dlvm.codegen.matmul_rows import rows_in_place
 from dlvm.codegen.transposing import copy_transposed
-from dlvm.ir.types import DataType
+from dlvm.ir.types import DataType, TensorType
+from dlvm.ir.values import Instruction
 
 if TYPE_CHECKING:
+    from dlvm.codegen.kernel import KernelGen
     from dlvm.codegen.matmul import MatMul
 
 LANES = 16  # f32 lanes of one vdpbf16ps (512 bits)
@@ -115,6 +117,20 @@ def _offset(b: ir.IRBuilder, strides: tuple[int, ...], idx: list[ir.Value]) -> i
     return total
 
 
+def _converted_rows(mm: MatMul, kg: KernelGen) -> tuple[ir.Value, tuple[int, ...]] | None:
+    """Where b is an f32 matrix in place converted to bf16 (`--precision bf16`'s weight, read
+    through its conversion): that matrix's pointer and strides, its rows loaded as f32 vectors
+    and rounded (as `convert` rounds: to nearest even) while they are packed."""
+    v = mm.bm
+    if not isinstance(v, Instruction) or v.opcode != "convert":
+        return None
+    src = v.operands[0]
+    t = src.type
+    if not isinstance(t, TensorType) or t.dtype is not DataType.F32:
+        return None
+    return rows_in_place(src, kg.ptrs)
+
+
 def pack_a(
     mm: MatMul, rows: int, batch: list[ir.Value], ic: ir.Value, ic_end: ir.Value,
     a_pack: ir.Value, down_columns: bool,
@@ -180,6 +196,9 @@ def pack_b(
     h = half(mm.k)
     strips = b.udiv(b.add(b.sub(jc_end, jc), _c(width - 1)), _c(width))
     found = None if mm.b_columns is not None else rows_in_place(mm.bm, kg.ptrs)
+    source_t = ir.VectorType(bf, LANES)  # what a row's 16 columns load as
+    if found is None and mm.b_columns is None and (wide := _converted_rows(mm, kg)) is not None:
+        found, source_t = wide, ir.VectorType(ir.FloatType(), LANES)
 
     def strip(q: ir.Value) -> None:
         j0 = b.add(jc, b.mul(q, _c(width)))
@@ -224,20 +243,25 @@ def pack_b(
             ptr, strides = found
             vecs = b.udiv(count, _c(LANES))
             half_t = ir.VectorType(bf, LANES)
+            size = 4 if source_t.element == ir.FloatType() else 2
             mix = ir.Constant(ir.VectorType(I32, 2 * LANES),
                               [x for c in range(LANES) for x in (c, LANES + c)])  # fmt: skip
 
             def row_at(p: ir.Value, c: ir.Value) -> ir.Value:
                 off = _offset(b, strides, [*batch, p, b.add(j0, c)])
-                return b.gep(ptr, [off], source_etype=bf)
+                return b.gep(ptr, [off], source_etype=source_t.element)
+
+            def load_row(p: ir.Value, c: ir.Value) -> ir.Value:
+                v = b.load(row_at(p, c), typ=source_t, align=size)
+                return v if size == 2 else narrow(b, v, half_t)  # vcvtneps2bf16
 
             def pair_row(pp: ir.Value) -> None:
                 p = b.mul(pp, _c(2))
 
                 def vector(v: ir.Value) -> None:
                     c = b.mul(v, _c(LANES))
-                    lo = b.load(row_at(p, c), typ=half_t, align=2)
-                    hi = b.load(row_at(b.add(p, _c(1)), c), typ=half_t, align=2)
+                    lo = load_row(p, c)
+                    hi = load_row(b.add(p, _c(1)), c)
                     b.store(b.shuffle_vector(lo, hi, mix), at(p, c), align=2)
 
                 def both(c: ir.Value) -> None:  # the columns past the whole vectors

@@ -270,3 +270,35 @@ def test_a_bf16_products_f32_update_rounds_the_product_once(cpu, tmp_path):
     want = np.asarray(run_function(parse_module(UPDATE, "u.dl"), "update", [a, b, w]))
     assert got.dtype == np.float32
     np.testing.assert_array_max_ulp(got, want, maxulp=1)
+
+
+# --precision bf16's forward product: an f32 weight converted to bf16 as it is packed.
+CONVERTED = """module "c"
+stage optimizable
+
+func @forward: (<117 x 201 x bf16>, <201 x 67 x f32>) -> <117 x 67 x bf16> {
+'entry(%a: <117 x 201 x bf16>, %w: <201 x 67 x f32>):
+    %c = convert %w: <201 x 67 x f32> to bf16
+    %r = dot %a: <117 x 201 x bf16>, %c: <201 x 67 x bf16>
+    return %r: <117 x 67 x bf16>
+}
+"""
+
+
+@pytest.mark.parametrize("cpu", CPUS)
+def test_a_converted_f32_weight_rounds_as_convert(cpu, tmp_path):
+    """Multiples of 1/32 after rounding, so every f32 sum is exact: the library's product is
+    the interpreter's exactly, the weight rounded to nearest even as `convert` rounds it (the
+    offsets of 1/1024, 1/64 + 1/1024 and 1/64 round down, up and to even)."""
+    rng = np.random.default_rng(6)
+    a = rng.integers(-8, 9, (117, 201)).astype(BF16)
+    offsets = np.array([1 / 1024, 1 / 64 + 1 / 1024, 1 / 64], np.float32)
+    w = (rng.integers(4, 8, (201, 67)) + rng.choice(offsets, (201, 67))).astype(np.float32)
+    w *= rng.choice(np.array([-1, 1], np.float32), (201, 67))
+    module = parse_module(CONVERTED, "c.dl")
+    path = tmp_path / "c.so"
+    build_library(module, module_spec(module, "c"), path, cpu=cpu)
+    with dlvm.load(path) as lib:
+        got = np.asarray(lib.forward(a, w))
+    want = np.asarray(run_function(parse_module(CONVERTED, "c.dl"), "forward", [a, w]))
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
