@@ -33,7 +33,7 @@ from llvmlite import ir
 from dlvm.codegen.llvm_types import I32, I64, constant, narrow
 from dlvm.codegen.loops import counted_loop
 from dlvm.codegen.matmul_rows import rows_in_place
-from dlvm.codegen.transposing import copy_transposed
+from dlvm.codegen.transposing import columns_in_place, copy_transposed
 from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Instruction
 
@@ -156,6 +156,13 @@ def pack_a(
         kg.memo.clear()
         b.store(kg.elem(mm.a, [*batch, i, p]), at(i, p))
 
+    columns = columns_in_place(mm.a, kg.ptrs) if found is None and down_columns else None
+    if columns is not None:
+        _pack_a_columns(mm, rows, ic, ic_end, a_pack, columns, element)
+        if mm.k % 2:
+            counted_loop(b, ic, ic_end, lambda i: b.store(
+                constant(DataType.BF16, 0), at(i, _c(mm.k))), name="rz")  # fmt: skip
+        return
     if found is None and down_columns:
         counted_loop(b, 0, mm.k, lambda p: counted_loop(
             b, ic, ic_end, lambda i: element(i, p), name="ra"), name="pa")  # fmt: skip
@@ -183,6 +190,46 @@ def pack_a(
             b.store(constant(DataType.BF16, 0), at(i, _c(mm.k)))
 
     counted_loop(b, ic, ic_end, row, name="ra")
+
+
+def _pack_a_columns(
+    mm: MatMul, rows: int, ic: ir.Value, ic_end: ir.Value, a_pack: ir.Value,
+    columns: tuple[ir.Value, tuple[int, ...]], element: Callable[[ir.Value, ir.Value], None],
+) -> None:  # fmt: skip
+    """pack_a for a = Xᵀ, X in memory (a weight gradient's activations): a whole tile's
+    pair of steps is two runs of `rows` elements along X's rows 2·pp and 2·pp + 1,
+    interleaved in registers; a last, shorter tile and an odd k's last step element by
+    element."""
+    b, bf = mm.b, mm.elem_ty
+    ptr, (_, row) = columns
+    h = half(mm.k)
+    run_t = ir.VectorType(bf, rows)
+    mix = ir.Constant(ir.VectorType(I32, 2 * rows),
+                      [x for r in range(rows) for x in (r, rows + r)])  # fmt: skip
+    whole = b.udiv(b.sub(ic_end, ic), _c(rows))
+
+    def tile(t: ir.Value) -> None:
+        i0 = b.add(ic, b.mul(t, _c(rows)))
+
+        def pair(pp: ir.Value) -> None:
+            p = b.mul(pp, _c(2))
+            lo = b.load(b.gep(ptr, [b.add(b.mul(p, _c(row)), i0)], source_etype=bf),
+                        typ=run_t, align=2)  # fmt: skip
+            hi = b.load(b.gep(ptr, [b.add(b.mul(b.add(p, _c(1)), _c(row)), i0)],
+                              source_etype=bf), typ=run_t, align=2)  # fmt: skip
+            unit = b.mul(b.add(b.mul(t, _c(h)), pp), _c(rows))
+            target = b.gep(a_pack, [b.mul(unit, _c(2))], source_etype=bf)
+            b.store(b.shuffle_vector(lo, hi, mix), target, align=2)
+
+        counted_loop(b, 0, mm.k // 2, pair, name="pa")
+        if mm.k % 2:
+            counted_loop(b, i0, b.add(i0, _c(rows)), lambda i: element(i, _c(mm.k - 1)),
+                         name="ra")  # fmt: skip
+
+    counted_loop(b, 0, whole, tile, name="ta")
+    rest = b.add(ic, b.mul(whole, _c(rows)))
+    counted_loop(b, 0, mm.k, lambda p: counted_loop(
+        b, rest, ic_end, lambda i: element(i, p), name="ra"), name="pa")  # fmt: skip
 
 
 def pack_b(
