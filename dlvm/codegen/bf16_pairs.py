@@ -14,14 +14,18 @@ each pair, its columns' pairs:
 half = ⌈k / 2⌉; an odd k's last pair ends in zeros in both (0 · 0: no NaN from what lies
 beyond). The products of two bf16 are exact in f32, and the sums are f32 sums, in another order
 than the interpreter's (docs/ir.md, "bf16"); `vdpbf16ps` treats subnormal inputs and results as
-zero. The tile's f32 sums are rounded once to bf16 as they are stored (MatMul.store_vector).
+zero. The tile's f32 sums are rounded once to bf16 as they are stored (MatMul.store_vector;
+widened back to f32 where an f32 epilogue holds the tile in its result).
 
 Operands read in place are copied by pairs rather than by elements: a's rows hold its pairs
 next to each other (one 32-bit load each); b's rows p and p + 1 are loaded 16 columns at a time
 and interleaved into 16 pairs; b = Wᵀ (an nn.Linear's weight) has its pairs next to each other
 in W's rows, so its strip is W's rows as 32-bit elements, transposed by square blocks in vector
-registers (dlvm.codegen.transposing), as an f32 Wᵀ is. Anything else (a prologue computes it)
-goes element by element through KernelGen.elem."""
+registers (dlvm.codegen.transposing), as an f32 Wᵀ is. b = `convert` of an f32 matrix in place
+(`--precision bf16`'s weight) is loaded as f32 rows and rounded 16 columns at a time; a = Xᵀ
+with X in place (a weight gradient's activations) is two runs of a tile's rows along X's rows
+2·pp and 2·pp + 1, interleaved. Anything else (a prologue computes it) goes element by element
+through KernelGen.elem."""
 
 from __future__ import annotations
 
