@@ -24,10 +24,10 @@ columns one narrower strip (LLVM vectors of any width).
 A bf16 product (`wide`) accumulates in f32 vectors (half as many lanes as bf16 vectors) over
 its whole sum in one slice (dlvm.codegen.bf16_products bounds its length), and rounds once to
 bf16 as the tile is stored, before the epilogue reads it back (an epilogue that ends in f32,
-`--precision bf16`'s weight update, holds the rounded tile widened in its f32 result). Packed and with `pairs 1` in its
-schedule (AVX-512 BF16), its operands go in pairs of steps of p and the micro-kernel is
-dlvm.codegen.bf16_pairs'; otherwise its elements are widened to f32 as they are read or packed,
-and the f32 micro-kernel runs."""
+`--precision bf16`'s weight update, holds the rounded tile widened in its f32 result).
+Packed and with `pairs 1` in its schedule (AVX-512 BF16), its operands go in pairs of steps
+of p and the micro-kernel is dlvm.codegen.bf16_pairs'; otherwise its elements are widened to
+f32 as they are read or packed, and the f32 micro-kernel runs."""
 
 from __future__ import annotations
 
