@@ -4,7 +4,9 @@ elementwise chain in f32 and in reduced precision, against ONNX Runtime in f32 a
 weights (dynamic quantisation), PyTorch under bf16 autocast (bf16 tensors for the product) and
 JAX with bf16 parameters (a donated buffer for the chain), measured side by side in one run,
 interleaved in blocks (bench/cpu.py's). Prints medians, minimums, each contender's time over
-ours in f32, and every goal of the issue, met or not; `--write` puts the tables in
+ours in f32, and every goal of the issue, met or not (each call is timed alone, in blocks
+after a pause: a cold start that adds about the same time to every contender's call, so ratios
+below 1 read closer to 1 than back-to-back steps would give); `--write` puts the tables in
 bench/RESULTS.md's "Reduced precision" section. Reports only: the exit status is 0 whatever the
 figures.
 

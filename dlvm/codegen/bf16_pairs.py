@@ -14,14 +14,18 @@ each pair, its columns' pairs:
 half = ⌈k / 2⌉; an odd k's last pair ends in zeros in both (0 · 0: no NaN from what lies
 beyond). The products of two bf16 are exact in f32, and the sums are f32 sums, in another order
 than the interpreter's (docs/ir.md, "bf16"); `vdpbf16ps` treats subnormal inputs and results as
-zero. The tile's f32 sums are rounded once to bf16 as they are stored (MatMul.store_vector).
+zero. The tile's f32 sums are rounded once to bf16 as they are stored (MatMul.store_vector;
+widened back to f32 where an f32 epilogue holds the tile in its result).
 
 Operands read in place are copied by pairs rather than by elements: a's rows hold its pairs
 next to each other (one 32-bit load each); b's rows p and p + 1 are loaded 16 columns at a time
 and interleaved into 16 pairs; b = Wᵀ (an nn.Linear's weight) has its pairs next to each other
 in W's rows, so its strip is W's rows as 32-bit elements, transposed by square blocks in vector
-registers (dlvm.codegen.transposing), as an f32 Wᵀ is. Anything else (a prologue computes it)
-goes element by element through KernelGen.elem."""
+registers (dlvm.codegen.transposing), as an f32 Wᵀ is. b = `convert` of an f32 matrix in place
+(`--precision bf16`'s weight) is loaded as f32 rows and rounded 16 columns at a time; a = Xᵀ
+with X in place (a weight gradient's activations) is two runs of a tile's rows along X's rows
+2·pp and 2·pp + 1, interleaved. Anything else (a prologue computes it) goes element by element
+through KernelGen.elem."""
 
 from __future__ import annotations
 
@@ -30,13 +34,15 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from dlvm.codegen.llvm_types import I32, I64, constant
+from dlvm.codegen.llvm_types import I32, I64, constant, narrow
 from dlvm.codegen.loops import counted_loop
 from dlvm.codegen.matmul_rows import rows_in_place
-from dlvm.codegen.transposing import copy_transposed
-from dlvm.ir.types import DataType
+from dlvm.codegen.transposing import columns_in_place, copy_transposed
+from dlvm.ir.types import DataType, TensorType
+from dlvm.ir.values import Instruction
 
 if TYPE_CHECKING:
+    from dlvm.codegen.kernel import KernelGen
     from dlvm.codegen.matmul import MatMul
 
 LANES = 16  # f32 lanes of one vdpbf16ps (512 bits)
@@ -115,6 +121,20 @@ def _offset(b: ir.IRBuilder, strides: tuple[int, ...], idx: list[ir.Value]) -> i
     return total
 
 
+def _converted_rows(mm: MatMul, kg: KernelGen) -> tuple[ir.Value, tuple[int, ...]] | None:
+    """Where b is an f32 matrix in place converted to bf16 (`--precision bf16`'s weight, read
+    through its conversion): that matrix's pointer and strides, its rows loaded as f32 vectors
+    and rounded (as `convert` rounds: to nearest even) while they are packed."""
+    v = mm.bm
+    if not isinstance(v, Instruction) or v.opcode != "convert":
+        return None
+    src = v.operands[0]
+    t = src.type
+    if not isinstance(t, TensorType) or t.dtype is not DataType.F32:
+        return None
+    return rows_in_place(src, kg.ptrs)
+
+
 def pack_a(
     mm: MatMul, rows: int, batch: list[ir.Value], ic: ir.Value, ic_end: ir.Value,
     a_pack: ir.Value, down_columns: bool,
@@ -140,6 +160,13 @@ def pack_a(
         kg.memo.clear()
         b.store(kg.elem(mm.a, [*batch, i, p]), at(i, p))
 
+    columns = columns_in_place(mm.a, kg.ptrs) if found is None and down_columns else None
+    if columns is not None:
+        _pack_a_columns(mm, rows, ic, ic_end, a_pack, columns, element)
+        if mm.k % 2:
+            counted_loop(b, ic, ic_end, lambda i: b.store(
+                constant(DataType.BF16, 0), at(i, _c(mm.k))), name="rz")  # fmt: skip
+        return
     if found is None and down_columns:
         counted_loop(b, 0, mm.k, lambda p: counted_loop(
             b, ic, ic_end, lambda i: element(i, p), name="ra"), name="pa")  # fmt: skip
@@ -169,6 +196,46 @@ def pack_a(
     counted_loop(b, ic, ic_end, row, name="ra")
 
 
+def _pack_a_columns(
+    mm: MatMul, rows: int, ic: ir.Value, ic_end: ir.Value, a_pack: ir.Value,
+    columns: tuple[ir.Value, tuple[int, ...]], element: Callable[[ir.Value, ir.Value], None],
+) -> None:  # fmt: skip
+    """pack_a for a = Xᵀ, X in memory (a weight gradient's activations): a whole tile's
+    pair of steps is two runs of `rows` elements along X's rows 2·pp and 2·pp + 1,
+    interleaved in registers; a last, shorter tile and an odd k's last step element by
+    element."""
+    b, bf = mm.b, mm.elem_ty
+    ptr, (_, row) = columns
+    h = half(mm.k)
+    run_t = ir.VectorType(bf, rows)
+    mix = ir.Constant(ir.VectorType(I32, 2 * rows),
+                      [x for r in range(rows) for x in (r, rows + r)])  # fmt: skip
+    whole = b.udiv(b.sub(ic_end, ic), _c(rows))
+
+    def tile(t: ir.Value) -> None:
+        i0 = b.add(ic, b.mul(t, _c(rows)))
+
+        def pair(pp: ir.Value) -> None:
+            p = b.mul(pp, _c(2))
+            lo = b.load(b.gep(ptr, [b.add(b.mul(p, _c(row)), i0)], source_etype=bf),
+                        typ=run_t, align=2)  # fmt: skip
+            hi = b.load(b.gep(ptr, [b.add(b.mul(b.add(p, _c(1)), _c(row)), i0)],
+                              source_etype=bf), typ=run_t, align=2)  # fmt: skip
+            unit = b.mul(b.add(b.mul(t, _c(h)), pp), _c(rows))
+            target = b.gep(a_pack, [b.mul(unit, _c(2))], source_etype=bf)
+            b.store(b.shuffle_vector(lo, hi, mix), target, align=2)
+
+        counted_loop(b, 0, mm.k // 2, pair, name="pa")
+        if mm.k % 2:
+            counted_loop(b, i0, b.add(i0, _c(rows)), lambda i: element(i, _c(mm.k - 1)),
+                         name="ra")  # fmt: skip
+
+    counted_loop(b, 0, whole, tile, name="ta")
+    rest = b.add(ic, b.mul(whole, _c(rows)))
+    counted_loop(b, 0, mm.k, lambda p: counted_loop(
+        b, rest, ic_end, lambda i: element(i, p), name="ra"), name="pa")  # fmt: skip
+
+
 def pack_b(
     mm: MatMul, width: int, batch: list[ir.Value], jc: ir.Value, jc_end: ir.Value,
     b_pack: ir.Value, down_columns: bool,
@@ -180,6 +247,9 @@ def pack_b(
     h = half(mm.k)
     strips = b.udiv(b.add(b.sub(jc_end, jc), _c(width - 1)), _c(width))
     found = None if mm.b_columns is not None else rows_in_place(mm.bm, kg.ptrs)
+    source_t = ir.VectorType(bf, LANES)  # what a row's 16 columns load as
+    if found is None and mm.b_columns is None and (wide := _converted_rows(mm, kg)) is not None:
+        found, source_t = wide, ir.VectorType(ir.FloatType(), LANES)
 
     def strip(q: ir.Value) -> None:
         j0 = b.add(jc, b.mul(q, _c(width)))
@@ -224,20 +294,25 @@ def pack_b(
             ptr, strides = found
             vecs = b.udiv(count, _c(LANES))
             half_t = ir.VectorType(bf, LANES)
+            size = 4 if source_t.element == ir.FloatType() else 2
             mix = ir.Constant(ir.VectorType(I32, 2 * LANES),
                               [x for c in range(LANES) for x in (c, LANES + c)])  # fmt: skip
 
             def row_at(p: ir.Value, c: ir.Value) -> ir.Value:
                 off = _offset(b, strides, [*batch, p, b.add(j0, c)])
-                return b.gep(ptr, [off], source_etype=bf)
+                return b.gep(ptr, [off], source_etype=source_t.element)
+
+            def load_row(p: ir.Value, c: ir.Value) -> ir.Value:
+                v = b.load(row_at(p, c), typ=source_t, align=size)
+                return v if size == 2 else narrow(b, v, half_t)  # vcvtneps2bf16
 
             def pair_row(pp: ir.Value) -> None:
                 p = b.mul(pp, _c(2))
 
                 def vector(v: ir.Value) -> None:
                     c = b.mul(v, _c(LANES))
-                    lo = b.load(row_at(p, c), typ=half_t, align=2)
-                    hi = b.load(row_at(b.add(p, _c(1)), c), typ=half_t, align=2)
+                    lo = load_row(p, c)
+                    hi = load_row(b.add(p, _c(1)), c)
                     b.store(b.shuffle_vector(lo, hi, mix), at(p, c), align=2)
 
                 def both(c: ir.Value) -> None:  # the columns past the whole vectors

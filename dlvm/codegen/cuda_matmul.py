@@ -176,10 +176,9 @@ class TiledProduct:
                                 b.icmp_unsigned("<", col, c(self.n)))  # fmt: skip
                 with b.if_then(inside):
                     idx = self.output_index(r, col)
-                    kg.store(out, idx, self.t, b.load(acc[i][j]))
+                    kg.store_product(out, idx, b.load(acc[i][j]))
                     if kg.root is not kg.core:
-                        kg.memo.clear()
-                        kg.store(out, idx, self.t, kg.elem(kg.root, idx))
+                        kg.store_root(out, idx)
         b.ret_void()
 
 

@@ -238,10 +238,9 @@ class MmaProduct:
                     value = b.load(self.at(slot, e), typ=F32)
                     if element is not F32:  # rounded once to f16 or bf16
                         value = b.fptrunc(value, element)
-                    kg.store(out, idx, self.t, value)
+                    kg.store_product(out, idx, value)
                     if kg.root is not kg.core:
-                        kg.memo.clear()
-                        kg.store(out, idx, self.t, kg.elem(kg.root, idx))
+                        kg.store_root(out, idx)
         b.ret_void()
 
     def tf32_products(self, mma, acc, a_tile, b_tile, warp_row, warp_col, group, tig, tf32_at):

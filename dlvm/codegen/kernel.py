@@ -65,7 +65,7 @@ from dlvm.ir.literals import (
     dense_array,
 )
 from dlvm.ir.strided import STRIDED_VIEWS, base_axis_terms, contiguous_strides, view_strides
-from dlvm.ir.types import DataType, TensorType
+from dlvm.ir.types import DataType, TensorType, Type
 from dlvm.ir.values import Argument, Function, Instruction, LiteralValue, Value
 from dlvm.ir.windows import window_padding
 from dlvm.transforms.compute_generation import PRODUCTS, kernel_core
@@ -78,6 +78,20 @@ KERNEL = ir.FunctionType(ir.VoidType(), [PTR])
 # them on a stack of its own, so a fused chain thousands of instructions long does not
 # recurse through Python's.
 Steps = Generator[tuple[Value, list[ir.Value]], ir.Value, ir.Value]
+
+
+def held_type(core: Instruction, root: Instruction) -> Type | None:
+    """The type out holds a kernel's core in (its product before the epilogue reads it back):
+    the core's, or f32 when a bf16 matrix product's epilogue ends in f32
+    (dlvm.transforms.compute_generation); None for any other epilogue of another type."""
+    t, rt = core.type, root.type
+    if core is root or rt == t:
+        return t
+    if (core.opcode == "dot" and isinstance(t, TensorType) and isinstance(rt, TensorType)
+            and t.dtype is DataType.BF16 and rt.dtype is DataType.F32
+            and rt.shape == t.shape):  # fmt: skip
+        return rt
+    return None
 
 
 def tensor_type(v: Value) -> TensorType:
@@ -115,7 +129,8 @@ class KernelGen:
             raise CodegenError(f"@{fn.name}: a [compute] function must be one block")
         self.root = root
         self.core = kernel_core(fn)
-        if self.core is not root and self.core.type != root.type:
+        self.held = held_type(self.core, root)
+        if self.held is None:
             op = self.core.opcode
             raise CodegenError(f"@{fn.name}: a {op}'s epilogue must have the {op}'s type")
         if sum(inst.opcode in PRODUCTS for inst in fn.blocks[0].instructions) > 1:
@@ -429,10 +444,9 @@ class KernelGen:
 
             counted_loop(b, 0, tensor_type(x).shape[-1], step, name="p")
             total = b.load(slot)
-            self.store(out, idx, t, narrow(b, total, value_type(t.dtype)) if wide else total)
+            self.store_product(out, idx, narrow(b, total, value_type(t.dtype)) if wide else total)
             if self.root is not core:
-                self.memo.clear()
-                self.store(out, idx, t, self.elem(self.root, idx))
+                self.store_root(out, idx)
 
         self.each_output(t, at, begin, end)
 
@@ -734,6 +748,20 @@ class KernelGen:
     def store(self, base: ir.Value, idx: list[ir.Value], t: TensorType, v: ir.Value) -> None:
         store_element(self.b, v, self.address(base, idx, t), t.dtype)
 
+    def store_product(self, base: ir.Value, idx: list[ir.Value], v: ir.Value) -> None:
+        """An element of the kernel's product (in the product's type) into out, where it is
+        held in `held`'s type until the epilogue reads it back."""
+        held = self.held
+        assert isinstance(held, TensorType)
+        if held.dtype is not tensor_type(self.core).dtype:
+            v = self.b.fpext(v, value_type(held.dtype))
+        self.store(base, idx, held, v)
+
+    def store_root(self, base: ir.Value, idx: list[ir.Value]) -> None:
+        """The root's element at idx into out: an epilogue, over the product held there."""
+        self.memo.clear()
+        self.store(base, idx, tensor_type(self.root), self.elem(self.root, idx))
+
     def elem(self, v: Value, idx: list[ir.Value]) -> ir.Value:
         """The element of v at idx, computed at the builder's position: each element an
         element needs first, depth first and in operand order, each (value, index) once."""
@@ -774,8 +802,11 @@ class KernelGen:
         if isinstance(v, LiteralValue):
             return self.literal(v, idx)
         if v is self.core and v is not self.root:  # an epilogue reads the product from out
-            t = tensor_type(v)
-            return load_element(b, self.address(self.out, idx, t), t.dtype)
+            t, held = tensor_type(v), self.held
+            assert isinstance(held, TensorType)
+            e = load_element(b, self.address(self.out, idx, held), held.dtype)
+            # bf16 sums held in f32 narrow exactly
+            return e if held.dtype is t.dtype else b.fptrunc(e, value_type(t.dtype))
         assert isinstance(v, Instruction)
         op = v.opcode
         fam = v.op.family
@@ -798,6 +829,10 @@ class KernelGen:
             return b.select(c, x, y)
         if op == "dataTypeCast":
             src = v.operands[0]
+            held = self.held
+            if src is self.core and isinstance(held, TensorType) and held.dtype is t.dtype:
+                # the product's bf16 sums, already widened in out
+                return load_element(b, self.address(self.out, idx, held), held.dtype)
             return cast(b, (yield src, idx), tensor_type(src).dtype, t.dtype)
         if op == "convert":
             src = v.operands[0]

@@ -23,10 +23,11 @@ columns one narrower strip (LLVM vectors of any width).
 
 A bf16 product (`wide`) accumulates in f32 vectors (half as many lanes as bf16 vectors) over
 its whole sum in one slice (dlvm.codegen.bf16_products bounds its length), and rounds once to
-bf16 as the tile is stored, before the epilogue reads it back. Packed and with `pairs 1` in its
-schedule (AVX-512 BF16), its operands go in pairs of steps of p and the micro-kernel is
-dlvm.codegen.bf16_pairs'; otherwise its elements are widened to f32 as they are read or packed,
-and the f32 micro-kernel runs."""
+bf16 as the tile is stored, before the epilogue reads it back (an epilogue that ends in f32,
+`--precision bf16`'s weight update, holds the rounded tile widened in its f32 result).
+Packed and with `pairs 1` in its schedule (AVX-512 BF16), its operands go in pairs of steps
+of p and the micro-kernel is dlvm.codegen.bf16_pairs'; otherwise its elements are widened to
+f32 as they are read or packed, and the f32 micro-kernel runs."""
 
 from __future__ import annotations
 
@@ -345,7 +346,7 @@ class MatMul:
             with resume:
                 for r in range(rows):
                     for slot, ptr, vt in zip(acc[r], out_ptrs[r], vtypes):
-                        b.store(self.load_vector(ptr, vt, narrow=self.wide), slot)
+                        b.store(self.load_vector(ptr, vt, narrow=self.narrow_out), slot)
 
         def step(p: ir.Value) -> None:
             kg.memo.clear()
@@ -389,7 +390,8 @@ class MatMul:
     # Vectors ---------------------------------------------------------------------------------
 
     def out_address(self, batch: list[ir.Value], i: ir.Value, j0: ir.Value, c: int) -> ir.Value:
-        return self.kg.address(self.out, [*batch, i, self.b.add(j0, ir.Constant(I64, c))], self.t)
+        return self.kg.address(self.out, [*batch, i, self.b.add(j0, ir.Constant(I64, c))],
+                               self.held)  # fmt: skip
 
     def store_sums(
         self, batch: list[ir.Value], i: ir.Value, j0: ir.Value, sums: ir.Value, count: int
@@ -423,15 +425,32 @@ class MatMul:
         v = self.b.load(ptr, typ=ir.VectorType(self.elem_ty, vt.count), align=self.dt.size)
         return self.b.fpext(v, vt)
 
+    @property
+    def held(self) -> TensorType:
+        """The tile's type in out: t, or f32 for a bf16 product under an f32 epilogue
+        (KernelGen.held)."""
+        held = self.kg.held
+        if isinstance(held, TensorType) and held.shape == self.t.shape:
+            return held
+        return self.t
+
+    @property
+    def narrow_out(self) -> bool:
+        """Whether out holds the tile in bf16 (not widened for an f32 epilogue)."""
+        return self.wide and self.held.dtype is DataType.BF16
+
     def store_vector(self, v: ir.Value, ptr: ir.Value) -> None:
-        """Sums into out: a bf16 product's f32 sums rounded once to bf16."""
+        """Sums into out: a bf16 product's f32 sums rounded once to bf16 (and widened back,
+        exactly, where out holds them in f32)."""
         b = self.b
         vt = v.type
         if self.wide:
             assert isinstance(vt, ir.VectorType)
             to = ir.VectorType(self.elem_ty, vt.count)
             v = narrow(b, v, to) if self.converts else bf16_rounded(b, v)
-        b.store(v, ptr, align=self.dt.size)
+            if not self.narrow_out:
+                v = b.fpext(v, vt)
+        b.store(v, ptr, align=self.held.dtype.size)
 
     def splat(self, x: ir.Value, vt: ir.VectorType) -> ir.Value:
         b = self.b

@@ -20,7 +20,9 @@ of columns. And a product (a matrix `dot` or a `convolve`, PRODUCTS) whose only 
 elementwise chain of its own shape and type (bias, activation, a residual, the derivative of
 one) is computed inside that chain's kernel, which applies the chain to each tile of the
 product as soon as the tile is done (a convolution computed one element at a time, to each
-element).
+element). The chain may end in f32 after a bf16 matrix product (a `dataTypeCast` to f32 and
+what follows: `--precision bf16`'s weight gradient and its update): the kernel then keeps the
+product's sums, rounded to bf16 as the IR says, in the f32 root's buffer.
 
 Then a pointwise kernel whose result only other kernels read, not through a `dot`'s operands,
 is computed inside each of them instead of written to memory when that is cheaper: always
@@ -39,7 +41,7 @@ from dlvm.ir.builder import create
 from dlvm.ir.literals import DenseLiteral
 from dlvm.ir.ops import UNARY_FLOAT, lookup
 from dlvm.ir.strided import STRIDED_VIEWS, view_strides
-from dlvm.ir.types import FunctionType, TensorType, canonical
+from dlvm.ir.types import DataType, FunctionType, TensorType, canonical
 from dlvm.ir.values import (
     Argument,
     Block,
@@ -326,12 +328,29 @@ def _epilogue_products(
         cur: Instruction = product
         while (user := user_of.get(cur)) is not None and _elementwise_of_shape(user, shape):
             if user not in inlined:
-                if user.type == product.type and user not in roots:
+                if _holds(product, user) and user not in roots:
                     roots.add(user)
                     out.add(product)
                 break
             cur = user
     return out
+
+
+def _holds(product: Instruction, root: Instruction) -> bool:
+    """Whether `root`, the end of an elementwise chain of `product`'s shape, may be its
+    kernel's root: it has the product's type, or it is f32 after a bf16 matrix product (a
+    mixed-precision weight gradient and its update: the kernel keeps the product's bf16-rounded
+    sums in the root's f32 buffer, widening exactly, before the chain reads them back)."""
+    if root.type == product.type:
+        return True
+    pt, rt = product.type, root.type
+    return (
+        product.opcode == "dot"
+        and isinstance(pt, TensorType)
+        and isinstance(rt, TensorType)
+        and pt.dtype is DataType.BF16
+        and rt.dtype is DataType.F32
+    )
 
 
 def _elementwise_of_shape(inst: Instruction, shape: tuple[int, ...]) -> bool:

@@ -228,3 +228,77 @@ def test_a_product_keep_refuses_is_taken_in_f32():
     products_in_f32(module, keep=lambda inst: False)
     opcodes = [i.opcode for f in module.functions for i in f.instructions()]
     assert opcodes.count("dataTypeCast") == 3
+
+
+# --precision bf16's weight gradient and its SGD update: a bf16 product read through a cast to
+# f32 (dlvm.transforms.compute_generation fuses the update into the product's kernel).
+UPDATE = """module "u"
+stage optimizable
+
+func @update: (<61 x 131 x bf16>, <61 x 70 x bf16>, <131 x 70 x f32>) -> <131 x 70 x f32> {
+'entry(%a: <61 x 131 x bf16>, %b: <61 x 70 x bf16>, %w: <131 x 70 x f32>):
+    %x = transpose %a: <61 x 131 x bf16>
+    %d = dot %x: <131 x 61 x bf16>, %b: <61 x 70 x bf16>
+    %c = dataTypeCast %d: <131 x 70 x bf16> to f32
+    %m = multiply 0.01: f32, %c: <131 x 70 x f32>
+    %r = subtract %w: <131 x 70 x f32>, %m: <131 x 70 x f32>
+    return %r: <131 x 70 x f32>
+}
+"""
+
+
+def test_a_bf16_products_f32_update_is_one_kernel():
+    [kernel] = [f for f in scheduled(UPDATE, "native").functions if f.compute]
+    opcodes = [i.opcode for i in kernel.instructions()]
+    assert "dot" in opcodes and opcodes[-2] == "subtract"
+
+
+@pytest.mark.parametrize("cpu", CPUS)
+def test_a_bf16_products_f32_update_rounds_the_product_once(cpu, tmp_path):
+    """Integer operands: every f32 sum is exact, so the library's product, rounded to bf16 as
+    the IR says (the sums exceed bf16's 8 bits), is the interpreter's; the update's f32
+    arithmetic may differ by a contraction (one f32 ulp)."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(-30, 31, (61, 131)).astype(BF16)
+    b = rng.integers(-30, 31, (61, 70)).astype(BF16)
+    w = rng.standard_normal((131, 70)).astype(np.float32)
+    module = parse_module(UPDATE, "u.dl")
+    path = tmp_path / "u.so"
+    build_library(module, module_spec(module, "u"), path, cpu=cpu)
+    with dlvm.load(path) as lib:
+        got = np.asarray(lib.update(a, b, w))
+    want = np.asarray(run_function(parse_module(UPDATE, "u.dl"), "update", [a, b, w]))
+    assert got.dtype == np.float32
+    np.testing.assert_array_max_ulp(got, want, maxulp=1)
+
+
+# --precision bf16's forward product: an f32 weight converted to bf16 as it is packed.
+CONVERTED = """module "c"
+stage optimizable
+
+func @forward: (<117 x 201 x bf16>, <201 x 67 x f32>) -> <117 x 67 x bf16> {
+'entry(%a: <117 x 201 x bf16>, %w: <201 x 67 x f32>):
+    %c = convert %w: <201 x 67 x f32> to bf16
+    %r = dot %a: <117 x 201 x bf16>, %c: <201 x 67 x bf16>
+    return %r: <117 x 67 x bf16>
+}
+"""
+
+
+@pytest.mark.parametrize("cpu", CPUS)
+def test_a_converted_f32_weight_rounds_as_convert(cpu, tmp_path):
+    """Multiples of 1/32 after rounding, so every f32 sum is exact: the library's product is
+    the interpreter's exactly, the weight rounded to nearest even as `convert` rounds it (the
+    offsets of 1/1024, 1/64 + 1/1024 and 1/64 round down, up and to even)."""
+    rng = np.random.default_rng(6)
+    a = rng.integers(-8, 9, (117, 201)).astype(BF16)
+    offsets = np.array([1 / 1024, 1 / 64 + 1 / 1024, 1 / 64], np.float32)
+    w = (rng.integers(4, 8, (201, 67)) + rng.choice(offsets, (201, 67))).astype(np.float32)
+    w *= rng.choice(np.array([-1, 1], np.float32), (201, 67))
+    module = parse_module(CONVERTED, "c.dl")
+    path = tmp_path / "c.so"
+    build_library(module, module_spec(module, "c"), path, cpu=cpu)
+    with dlvm.load(path) as lib:
+        got = np.asarray(lib.forward(a, w))
+    want = np.asarray(run_function(parse_module(CONVERTED, "c.dl"), "forward", [a, w]))
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
