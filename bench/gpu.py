@@ -73,6 +73,24 @@ def build(directory: Path, gpu: str) -> None:
         print(f"built {name}.so in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
+def _product_row(
+    library: Path, a: Any, b: Any, sync: Callable[[], None], runs: int
+) -> dict[str, list[float]]:
+    """Our `matmul` of `library` and torch.mm on the same GPU operands, timed alike."""
+    import torch
+
+    import dlvm
+
+    c = torch.empty_like(a)
+    model = dlvm.load(library, device="cuda:0")
+    try:
+        row = {"ours": timed(lambda: model.matmul(a, b, out=c), sync, runs)}
+    finally:
+        model.close()
+    row["torch"] = timed(lambda: torch.mm(a, b, out=c), sync, runs)
+    return row
+
+
 def timed(fn: Callable[[], Any], sync: Callable[[], None], runs: int) -> list[float]:
     """Seconds of each of `runs` calls of fn after warm-up calls, each waited for."""
     for _ in range(3):
@@ -199,26 +217,17 @@ def run(directory: Path, runs: int, write: bool) -> int:
 
     a = torch.randn(MATMUL_N, MATMUL_N, device=dev)
     b = torch.randn(MATMUL_N, MATMUL_N, device=dev)
-    c = torch.empty_like(a)
-    model = dlvm.load(directory / "matmul.so", device="cuda:0")
-    row = {"ours": timed(lambda: model.matmul(a, b, out=c), sync, max(5, runs // 10))}
-    row["torch"] = timed(lambda: torch.mm(a, b, out=c), sync, max(5, runs // 10))
-    model.close()
-    results["matmul"] = row
-    model = dlvm.load(directory / "matmul_tf32.so", device="cuda:0")
-    row = {"ours": timed(lambda: model.matmul(a, b, out=c), sync, max(5, runs // 10))}
-    torch.backends.cuda.matmul.allow_tf32 = True
-    row["torch"] = timed(lambda: torch.mm(a, b, out=c), sync, max(5, runs // 10))
-    torch.backends.cuda.matmul.allow_tf32 = False
-    model.close()
-    results["matmul_tf32"] = row
+    product_runs = max(5, runs // 10)
+    results["matmul"] = _product_row(directory / "matmul.so", a, b, sync, product_runs)
+    torch.backends.cuda.matmul.allow_tf32 = True  # cuBLAS in TF32, as our --tf32 library
+    try:
+        results["matmul_tf32"] = _product_row(
+            directory / "matmul_tf32.so", a, b, sync, product_runs
+        )
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
     a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
-    c = torch.empty_like(a)
-    model = dlvm.load(directory / "matmul_bf16.so", device="cuda:0")
-    row = {"ours": timed(lambda: model.matmul(a, b, out=c), sync, max(5, runs // 10))}
-    row["torch"] = timed(lambda: torch.mm(a, b, out=c), sync, max(5, runs // 10))
-    model.close()
-    results["matmul_bf16"] = row
+    results["matmul_bf16"] = _product_row(directory / "matmul_bf16.so", a, b, sync, product_runs)
 
     table = report(results, torch.cuda.get_device_name(0), runs)
     print(table)
