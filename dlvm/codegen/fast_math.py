@@ -27,12 +27,13 @@ _LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
 _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
              1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
 _EXP_CLAMP = (-104.0, 89.0)
-_TANH_CLAMP = 7.90531110763549805
-# tanh(x)/x ≈ P(x²)/Q(x²) on [0, 7.9053], P of degree 4 and Q of degree 3 with a leading 1, fitted
-# to the relative error (bench/fit_tanh.py): 1.9e-7 in exact arithmetic, 4.3e-7 evaluated in f32.
-_TANH_NUM = (-3.162907887599431e-05, 0.03652611002326012, 13.672789573669434,
-             643.034423828125, 5055.11376953125)  # fmt: skip
-_TANH_DEN = (115.68982696533203, 2328.064697265625, 5055.11474609375)  # after z³
+# tanh(x)/x ≈ P(x²)/Q(x²), P of degree 4 and Q of degree 3 with a leading 1, fitted to the
+# relative error on [0, 8.3] (bench/fit_tanh.py). x·P/Q rises above 1 (by 2 ulp) at x = 7.9785:
+# x² is clamped to that point's square, past which x·P/Q grows with x and is clamped to ±1.
+_TANH_Z_CLAMP = 63.65645980834961
+_TANH_NUM = (-2.9959257517475635e-05, 0.036022357642650604, 13.808797836303711,
+             656.1493530273438, 5172.185546875)  # fmt: skip
+_TANH_DEN = (1.0, 117.59933471679688, 2380.199951171875, 5172.18701171875)
 _LOG_POLY = (-0.1007217988371849, 0.15988348424434662, -0.17154543101787567,
              0.19928044080734253, -0.24982571601867676, 0.3333420753479004)  # fmt: skip
 
@@ -84,14 +85,11 @@ def exp_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 
 def tanh_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    xc = _clamp(b, x, -_TANH_CLAMP, _TANH_CLAMP)
-    z = b.fmul(xc, xc)
-    numerator = b.fmul(xc, _horner(b, z, _TANH_NUM))
+    z = b.fmul(x, x)
+    z = b.select(b.fcmp_ordered(">", z, _c(_TANH_Z_CLAMP)), _c(_TANH_Z_CLAMP), z)
     # Q's leading coefficient is 1: its first Horner step is an addition, not a multiply-add.
-    y = b.fdiv(numerator, _horner(b, z, (1.0, *_TANH_DEN)))
-    # Past the clamp the rational ends at 1 - 2.4e-7: saturate to ±1 exactly, as tanh rounds.
-    past = b.fcmp_ordered(">", f32_intrinsic(b, "fabs", [x]), _c(_TANH_CLAMP))
-    return b.select(past, f32_intrinsic(b, "copysign", [_c(1.0), x]), y)
+    y = b.fdiv(b.fmul(x, _horner(b, z, _TANH_NUM)), _horner(b, z, _TANH_DEN))
+    return _clamp(b, y, -1.0, 1.0)
 
 
 def log_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
