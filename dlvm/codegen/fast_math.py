@@ -8,9 +8,11 @@ fewer instructions. The bounds below are measured against float64 over dense swe
   r = x - n·ln 2 in two multiply-adds, Cephes' degree-6 polynomial for e^r, and 2^n applied as
   two factors so that n in [-150, 128] needs no range check: above 88.72 the product overflows
   to +inf, below -87.34 it rounds into the subnormals and to 0 as the exact result does.
-- tanh: a rational function, odd degree 13 over even degree 6 in x clamped to ±7.9053 (where
-  tanh is within 2.7e-7 of 1; Eigen's generic_fast_tanh_float coefficients): one division, no
-  exp; ±1 exactly past the clamp. tanh(±0) = ±0, NaN stays NaN.
+- tanh: x·P(x²)/Q(x²), P of degree 4 and Q of degree 3 (fitted to the relative error on
+  [0, 8.3] by bench/fit_tanh.py): one division, no exp, 8 multiplies and multiply-adds. x² is
+  clamped where x·P/Q has passed 1 (x = 7.9935), so beyond it x·P/Q grows with |x| (to ±inf for
+  huge x), and the result is clamped to [-1, 1]: ±1 exactly there, never past it. tanh(±0) = ±0,
+  NaN stays NaN (ordered comparisons).
 - log: x = m · 2^e with m in [√½, √2) from the bits (subnormal inputs scaled first), then
   f - f²/2 + f³·p(f) for f = m - 1 with p of degree 5 (fitted to the relative error, where the
   accurate log's has degree 9); log(±0) = -inf, log(+inf) = +inf, x < 0 and NaN give NaN."""
@@ -28,9 +30,9 @@ _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
              1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
 _EXP_CLAMP = (-104.0, 89.0)
 # tanh(x)/x ≈ P(x²)/Q(x²), P of degree 4 and Q of degree 3 with a leading 1, fitted to the
-# relative error on [0, 8.3] (bench/fit_tanh.py). x·P/Q rises above 1 (by 2 ulp) at x = 7.9785:
+# relative error on [0, 8.3] (bench/fit_tanh.py). x·P/Q rises above 1 (by 2 ulp) at x = 7.9935:
 # x² is clamped to that point's square, past which x·P/Q grows with x and is clamped to ±1.
-_TANH_Z_CLAMP = 63.65645980834961
+_TANH_Z_CLAMP = 63.89604568481445
 _TANH_NUM = (-2.9959257517475635e-05, 0.036022357642650604, 13.808797836303711,
              656.1493530273438, 5172.185546875)  # fmt: skip
 _TANH_DEN = (1.0, 117.59933471679688, 2380.199951171875, 5172.18701171875)
