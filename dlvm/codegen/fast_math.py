@@ -5,11 +5,12 @@ fewer instructions. The bounds below are measured against float64 over dense swe
 (tests/unit/test_fast_math.py) and documented in docs/ir.md, "Fast math".
 
 - exp: x clamped to [-104, 89] (a NaN passes through), n = round(x / ln 2) by adding 1.5·2^23,
-  r = x - n·ln 2 in two multiply-adds, Cephes' degree-6 polynomial for e^r, and 2^n applied as
+  r = x - n·ln 2 in two multiply-adds, e^r = 1 + r + r²·p(r) with p of degree 3 (fitted to the
+  relative error by bench/fit_fast_math.py; Cephes' accurate one has 5), and 2^n applied as
   two factors so that n in [-150, 128] needs no range check: above 88.72 the product overflows
   to +inf, below -87.34 it rounds into the subnormals and to 0 as the exact result does.
 - tanh: x·P(x²)/Q(x²), P of degree 4 and Q of degree 3 (fitted to the relative error on
-  [0, 8.3] by bench/fit_tanh.py): one division, no exp, 8 multiplies and multiply-adds. x² is
+  [0, 8.3] by bench/fit_fast_math.py): one division, no exp, 8 multiplies and multiply-adds. x² is
   clamped where x·P/Q has passed 1 (x = 7.9935), so beyond it x·P/Q grows with |x| (to ±inf for
   huge x), and the result is clamped to [-1, 1]: ±1 exactly there, never past it. tanh(±0) = ±0,
   NaN stays NaN (ordered comparisons).
@@ -26,11 +27,12 @@ from dlvm.codegen.approx import F32, I32, f32_intrinsic
 _ROUND = 12582912.0  # 1.5·2^23: added, rounds to an integer held in the low mantissa bits
 _LOG2E = 1.44269504088896341
 _LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
-_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-             1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
+# (e^r - 1 - r)/r² ≈ p(r) on |r| ≤ ln 2 / 2, degree 3, fitted to e^r's relative error
+# (bench/fit_fast_math.py): 1.1e-7 in exact arithmetic, 1.8e-7 for exp evaluated in f32.
+_EXP_POLY = (0.008312487974762917, 0.041890308260917664, 0.16667115688323975, 0.499992311000824)
 _EXP_CLAMP = (-104.0, 89.0)
 # tanh(x)/x ≈ P(x²)/Q(x²), P of degree 4 and Q of degree 3 with a leading 1, fitted to the
-# relative error on [0, 8.3] (bench/fit_tanh.py). x·P/Q rises above 1 (by 2 ulp) at x = 7.9935:
+# relative error on [0, 8.3] (bench/fit_fast_math.py). x·P/Q rises above 1 (by 2 ulp) at x = 7.9935:
 # x² is clamped to that point's square, past which x·P/Q grows with x and is clamped to ±1.
 _TANH_Z_CLAMP = 63.89604568481445
 _TANH_NUM = (-2.9959257517475635e-05, 0.036022357642650604, 13.808797836303711,
