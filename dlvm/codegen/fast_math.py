@@ -5,12 +5,15 @@ fewer instructions. The bounds below are measured against float64 over dense swe
 (tests/unit/test_fast_math.py) and documented in docs/ir.md, "Fast math".
 
 - exp: x clamped to [-104, 89] (a NaN passes through), n = round(x / ln 2) by adding 1.5·2^23,
-  r = x - n·ln 2 in two multiply-adds, Cephes' degree-6 polynomial for e^r, and 2^n applied as
+  r = x - n·ln 2 in two multiply-adds, e^r = 1 + r + r²·p(r) with p of degree 3 (fitted to the
+  relative error by bench/fit_fast_math.py; Cephes' accurate one has 5), and 2^n applied as
   two factors so that n in [-150, 128] needs no range check: above 88.72 the product overflows
   to +inf, below -87.34 it rounds into the subnormals and to 0 as the exact result does.
-- tanh: a rational function, odd degree 13 over even degree 6 in x clamped to ±7.9053 (where
-  tanh is within 2.7e-7 of 1; Eigen's generic_fast_tanh_float coefficients): one division, no
-  exp; ±1 exactly past the clamp. tanh(±0) = ±0, NaN stays NaN.
+- tanh: x·P(x²)/Q(x²), P of degree 4 and Q of degree 3 (fitted to the relative error on
+  [0, 8.3] by bench/fit_fast_math.py): one division, no exp, 8 multiplies and multiply-adds. x² is
+  clamped where x·P/Q has passed 1 (x = 7.9935), so beyond it x·P/Q grows with |x| (to ±inf for
+  huge x), and the result is clamped to [-1, 1]: ±1 exactly there, never past it. tanh(±0) = ±0,
+  NaN stays NaN (ordered comparisons).
 - log: x = m · 2^e with m in [√½, √2) from the bits (subnormal inputs scaled first), then
   f - f²/2 + f³·p(f) for f = m - 1 with p of degree 5 (fitted to the relative error, where the
   accurate log's has degree 9); log(±0) = -inf, log(+inf) = +inf, x < 0 and NaN give NaN."""
@@ -24,15 +27,17 @@ from dlvm.codegen.approx import F32, I32, f32_intrinsic
 _ROUND = 12582912.0  # 1.5·2^23: added, rounds to an integer held in the low mantissa bits
 _LOG2E = 1.44269504088896341
 _LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
-_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-             1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
+# (e^r - 1 - r)/r² ≈ p(r) on |r| ≤ ln 2 / 2, degree 3, fitted to e^r's relative error
+# (bench/fit_fast_math.py): 1.1e-7 in exact arithmetic, 1.8e-7 for exp evaluated in f32.
+_EXP_POLY = (0.008312487974762917, 0.041890308260917664, 0.16667115688323975, 0.499992311000824)
 _EXP_CLAMP = (-104.0, 89.0)
-_TANH_CLAMP = 7.90531110763549805
-_TANH_NUM = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
-             5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
-             4.89352455891786e-03)  # fmt: skip
-_TANH_DEN = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
-             4.89352518554385e-03)  # fmt: skip
+# tanh(x)/x ≈ P(x²)/Q(x²), P of degree 4 and Q of degree 3 with a leading 1, fitted to the
+# relative error on [0, 8.3] (bench/fit_fast_math.py). x·P/Q rises above 1 (by 2 ulp) at x = 7.9935:
+# x² is clamped to that point's square, past which x·P/Q grows with x and is clamped to ±1.
+_TANH_Z_CLAMP = 63.89604568481445
+_TANH_NUM = (-2.9959257517475635e-05, 0.036022357642650604, 13.808797836303711,
+             656.1493530273438, 5172.185546875)  # fmt: skip
+_TANH_DEN = (1.0, 117.59933471679688, 2380.199951171875, 5172.18701171875)
 _LOG_POLY = (-0.1007217988371849, 0.15988348424434662, -0.17154543101787567,
              0.19928044080734253, -0.24982571601867676, 0.3333420753479004)  # fmt: skip
 
@@ -84,13 +89,11 @@ def exp_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 
 def tanh_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    xc = _clamp(b, x, -_TANH_CLAMP, _TANH_CLAMP)
-    z = b.fmul(xc, xc)
-    numerator = b.fmul(xc, _horner(b, z, _TANH_NUM))
-    y = b.fdiv(numerator, _horner(b, z, _TANH_DEN))
-    # Past the clamp the rational ends at 1 - 2.4e-7: saturate to ±1 exactly, as tanh rounds.
-    past = b.fcmp_ordered(">", f32_intrinsic(b, "fabs", [x]), _c(_TANH_CLAMP))
-    return b.select(past, f32_intrinsic(b, "copysign", [_c(1.0), x]), y)
+    z = b.fmul(x, x)
+    z = b.select(b.fcmp_ordered(">", z, _c(_TANH_Z_CLAMP)), _c(_TANH_Z_CLAMP), z)
+    # Q's leading coefficient is 1: its first Horner step is an addition, not a multiply-add.
+    y = b.fdiv(b.fmul(x, _horner(b, z, _TANH_NUM)), _horner(b, z, _TANH_DEN))
+    return _clamp(b, y, -1.0, 1.0)
 
 
 def log_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
