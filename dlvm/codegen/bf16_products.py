@@ -16,8 +16,10 @@ between slices)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
+from dlvm.codegen.conv_bf16 import MIN_POSITIONS
 from dlvm.ir.builder import Builder
 from dlvm.ir.types import DataType, as_tensor
 from dlvm.ir.values import Instruction, Module, Value
@@ -31,9 +33,29 @@ def kernel_takes(inst: Instruction) -> bool:
     """Whether the CPU kernels compute the bf16 product `inst` in bf16 (above)."""
     a = as_tensor(inst.operands[0].type)
     t = as_tensor(inst.type)
+    if inst.opcode == "convolve":
+        return _conv_takes(inst)
     if inst.opcode != "dot" or a is None or t is None or t.rank < 2:
         return False
     return a.shape[-1] <= LONGEST_SUM
+
+
+def _conv_takes(conv: Instruction) -> bool:
+    """Whether dlvm.codegen.conv_bf16's product takes the bf16 `convolve` `conv`: by shapes,
+    the convolutions that conv_gemm's product would take in f32 (above)."""
+    x, k = conv.operands
+    xt, kt, t = as_tensor(x.type), as_tensor(k.type), as_tensor(conv.type)
+    if xt is None or kt is None or t is None or t.rank < 3:
+        return False
+    groups = conv.attrs.get("groups") or 1
+    cin_g, cout_g = kt.shape[1], kt.shape[0] // groups
+    return (
+        cin_g * math.prod(kt.shape[2:]) <= LONGEST_SUM
+        and cout_g >= 2
+        and cin_g >= 2
+        and t.shape[-1] >= kt.shape[-1]
+        and math.prod(t.shape[2:]) >= MIN_POSITIONS
+    )
 
 
 def products_in_f32(module: Module, keep: Callable[[Instruction], bool] = kernel_takes) -> None:

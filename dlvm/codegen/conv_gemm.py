@@ -203,12 +203,17 @@ class ConvGemm(MatMul):
         here = b.function.append_basic_block("conv.gemm")
         b.cbranch(b.icmp_unsigned("==", scratch, ir.Constant(scratch.type, None)), fallback, here)
         b.position_at_end(here)
+        self.prepare(scratch)
 
         def image(n: ir.Value, r0: ir.Value) -> None:
             counted_loop(b, 0, self.groups, lambda g: self.group(scratch, n, g, r0),
                          name="group")  # fmt: skip
 
         image_blocks(b, begin, end, self.split, self.outer, image)
+
+    def prepare(self, scratch: ir.Value) -> None:
+        """What a thread does with its scratch buffer before its shares: nothing here (a bf16
+        convolution packs its kernel, dlvm.codegen.conv_bf16)."""
 
     def group(self, buf: ir.Value, n: ir.Value, g: ir.Value, first: ir.Value) -> None:
         """Group g of image n, output rows [first, first + block_rows)."""
@@ -238,28 +243,34 @@ class ConvGemm(MatMul):
     ) -> None:  # fmt: skip
         """The product over columns [jc, jc + rows · width) from the block in buf."""
         b, width = self.b, self.tile.width
-        p0, p1, first, last = bounds
         columns = rows * self.positions[-1]
 
-        def strip(j0: ir.Value, count: int) -> None:
-            rel = b.sub(j0, jc)
-
-            def b_at(p: ir.Value, c: int) -> ir.Value:
-                off = b.add(b.mul(b.sub(p, p0), _c(self.row_stride)), b.add(rel, _c(c)))
-                return b.gep(buf, [off], source_etype=self.elem_ty)
-
-            def tile(i0: ir.Value, tile_rows: int) -> None:
-                self.micro(batch, i0, tile_rows, j0, count, p0, p1, first, last,
-                           self.a_at(batch, i0, p0), b_at)  # fmt: skip
-
-            self.tiles(_c(0), _c(self.m), tile)
-
         def full(q: ir.Value) -> None:
-            strip(b.add(jc, b.mul(q, _c(width))), width)
+            self.strip_product(buf, batch, jc, b.add(jc, b.mul(q, _c(width))), width, bounds)
 
         counted_loop(b, 0, columns // width, full, name="strip")
         if columns % width:
-            strip(b.add(jc, _c(columns // width * width)), columns % width)
+            j0 = b.add(jc, _c(columns // width * width))
+            self.strip_product(buf, batch, jc, j0, columns % width, bounds)
+
+    def strip_product(
+        self, buf: ir.Value, batch: list[ir.Value], jc: ir.Value, j0: ir.Value, count: int,
+        bounds: tuple[ir.Value, ir.Value, ir.Value, ir.Value],
+    ) -> None:  # fmt: skip
+        """Columns [j0, j0 + count) of the panel that starts at column jc, every row."""
+        b = self.b
+        p0, p1, first, last = bounds
+        rel = b.sub(j0, jc)
+
+        def b_at(p: ir.Value, c: int) -> ir.Value:
+            off = b.add(b.mul(b.sub(p, p0), _c(self.row_stride)), b.add(rel, _c(c)))
+            return b.gep(buf, [off], source_etype=self.block_ty)
+
+        def tile(i0: ir.Value, tile_rows: int) -> None:
+            self.micro(batch, i0, tile_rows, j0, count, p0, p1, first, last,
+                       self.a_at(batch, i0, p0), b_at)  # fmt: skip
+
+        self.tiles(_c(0), _c(self.m), tile)
 
     def slice_bounds(self, s: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
         """As MatMul's; with the kernel in runs, `run_slices` slices of each run."""
@@ -292,7 +303,8 @@ class ConvGemm(MatMul):
 
         def at(r: int, p: ir.Value) -> ir.Value:
             off = b.add(b.add(base, _c(r * rows)), p)
-            return b.load(b.gep(ptr, [off], source_etype=self.elem_ty), typ=self.elem_ty)
+            return self.widened(b.load(b.gep(ptr, [off], source_etype=self.elem_ty),
+                                       typ=self.elem_ty))  # fmt: skip
 
         return at
 
@@ -310,13 +322,13 @@ class ConvGemm(MatMul):
         def step(q: ir.Value) -> None:
             c, *taps = unravel(b, q, (self.cin_g, *self.taps))
             channel = b.add(b.mul(g, _c(self.cin_g)), c)
-            row = b.mul(b.sub(q, p0), _c(self.row_stride))
+            row, apart = self.block_row(b.sub(q, p0))
 
             def out_row(rr: ir.Value) -> None:
                 at, inside = self.input_row(n, channel, b.add(r0, rr), taps)
-                dst = b.add(row, b.mul(rr, _c(width)))
+                dst = b.add(row, b.mul(rr, _c(width * apart)))
                 shift = b.sub(b.mul(taps[-1], _c(self.rd[-1])), _c(self.padding[-1][0]))
-                self.copy_run(buf, dst, 1, width, at, self.strides[-1], shift, inside)
+                self.copy_run(buf, dst, apart, width, at, self.strides[-1], shift, inside)
 
             counted_loop(b, 0, rows, out_row, name="orow")
 
@@ -351,6 +363,21 @@ class ConvGemm(MatMul):
             counted_loop(b, 0, rows, out_row, name="orow")
 
         counted_loop(b, 0, b.udiv(b.sub(p1, p0), _c(taps)), run, name="run")
+
+    def block_row(self, q: ir.Value) -> tuple[ir.Value, int]:
+        """Where row q of the block (from the slice's first step) starts in buf, in block_ty
+        elements, and how many elements apart its columns lie: a row each, next to each
+        other."""
+        return self.b.mul(q, _c(self.row_stride)), 1
+
+    @property
+    def block_ty(self) -> ir.Type:
+        """What the block holds an element of X̂ as: the input's type here."""
+        return self.elem_ty
+
+    def to_block(self, v: ir.Value) -> ir.Value:
+        """An element of the input as the block holds it."""
+        return v
 
     def input_row(
         self, n: ir.Value, channel: ir.Value, r: ir.Value, taps: list[ir.Value]
@@ -396,7 +423,7 @@ class ConvGemm(MatMul):
 
         def put(u: ir.Value, v: ir.Value) -> None:
             off = b.add(dst, b.mul(u, _c(dst_step))) if dst_step != 1 else b.add(dst, u)
-            b.store(v, b.gep(buf, [off], source_etype=self.elem_ty))
+            b.store(self.to_block(v), b.gep(buf, [off], source_etype=self.block_ty))
 
         def load(i: ir.Value) -> ir.Value:
             at = b.add(row, i if along == 1 else b.mul(i, _c(along)))
