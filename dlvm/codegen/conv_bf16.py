@@ -98,9 +98,11 @@ class Bf16Conv(ConvGemm):
         self.row_stride = lines * line  # in units; whole vectors of 16 read past a panel's end
         self.block_bytes = self.steps * self.row_stride * unit
         self.kernel_pairs = half(self.k)  # a packed row of the kernel, in pairs
-        packed = self.t.shape[1] * self.kernel_pairs * 4 if self.pairs else 0
-        self.scratch_bytes = self.block_bytes + packed
+        self.pack_bytes = self.t.shape[1] * self.kernel_pairs * 4 if self.pairs else 0
+        rows_bytes = 2 * self.row_stride * 2 if self.pairs else 0  # two rows of X̂ in bf16
+        self.scratch_bytes = self.block_bytes + self.pack_bytes + rows_bytes
         self.a_pack: ir.Value | None = None
+        self.two_rows: ir.Value | None = None
 
     # The block ---------------------------------------------------------------------------
 
@@ -111,25 +113,15 @@ class Bf16Conv(ConvGemm):
     def to_block(self, v: ir.Value) -> ir.Value:
         return v if self.pairs else self.b.fpext(v, ir.FloatType())
 
-    def block_row(self, q: ir.Value) -> tuple[ir.Value, int]:
-        if not self.pairs:
-            return super().block_row(q)
-        b = self.b
-        pair = b.mul(b.lshr(q, _c(1)), _c(2 * self.row_stride))
-        return b.add(pair, b.and_(q, _c(1))), 2
-
     def prepare(self, scratch: ir.Value) -> None:
-        """With pairs: the kernel packed behind the block, and the block's last row of pairs
-        ending in zeros for an odd k."""
+        """With pairs: the kernel packed behind the block, and where the two rows of X̂ that
+        make a row of pairs are copied first."""
         if not self.pairs:
             return
         b, bf = self.b, self.elem_ty
         self.a_pack = b.gep(scratch, [_c(self.block_bytes)], source_etype=ir.IntType(8))
-        if self.k % 2:
-            start, _ = self.block_row(_c(self.k))
-            counted_loop(b, 0, self.row_stride, lambda c: b.store(
-                ir.Constant(bf, 0), b.gep(scratch, [b.add(start, b.mul(c, _c(2)))],
-                                          source_etype=bf)), name="zk")  # fmt: skip
+        self.two_rows = b.gep(scratch, [_c(self.block_bytes + self.pack_bytes)],
+                              source_etype=ir.IntType(8))  # fmt: skip
         ptr, rows = self.kg.ptrs[self.k_base], self.k_strides[0]
         h = self.kernel_pairs
 
@@ -150,6 +142,52 @@ class Bf16Conv(ConvGemm):
                         b.gep(self.a_pack, [b.add(dst, _c(h - 1))], source_etype=I32))  # fmt: skip
 
         counted_loop(b, 0, self.t.shape[1], row, name="ko")
+
+    def im2col(
+        self, buf: ir.Value, n: ir.Value, g: ir.Value, p0: ir.Value, p1: ir.Value, r0: ir.Value,
+        rows: int,
+    ) -> None:  # fmt: skip
+        """The block for the whole sum (p0 = 0, p1 = k); with pairs, each row of pairs from
+        X̂'s rows 2·pp and 2·pp + 1 copied as conv_gemm copies them (runs LLVM vectorises),
+        then interleaved 16 columns at a time in vector registers; an odd k's last row of
+        pairs with zeros for the missing step."""
+        if not self.pairs:
+            super().im2col(buf, n, g, p0, p1, r0, rows)
+            return
+        b, bf = self.b, self.elem_ty
+        columns = rows * self.positions[-1]
+        vectors = -(-columns // LANES)
+        first = self.two_rows
+        assert first is not None, "prepare"
+        second = b.gep(first, [_c(self.row_stride)], source_etype=bf)
+        half_t = ir.VectorType(bf, LANES)
+        mix = ir.Constant(ir.VectorType(I32, 2 * LANES),
+                          [x for c in range(LANES) for x in (c, LANES + c)])  # fmt: skip
+
+        def interleave(pp: ir.Value) -> None:
+            row = b.mul(pp, _c(self.row_stride))
+
+            def vector(v: ir.Value) -> None:
+                c = b.mul(v, _c(LANES))
+                lo = b.load(b.gep(first, [c], source_etype=bf), typ=half_t, align=2)
+                hi = b.load(b.gep(second, [c], source_etype=bf), typ=half_t, align=2)
+                at = b.gep(buf, [b.add(row, c)], source_etype=I32)
+                b.store(b.shuffle_vector(lo, hi, mix), at, align=4)
+
+            counted_loop(b, 0, vectors, vector, name="mix")
+
+        def pair(pp: ir.Value) -> None:
+            q = b.mul(pp, _c(2))
+            self.block_step(first, n, g, q, r0, rows)
+            self.block_step(second, n, g, b.add(q, _c(1)), r0, rows)
+            interleave(pp)
+
+        counted_loop(b, 0, self.k // 2, pair, name="pairs")
+        if self.k % 2:
+            self.block_step(first, n, g, _c(self.k - 1), r0, rows)
+            counted_loop(b, 0, vectors * LANES, lambda c: b.store(
+                ir.Constant(bf, 0), b.gep(second, [c], source_etype=bf)), name="zk")  # fmt: skip
+            interleave(_c(self.k // 2))
 
     # The product -------------------------------------------------------------------------
 

@@ -317,22 +317,29 @@ class ConvGemm(MatMul):
         """buf[(q − p0) · row_stride + (r − r0) · width + o] = X̂[q, (r, o)] for q in [p0, p1)
         and output rows r in [r0, r0 + rows)."""
         b = self.b
-        width = self.positions[-1]
 
         def step(q: ir.Value) -> None:
-            c, *taps = unravel(b, q, (self.cin_g, *self.taps))
-            channel = b.add(b.mul(g, _c(self.cin_g)), c)
-            row, apart = self.block_row(b.sub(q, p0))
-
-            def out_row(rr: ir.Value) -> None:
-                at, inside = self.input_row(n, channel, b.add(r0, rr), taps)
-                dst = b.add(row, b.mul(rr, _c(width * apart)))
-                shift = b.sub(b.mul(taps[-1], _c(self.rd[-1])), _c(self.padding[-1][0]))
-                self.copy_run(buf, dst, apart, width, at, self.strides[-1], shift, inside)
-
-            counted_loop(b, 0, rows, out_row, name="orow")
+            self.block_step(b.gep(buf, [b.mul(b.sub(q, p0), _c(self.row_stride))],
+                                  source_etype=self.block_ty), n, g, q, r0, rows)  # fmt: skip
 
         counted_loop(b, p0, p1, step, name="col")
+
+    def block_step(
+        self, row: ir.Value, n: ir.Value, g: ir.Value, q: ir.Value, r0: ir.Value, rows: int
+    ) -> None:
+        """row[(r − r0) · width + o] = X̂[q, (r, o)] for output rows r in [r0, r0 + rows)."""
+        b = self.b
+        width = self.positions[-1]
+        c, *taps = unravel(b, q, (self.cin_g, *self.taps))
+        channel = b.add(b.mul(g, _c(self.cin_g)), c)
+
+        def out_row(rr: ir.Value) -> None:
+            at, inside = self.input_row(n, channel, b.add(r0, rr), taps)
+            shift = b.sub(b.mul(taps[-1], _c(self.rd[-1])), _c(self.padding[-1][0]))
+            self.copy_run(row, b.mul(rr, _c(width)), 1, width, at, self.strides[-1], shift,
+                          inside)  # fmt: skip
+
+        counted_loop(b, 0, rows, out_row, name="orow")
 
     def im2col_taps(
         self, buf: ir.Value, n: ir.Value, g: ir.Value, p0: ir.Value, p1: ir.Value, r0: ir.Value,
@@ -363,12 +370,6 @@ class ConvGemm(MatMul):
             counted_loop(b, 0, rows, out_row, name="orow")
 
         counted_loop(b, 0, b.udiv(b.sub(p1, p0), _c(taps)), run, name="run")
-
-    def block_row(self, q: ir.Value) -> tuple[ir.Value, int]:
-        """Where row q of the block (from the slice's first step) starts in buf, in block_ty
-        elements, and how many elements apart its columns lie: a row each, next to each
-        other."""
-        return self.b.mul(q, _c(self.row_stride)), 1
 
     @property
     def block_ty(self) -> ir.Type:
