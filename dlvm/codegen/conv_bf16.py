@@ -29,6 +29,7 @@ thread without its scratch buffer compute it element by element with f32 sums
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -98,7 +99,8 @@ class Bf16Conv(ConvGemm):
         self.row_stride = lines * line  # in units; whole vectors of 16 read past a panel's end
         self.block_bytes = self.steps * self.row_stride * unit
         self.kernel_pairs = half(self.k)  # a packed row of the kernel, in pairs
-        self.pack_bytes = self.t.shape[1] * self.kernel_pairs * 4 if self.pairs else 0
+        # The kernel, packed: rows of pairs, or of f32.
+        self.pack_bytes = self.t.shape[1] * (self.kernel_pairs if self.pairs else self.k) * 4
         rows_bytes = 2 * self.row_stride * 2 if self.pairs else 0  # two rows of X̂ in bf16
         self.scratch_bytes = self.block_bytes + self.pack_bytes + rows_bytes
         self.a_pack: ir.Value | None = None
@@ -114,15 +116,27 @@ class Bf16Conv(ConvGemm):
         return v if self.pairs else self.b.fpext(v, ir.FloatType())
 
     def prepare(self, scratch: ir.Value) -> None:
-        """With pairs: the kernel packed behind the block, and where the two rows of X̂ that
-        make a row of pairs are copied first."""
-        if not self.pairs:
-            return
+        """The kernel packed behind the block (in pairs, or widened to f32), and with pairs,
+        where the two rows of X̂ that make a row of pairs are copied first."""
         b, bf = self.b, self.elem_ty
         self.a_pack = b.gep(scratch, [_c(self.block_bytes)], source_etype=ir.IntType(8))
+        ptr, rows = self.kg.ptrs[self.k_base], self.k_strides[0]
+        if not self.pairs:
+
+            def wide(o: ir.Value) -> None:
+                def column(p: ir.Value) -> None:
+                    v = b.load(b.gep(ptr, [b.add(b.mul(o, _c(rows)), p)], source_etype=bf),
+                               typ=bf)  # fmt: skip
+                    at = b.gep(self.a_pack, [b.add(b.mul(o, _c(self.k)), p)],
+                               source_etype=ir.FloatType())  # fmt: skip
+                    b.store(b.fpext(v, ir.FloatType()), at)
+
+                counted_loop(b, 0, self.k, column, name="kw")
+
+            counted_loop(b, 0, self.t.shape[1], wide, name="ko")
+            return
         self.two_rows = b.gep(scratch, [_c(self.block_bytes + self.pack_bytes)],
                               source_etype=ir.IntType(8))  # fmt: skip
-        ptr, rows = self.kg.ptrs[self.k_base], self.k_strides[0]
         h = self.kernel_pairs
 
         def row(o: ir.Value) -> None:
@@ -188,6 +202,20 @@ class Bf16Conv(ConvGemm):
             counted_loop(b, 0, vectors * LANES, lambda c: b.store(
                 ir.Constant(bf, 0), b.gep(second, [c], source_etype=bf)), name="zk")  # fmt: skip
             interleave(_c(self.k // 2))
+
+    def a_at(
+        self, batch: list[ir.Value], i0: ir.Value, p0: ir.Value
+    ) -> Callable[[int, ir.Value], ir.Value]:
+        """Without pairs: the kernel's element for row i0 + r, step p, from its f32 copy."""
+        b, a_pack = self.b, self.a_pack
+        assert a_pack is not None, "prepare"
+        base = b.mul(b.add(b.mul(batch[1], _c(self.cout_g)), i0), _c(self.k))
+
+        def at(r: int, p: ir.Value) -> ir.Value:
+            off = b.add(b.add(base, _c(r * self.k)), p)
+            return b.load(b.gep(a_pack, [off], source_etype=ir.FloatType()), typ=ir.FloatType())
+
+        return at
 
     # The product -------------------------------------------------------------------------
 

@@ -303,8 +303,7 @@ class ConvGemm(MatMul):
 
         def at(r: int, p: ir.Value) -> ir.Value:
             off = b.add(b.add(base, _c(r * rows)), p)
-            return self.widened(b.load(b.gep(ptr, [off], source_etype=self.elem_ty),
-                                       typ=self.elem_ty))  # fmt: skip
+            return b.load(b.gep(ptr, [off], source_etype=self.elem_ty), typ=self.elem_ty)
 
         return at
 
