@@ -9,12 +9,15 @@ a pair of X̂'s, the two steps of a column next to each other:
 
     block[(pp · row_stride + j) · 2 + e] = X̂[2 · pp + e, j]
 
-so that the micro-kernel reads 16 columns' pairs as one vector for `vdpbf16ps`, and the kernel
-(the row-major [cout × cin_g·taps] matrix a) is first copied by each thread, once per call,
+so that the micro-kernel reads 16 columns' pairs as one vector for `vdpbf16ps`. A row of pairs
+is made from X̂'s rows 2·pp and 2·pp + 1, each first copied as conv_gemm copies a row (runs
+LLVM vectorises) into two rows behind the block, then interleaved 16 columns at a time in
+vector registers (stored element by element, the copy took as long as the product). The
+kernel (the row-major [cout × cin_g·taps] matrix a) is copied by each thread, once per call,
 into rows of ⌈k / 2⌉ 32-bit pairs behind the block, an odd k's last pair ending in a zero (as
 the block's last row of pairs does: 0 · 0 adds nothing, and nothing is read past the kernel).
-Without AVX-512 BF16 the block holds X̂ widened to f32 as it is copied, and the f32
-micro-kernel (MatMul.micro) reads the kernel's elements widened.
+Without AVX-512 BF16 the block holds X̂ widened to f32 as it is copied, the kernel is copied
+widened to f32 once per call, and the f32 micro-kernel (MatMul.micro) runs.
 
 Which convolutions take this path (dlvm.codegen.bf16_products.kernel_takes, before compute
 generation): sums of at most bf16_products.LONGEST_SUM steps, at least two output channels

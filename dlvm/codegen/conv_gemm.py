@@ -24,7 +24,9 @@ of the block is read by every tile of rows (cout_g / rows times), so the copy co
 of the product; the copy of a row of the input is contiguous only along output rows, which a
 panel of whole rows keeps. Depthwise convolutions (one output channel per group and a short
 sum) gain nothing from a product of one row: they have a direct loop (conv_depthwise). A thread
-whose scratch buffer cannot be had keeps the element loop (KernelGen.convolve_elements)."""
+whose scratch buffer cannot be had keeps the element loop (KernelGen.convolve_elements). A bf16
+convolution is this product over its whole sum, its block in pairs of steps or widened to f32
+(dlvm.codegen.conv_bf16: `prepare`, block_ty and to_block are its hooks)."""
 
 from __future__ import annotations
 
