@@ -492,10 +492,15 @@ class ConvGemm(MatMul):
 
         def row(r: ir.Value) -> None:
             oc = b.add(b.mul(g, _c(self.cout_g)), b.add(i0, r))
+            start = b.mul(b.add(b.mul(n, _c(self.t.shape[1])), oc), _c(self.n))
 
             def col(c: ir.Value) -> None:
                 kg.memo.clear()
-                idx = [n, oc, *unravel(b, b.add(j0, c), self.positions)]
+                j = b.add(j0, c)
+                idx = [n, oc, *unravel(b, j, self.positions)]
+                # Operands of the output's shape (and out) at that offset, consecutive along
+                # the row: LLVM vectorises the loop rather than address each element apart.
+                kg.remember(b.add(start, j), idx, self.t.shape)
                 kg.store(self.out, idx, self.t, kg.elem(kg.root, idx))
 
             counted_loop(b, 0, width, col, name="epi")

@@ -752,8 +752,12 @@ class KernelGen:
         """The row-major index of offset in shape, remembered so that `linear` gives the
         offset back without arithmetic."""
         idx = unravel(self.b, offset, shape)
-        self.offsets[tuple(id(i) for i in idx)] = (offset, shape, idx)
+        self.remember(offset, idx, shape)
         return idx
+
+    def remember(self, offset: ir.Value, idx: list[ir.Value], shape: tuple[int, ...]) -> None:
+        """That idx is the row-major index of offset in shape (as `unravel` remembers it)."""
+        self.offsets[tuple(id(i) for i in idx)] = (offset, shape, idx)
 
     def linear(self, idx: list[ir.Value], shape: tuple[int, ...]) -> ir.Value:
         """The row-major offset of idx in shape. An index `unravel` made from an offset in the

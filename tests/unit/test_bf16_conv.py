@@ -3,8 +3,9 @@ rounded once, against the interpreter within docs/ir.md's bound (#bf16), on both
 for vdpbf16ps on a CPU with AVX-512 BF16; widened to f32 on one without: `--cpu
 skylake-avx512`), for padding, strides, odd channel counts, batches, groups, a left dilation
 (a strided convolution's input gradient), 1-D and 1×1 kernels, blocks of several panels, and
-bias + relu epilogues; which convolutions stay bf16 (dlvm.codegen.bf16_products) and the
-element loop's f32 sums for those the product does not suit; a small CNN in bf16 trains."""
+bias + relu and residual + relu epilogues; which convolutions stay bf16
+(dlvm.codegen.bf16_products) and the element loop's f32 sums for those the product does not
+suit; a small CNN in bf16 trains."""
 
 from __future__ import annotations
 
@@ -49,7 +50,15 @@ CASES: dict[str, tuple[tuple[int, ...], tuple[int, ...], str, tuple[int, ...], s
     "bias-relu": ((2, 9, 11, 11), (12, 9, 3, 3), "", (2, 12, 9, 9), "relu"),
     "odd-bias-relu": ((2, 3, 14, 14), (10, 3, 3, 3), "padding (1, 1), (1, 1)",
                       (2, 10, 14, 14), "relu"),
+    "residual-relu": ((2, 8, 9, 13), (16, 8, 3, 3), "padding (1, 1), (1, 1)", (2, 16, 9, 13),
+                      "residual"),
 }  # fmt: skip
+
+
+def extra(name: str) -> tuple[int, ...]:
+    """What the epilogue adds: a bias per output channel, or a residual of the output's shape."""
+    x, k, _, out, epilogue = CASES[name]
+    return out if epilogue == "residual" else (1, k[0], *(1,) * (len(x) - 2))
 
 
 def function(name: str, dt: str = "bf16") -> str:
@@ -57,16 +66,17 @@ def function(name: str, dt: str = "bf16") -> str:
     params = [f"%x: {ty(x, dt)}", f"%k: {ty(k, dt)}"]
     lines = [f"%c = convolve %x: {ty(x, dt)} kernel %k: {ty(k, dt)} {options}".rstrip()]
     if epilogue:
-        bias = (1, k[0], *(1,) * (len(x) - 2))
-        params.append(f"%b: {ty(bias, dt)}")
-        lines += [f"%s = add %c: {ty(out, dt)}, %b: {ty(bias, dt)}",
+        added = extra(name)
+        params.append(f"%b: {ty(added, dt)}")
+        lines += [f"%s = add %c: {ty(out, dt)}, %b: {ty(added, dt)}",
                   f"%r = max %s: {ty(out, dt)}, 0: {dt}"]  # fmt: skip
     else:
         lines.append(f"%r = add %c: {ty(out, dt)}, 0: {dt}")
     sig = ", ".join(p.split(": ", 1)[1] for p in params)
     body = "\n    ".join(lines)
-    return (f"func @{name.replace('-', '_')}: ({sig}) -> {ty(out, dt)} {{\n"
-            f"'entry({', '.join(params)}):\n    {body}\n    return %r: {ty(out, dt)}\n}}\n")  # fmt: skip
+    r = ty(out, dt)
+    return (f"func @{name.replace('-', '_')}: ({sig}) -> {r} {{\n"
+            f"'entry({', '.join(params)}):\n    {body}\n    return %r: {r}\n}}\n")  # fmt: skip
 
 
 def module_text(dt: str = "bf16") -> str:
@@ -77,7 +87,7 @@ def module_text(dt: str = "bf16") -> str:
 def inputs(name: str) -> list[np.ndarray]:
     x, k, _, _, epilogue = CASES[name]
     rng = np.random.default_rng(list(CASES).index(name))
-    shapes = [x, k] + ([(1, k[0], *(1,) * (len(x) - 2))] if epilogue else [])
+    shapes = [x, k] + ([extra(name)] if epilogue else [])
     return [rng.standard_normal(s).astype(BF16) for s in shapes]
 
 
