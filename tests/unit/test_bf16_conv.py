@@ -237,6 +237,19 @@ train minimizing loss using sgd(rate: 0.02)
 """
 
 
+def test_a_bf16_cnns_forward_and_input_gradient_stay_bf16(tmp_path):
+    """In the train step: both forward convolutions and the second's input gradient on the
+    bf16 product (in pairs), the kernels' gradients taken in f32 (conv_kernel_grad's)."""
+    module = compile_snippet(str(tmp_path), CNN, "cnnbf16").module
+    schedule(module, "sapphirerapids")
+    found = [(inst.type.dtype, fn.schedule.get("pairs")) for fn in module.functions  # type: ignore[attr-defined]
+             if fn.name.startswith("train_step_k")
+             for inst in fn.instructions() if inst.opcode == "convolve"]  # fmt: skip
+    assert sorted(found, key=str) == sorted(
+        [(DataType.BF16, 1)] * 3 + [(DataType.F32, 0)] * 2, key=str
+    )
+
+
 def test_a_bf16_cnn_trains_as_the_interpreter_does(tmp_path):
     """Two 3×3 convolutions (the second's input gradient on the bf16 product too), a few
     steps against the interpreter, then the loss of one batch falls."""
