@@ -556,8 +556,8 @@ class KernelGen:
             if self.flat or not conv_bf16.suits(self.core, lanes):
                 self.convolve_elements(out, begin, end)
                 return
-            product = Bf16Conv(self, self.core, out, lanes, self.conv_split)
-            self.convolve_product(product, out, begin, end)
+            bf16 = Bf16Conv(self, self.core, out, lanes, self.conv_split)
+            self.convolve_product(bf16, out, begin, end)
             return
         if not self.flat and conv_long_sums.suits(self.core, lanes):
             LongSums(self, self.core, out, lanes).emit_images(begin, end, self.conv_split)
