@@ -11,7 +11,8 @@ in pairs for `vdpbf16ps` (dlvm.codegen.bf16_pairs) or widened to f32 as they are
 rounds once; and a `convolve` that conv_gemm's product would compute in f32, by its shapes:
 sums (a group's input channels × taps) at most LONGEST_SUM long, at least two input and two
 output channels per group, an output at least as long as the kernel along the last axis and
-at least conv_bf16.MIN_POSITIONS output positions an image (dlvm.codegen.conv_bf16: the same
+at least conv_bf16.MIN_POSITIONS output positions an image, the patches of one output row
+not too many for the thread's scratch buffer (dlvm.codegen.conv_bf16: the same
 product over the whole sum, in pairs or widened). A build for CUDA keeps those matrix products
 that run on tensor cores (dlvm.codegen.cuda_mma), which take bf16 operands and sum in f32
 themselves, and no convolution. What is rewritten: a `dot` of two vectors, a product with
@@ -26,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from dlvm.codegen.conv_bf16 import MIN_POSITIONS
+from dlvm.codegen.conv_bf16 import MIN_POSITIONS, row_fits
 from dlvm.ir.builder import Builder
 from dlvm.ir.types import DataType, as_tensor
 from dlvm.ir.values import Instruction, Module, Value
@@ -62,6 +63,7 @@ def _conv_takes(conv: Instruction) -> bool:
         and cin_g >= 2
         and t.shape[-1] >= kt.shape[-1]
         and math.prod(t.shape[2:]) >= MIN_POSITIONS
+        and row_fits(cin_g * math.prod(kt.shape[2:]), t.shape[-1])
     )
 
 

@@ -23,11 +23,12 @@ Which convolutions take this path (dlvm.codegen.bf16_products.kernel_takes, befo
 generation): sums of at most bf16_products.LONGEST_SUM steps, at least two output channels
 per group and more than one input channel per group (not depthwise: conv_depthwise's loop),
 an output at least as long as the kernel along the last axis (not a kernel's gradient:
-conv_kernel_grad, conv_folded) and at least MIN_POSITIONS output positions per image (not
-conv_rows' or conv_folded's few positions). A convolution taken that the product cannot run
-after all (`suits`: an operand not in memory, a kernel whose columns are not one run) and a
-thread without its scratch buffer compute it element by element with f32 sums
-(KernelGen.convolve_element), slower but as exact."""
+conv_kernel_grad, conv_folded), at least MIN_POSITIONS output positions per image (not
+conv_rows' or conv_folded's few positions) and a block of one output row within ROW_BYTES
+(row_fits). A convolution taken that the product cannot run after all (`suits`: an operand
+not in memory, a kernel whose columns are not one run) and a thread without its scratch
+buffer compute it element by element with f32 sums (KernelGen.convolve_element), slower but
+as exact."""
 
 from __future__ import annotations
 
@@ -51,10 +52,18 @@ if TYPE_CHECKING:
 
 MIN_POSITIONS = 64  # output positions per image: fewer go to conv_rows' or conv_folded's loops
 BLOCK_BYTES = 256 * 1024  # a panel's block of X̂, every step of the sum: in L2
+ROW_BYTES = 4 << 20  # at most, the block of one output row (a panel has one at least)
 
 
 def _c(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
+
+
+def row_fits(steps: int, width: int) -> bool:
+    """Whether the block of one output row `width` long, a sum of `steps`, fits ROW_BYTES
+    widened to f32 (in pairs it takes half that): not a 1-D signal of a million positions
+    with long sums, whose block would ask the scratch buffer for gigabytes."""
+    return steps * width * 4 <= ROW_BYTES
 
 
 def suits(conv: Instruction, lanes: int) -> bool:
@@ -72,6 +81,7 @@ def suits(conv: Instruction, lanes: int) -> bool:
         and kv is not None
         and kernel_runs(kt.shape[1:], kv[1][1:])[0] == math.prod(kt.shape[1:])
         and t.shape[-1] >= kt.shape[-1]
+        and row_fits(math.prod(kt.shape[1:]), t.shape[-1])
     )
 
 

@@ -172,6 +172,7 @@ def test_which_bf16_convolutions_stay_bf16():
     assert casts((1, 8, 12, 12), (1, 8, 3, 3), (1, 1, 10, 10)) == 3  # one output channel
     assert casts((2, 8, 12, 12), (4, 8, 11, 11), (2, 4, 2, 2)) == 3  # a kernel's gradient
     assert casts((1, 512, 12, 12), (8, 512, 3, 3), (1, 8, 10, 10)) == 3  # sums past 4096
+    assert casts((1, 512, 2100), (8, 512, 3), (1, 8, 2098)) == 3  # a row's block past 4 MiB
 
 
 # The kernel is read through a transpose (a strided view, dlvm.ir.strided) whose columns are
