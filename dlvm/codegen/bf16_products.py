@@ -4,20 +4,30 @@ once to bf16. Its sums then accumulate in f32, as the interpreter's do (docs/ir.
 "Reductions"), instead of rounding to bf16 after every step. The casts are elementwise kernels
 that the product reads in place of its operands; the rounding fuses into the product's epilogue.
 
-What stays bf16 is the caller's choice (`keep`; dlvm.codegen.build): on the CPU, a matrix
-product (`dot` of rank 2 or more) with sums at most LONGEST_SUM long (kernel_takes): the tiled
-kernel (dlvm.codegen.matmul) accumulates it in f32 registers over the whole sum, from operands
-packed in pairs for `vdpbf16ps` (dlvm.codegen.bf16_pairs) or widened to f32 as they are read,
-and rounds once. A build for CUDA keeps those of them that run on tensor cores
-(dlvm.codegen.cuda_mma), which take bf16 operands and sum in f32 themselves. What is rewritten:
-every `convolve`, a `dot` of two vectors, and a product with longer sums (whose packed operands
-would no longer fit the caches and the stack, where the kernel slices its sums and would round
-between slices)."""
+What stays bf16 is the caller's choice (`keep`; dlvm.codegen.build): on the CPU (kernel_takes),
+a matrix product (`dot` of rank 2 or more) with sums at most LONGEST_SUM long: the tiled kernel
+(dlvm.codegen.matmul) accumulates it in f32 registers over the whole sum, from operands packed
+in pairs for `vdpbf16ps` (dlvm.codegen.bf16_pairs) or widened to f32 as they are read, and
+rounds once; and a `convolve` that conv_gemm's product would compute in f32, by its shapes:
+sums (a group's input channels × taps) at most LONGEST_SUM long, at least two input and two
+output channels per group, an output at least as long as the kernel along the last axis and
+at least conv_bf16.MIN_POSITIONS output positions an image, the patches of one output row
+not too many for the thread's scratch buffer (dlvm.codegen.conv_bf16: the same
+product over the whole sum, in pairs or widened). A build for CUDA keeps those matrix products
+that run on tensor cores (dlvm.codegen.cuda_mma), which take bf16 operands and sum in f32
+themselves, and no convolution. What is rewritten: a `dot` of two vectors, a product with
+longer sums (whose packed operands would no longer fit the caches and the stack, where the
+kernel slices its sums and would round between slices), and the other convolutions: depthwise
+ones (conv_depthwise's and conv_long_sums' loops), those with one output channel per group,
+few output positions (conv_rows, conv_folded) or a kernel longer than the output (a kernel's
+gradient: conv_kernel_grad), whose f32 code generators have no bf16 form."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
+from dlvm.codegen.conv_bf16 import MIN_POSITIONS, row_fits
 from dlvm.ir.builder import Builder
 from dlvm.ir.types import DataType, as_tensor
 from dlvm.ir.values import Instruction, Module, Value
@@ -31,9 +41,30 @@ def kernel_takes(inst: Instruction) -> bool:
     """Whether the CPU kernels compute the bf16 product `inst` in bf16 (above)."""
     a = as_tensor(inst.operands[0].type)
     t = as_tensor(inst.type)
+    if inst.opcode == "convolve":
+        return _conv_takes(inst)
     if inst.opcode != "dot" or a is None or t is None or t.rank < 2:
         return False
     return a.shape[-1] <= LONGEST_SUM
+
+
+def _conv_takes(conv: Instruction) -> bool:
+    """Whether dlvm.codegen.conv_bf16's product takes the bf16 `convolve` `conv`: by shapes,
+    the convolutions that conv_gemm's product would take in f32 (above)."""
+    x, k = conv.operands
+    xt, kt, t = as_tensor(x.type), as_tensor(k.type), as_tensor(conv.type)
+    if xt is None or kt is None or t is None or t.rank < 3:
+        return False
+    groups = conv.attrs.get("groups") or 1
+    cin_g, cout_g = kt.shape[1], kt.shape[0] // groups
+    return (
+        cin_g * math.prod(kt.shape[2:]) <= LONGEST_SUM
+        and cout_g >= 2
+        and cin_g >= 2
+        and t.shape[-1] >= kt.shape[-1]
+        and math.prod(t.shape[2:]) >= MIN_POSITIONS
+        and row_fits(cin_g * math.prod(kt.shape[2:]), t.shape[-1])
+    )
 
 
 def products_in_f32(module: Module, keep: Callable[[Instruction], bool] = kernel_takes) -> None:

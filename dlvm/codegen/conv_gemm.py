@@ -24,7 +24,9 @@ of the block is read by every tile of rows (cout_g / rows times), so the copy co
 of the product; the copy of a row of the input is contiguous only along output rows, which a
 panel of whole rows keeps. Depthwise convolutions (one output channel per group and a short
 sum) gain nothing from a product of one row: they have a direct loop (conv_depthwise). A thread
-whose scratch buffer cannot be had keeps the element loop (KernelGen.convolve_elements)."""
+whose scratch buffer cannot be had keeps the element loop (KernelGen.convolve_elements). A bf16
+convolution is this product over its whole sum, its block in pairs of steps or widened to f32
+(dlvm.codegen.conv_bf16: `prepare`, block_ty and to_block are its hooks)."""
 
 from __future__ import annotations
 
@@ -203,12 +205,17 @@ class ConvGemm(MatMul):
         here = b.function.append_basic_block("conv.gemm")
         b.cbranch(b.icmp_unsigned("==", scratch, ir.Constant(scratch.type, None)), fallback, here)
         b.position_at_end(here)
+        self.prepare(scratch)
 
         def image(n: ir.Value, r0: ir.Value) -> None:
             counted_loop(b, 0, self.groups, lambda g: self.group(scratch, n, g, r0),
                          name="group")  # fmt: skip
 
         image_blocks(b, begin, end, self.split, self.outer, image)
+
+    def prepare(self, scratch: ir.Value) -> None:
+        """What a thread does with its scratch buffer before its shares: nothing here (a bf16
+        convolution packs its kernel, dlvm.codegen.conv_bf16)."""
 
     def group(self, buf: ir.Value, n: ir.Value, g: ir.Value, first: ir.Value) -> None:
         """Group g of image n, output rows [first, first + block_rows)."""
@@ -238,28 +245,34 @@ class ConvGemm(MatMul):
     ) -> None:  # fmt: skip
         """The product over columns [jc, jc + rows · width) from the block in buf."""
         b, width = self.b, self.tile.width
-        p0, p1, first, last = bounds
         columns = rows * self.positions[-1]
 
-        def strip(j0: ir.Value, count: int) -> None:
-            rel = b.sub(j0, jc)
-
-            def b_at(p: ir.Value, c: int) -> ir.Value:
-                off = b.add(b.mul(b.sub(p, p0), _c(self.row_stride)), b.add(rel, _c(c)))
-                return b.gep(buf, [off], source_etype=self.elem_ty)
-
-            def tile(i0: ir.Value, tile_rows: int) -> None:
-                self.micro(batch, i0, tile_rows, j0, count, p0, p1, first, last,
-                           self.a_at(batch, i0, p0), b_at)  # fmt: skip
-
-            self.tiles(_c(0), _c(self.m), tile)
-
         def full(q: ir.Value) -> None:
-            strip(b.add(jc, b.mul(q, _c(width))), width)
+            self.strip_product(buf, batch, jc, b.add(jc, b.mul(q, _c(width))), width, bounds)
 
         counted_loop(b, 0, columns // width, full, name="strip")
         if columns % width:
-            strip(b.add(jc, _c(columns // width * width)), columns % width)
+            j0 = b.add(jc, _c(columns // width * width))
+            self.strip_product(buf, batch, jc, j0, columns % width, bounds)
+
+    def strip_product(
+        self, buf: ir.Value, batch: list[ir.Value], jc: ir.Value, j0: ir.Value, count: int,
+        bounds: tuple[ir.Value, ir.Value, ir.Value, ir.Value],
+    ) -> None:  # fmt: skip
+        """Columns [j0, j0 + count) of the panel that starts at column jc, every row."""
+        b = self.b
+        p0, p1, first, last = bounds
+        rel = b.sub(j0, jc)
+
+        def b_at(p: ir.Value, c: int) -> ir.Value:
+            off = b.add(b.mul(b.sub(p, p0), _c(self.row_stride)), b.add(rel, _c(c)))
+            return b.gep(buf, [off], source_etype=self.block_ty)
+
+        def tile(i0: ir.Value, tile_rows: int) -> None:
+            self.micro(batch, i0, tile_rows, j0, count, p0, p1, first, last,
+                       self.a_at(batch, i0, p0), b_at)  # fmt: skip
+
+        self.tiles(_c(0), _c(self.m), tile)
 
     def slice_bounds(self, s: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
         """As MatMul's; with the kernel in runs, `run_slices` slices of each run."""
@@ -305,22 +318,29 @@ class ConvGemm(MatMul):
         """buf[(q − p0) · row_stride + (r − r0) · width + o] = X̂[q, (r, o)] for q in [p0, p1)
         and output rows r in [r0, r0 + rows)."""
         b = self.b
-        width = self.positions[-1]
 
         def step(q: ir.Value) -> None:
-            c, *taps = unravel(b, q, (self.cin_g, *self.taps))
-            channel = b.add(b.mul(g, _c(self.cin_g)), c)
-            row = b.mul(b.sub(q, p0), _c(self.row_stride))
-
-            def out_row(rr: ir.Value) -> None:
-                at, inside = self.input_row(n, channel, b.add(r0, rr), taps)
-                dst = b.add(row, b.mul(rr, _c(width)))
-                shift = b.sub(b.mul(taps[-1], _c(self.rd[-1])), _c(self.padding[-1][0]))
-                self.copy_run(buf, dst, 1, width, at, self.strides[-1], shift, inside)
-
-            counted_loop(b, 0, rows, out_row, name="orow")
+            self.block_step(b.gep(buf, [b.mul(b.sub(q, p0), _c(self.row_stride))],
+                                  source_etype=self.block_ty), n, g, q, r0, rows)  # fmt: skip
 
         counted_loop(b, p0, p1, step, name="col")
+
+    def block_step(
+        self, row: ir.Value, n: ir.Value, g: ir.Value, q: ir.Value, r0: ir.Value, rows: int
+    ) -> None:
+        """row[(r − r0) · width + o] = X̂[q, (r, o)] for output rows r in [r0, r0 + rows)."""
+        b = self.b
+        width = self.positions[-1]
+        c, *taps = unravel(b, q, (self.cin_g, *self.taps))
+        channel = b.add(b.mul(g, _c(self.cin_g)), c)
+
+        def out_row(rr: ir.Value) -> None:
+            at, inside = self.input_row(n, channel, b.add(r0, rr), taps)
+            shift = b.sub(b.mul(taps[-1], _c(self.rd[-1])), _c(self.padding[-1][0]))
+            self.copy_run(row, b.mul(rr, _c(width)), 1, width, at, self.strides[-1], shift,
+                          inside)  # fmt: skip
+
+        counted_loop(b, 0, rows, out_row, name="orow")
 
     def im2col_taps(
         self, buf: ir.Value, n: ir.Value, g: ir.Value, p0: ir.Value, p1: ir.Value, r0: ir.Value,
@@ -351,6 +371,15 @@ class ConvGemm(MatMul):
             counted_loop(b, 0, rows, out_row, name="orow")
 
         counted_loop(b, 0, b.udiv(b.sub(p1, p0), _c(taps)), run, name="run")
+
+    @property
+    def block_ty(self) -> ir.Type:
+        """What the block holds an element of X̂ as: the input's type here."""
+        return self.elem_ty
+
+    def to_block(self, v: ir.Value) -> ir.Value:
+        """An element of the input as the block holds it."""
+        return v
 
     def input_row(
         self, n: ir.Value, channel: ir.Value, r: ir.Value, taps: list[ir.Value]
@@ -396,7 +425,7 @@ class ConvGemm(MatMul):
 
         def put(u: ir.Value, v: ir.Value) -> None:
             off = b.add(dst, b.mul(u, _c(dst_step))) if dst_step != 1 else b.add(dst, u)
-            b.store(v, b.gep(buf, [off], source_etype=self.elem_ty))
+            b.store(self.to_block(v), b.gep(buf, [off], source_etype=self.block_ty))
 
         def load(i: ir.Value) -> ir.Value:
             at = b.add(row, i if along == 1 else b.mul(i, _c(along)))
@@ -463,10 +492,15 @@ class ConvGemm(MatMul):
 
         def row(r: ir.Value) -> None:
             oc = b.add(b.mul(g, _c(self.cout_g)), b.add(i0, r))
+            start = b.mul(b.add(b.mul(n, _c(self.t.shape[1])), oc), _c(self.n))
 
             def col(c: ir.Value) -> None:
                 kg.memo.clear()
-                idx = [n, oc, *unravel(b, b.add(j0, c), self.positions)]
+                j = b.add(j0, c)
+                idx = [n, oc, *unravel(b, j, self.positions)]
+                # Operands of the output's shape (and out) at that offset, consecutive along
+                # the row: LLVM vectorises the loop rather than address each element apart.
+                kg.remember(b.add(start, j), idx, self.t.shape)
                 kg.store(self.out, idx, self.t, kg.elem(kg.root, idx))
 
             counted_loop(b, 0, width, col, name="epi")

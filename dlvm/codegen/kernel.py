@@ -16,6 +16,7 @@ import numpy as np
 from llvmlite import ir
 
 from dlvm.codegen import (
+    conv_bf16,
     conv_depthwise,
     conv_folded,
     conv_gemm,
@@ -24,6 +25,7 @@ from dlvm.codegen import (
     conv_rows,
 )
 from dlvm.codegen.combinators import not_inlinable
+from dlvm.codegen.conv_bf16 import Bf16Conv
 from dlvm.codegen.conv_depthwise import DepthwiseConv
 from dlvm.codegen.conv_folded import ConvFolded
 from dlvm.codegen.conv_gemm import ConvGemm
@@ -546,9 +548,17 @@ class KernelGen:
         positions and long sums as dlvm.codegen.conv_rows's row dots; a
         convolution as matrix products (dlvm.codegen.conv_gemm) where it suits them, with
         the element loop for a thread that cannot have the products' scratch buffer; the
-        element loop alone otherwise (and in a GPU thread's share)."""
+        element loop alone otherwise (and in a GPU thread's share). A bf16 convolution as
+        dlvm.codegen.conv_bf16's product where it suits it, else the element loop."""
         sched = self.fn.schedule
         lanes = max(1, sched.get("vectorize", 1)) if sched is not None else 1
+        if tensor_type(self.core).dtype is DataType.BF16:
+            if self.flat or not conv_bf16.suits(self.core, lanes):
+                self.convolve_elements(out, begin, end)
+                return
+            bf16 = Bf16Conv(self, self.core, out, lanes, self.conv_split)
+            self.convolve_product(bf16, out, begin, end)
+            return
         if not self.flat and conv_long_sums.suits(self.core, lanes):
             LongSums(self, self.core, out, lanes).emit_images(begin, end, self.conv_split)
             return
@@ -561,18 +571,26 @@ class KernelGen:
         if conv_rows.suits(self.core, lanes):  # few output positions, long sums
             ConvRows(self, self.core, out, lanes, self.conv_split).emit_images(begin, end)
             return
-        b = self.b
-        fallback = self.body.append_basic_block("conv.elements")
         if conv_kernel_grad.suits(self.core, lanes):  # a kernel longer than the output
-            KernelGradient(self, self.core, out, lanes).emit_images(
-                begin, end, fallback, self.conv_split
-            )
+            self.convolve_product(KernelGradient(self, self.core, out, lanes), out, begin, end)
         # Shares of blocks of rows (a batch smaller than the threads) are not folded: folding
         # puts several whole images side by side.
         elif self.conv_split == 1 and conv_folded.folds(self.core, lanes):
-            ConvFolded(self, self.core, out, lanes).emit_images(begin, end, fallback)
+            self.convolve_product(ConvFolded(self, self.core, out, lanes), out, begin, end)
         else:
-            ConvGemm(self, self.core, out, lanes, self.conv_split).emit_images(begin, end, fallback)
+            product = ConvGemm(self, self.core, out, lanes, self.conv_split)
+            self.convolve_product(product, out, begin, end)
+
+    def convolve_product(
+        self, product: ConvGemm | KernelGradient, out: ir.Value, begin: ir.Value, end: ir.Value
+    ) -> None:
+        """The product's shares, the element loop for a thread without its scratch buffer."""
+        b = self.b
+        fallback = self.body.append_basic_block("conv.elements")
+        if isinstance(product, KernelGradient):
+            product.emit_images(begin, end, fallback, self.conv_split)
+        else:
+            product.emit_images(begin, end, fallback)
         done = self.body.append_basic_block("conv.done")
         b.branch(done)
         b.position_at_end(fallback)
@@ -618,8 +636,14 @@ class KernelGen:
         rd = a.get("rightDilation") or (1,) * n
         groups = a.get("groups") or 1
         cin_g, cout_g = kt.shape[1], kt.shape[0] // groups
-        dt = t.dtype
+        # A bf16 convolution multiplies and sums in f32 and rounds once, as the interpreter.
+        wide = t.dtype is DataType.BF16
+        dt = DataType.F32 if wide else t.dtype
         slot = self.alloca(value_type(dt))
+
+        def operand(v: Value, idx: list[ir.Value]) -> ir.Value:
+            e = self.elem(v, idx)
+            return b.fpext(e, value_type(dt)) if wide else e
 
         def at(o: list[ir.Value]) -> None:
             batch, oc, p = o[0], o[1], o[2:]
@@ -641,14 +665,15 @@ class KernelGen:
                 inside, clamped = self.clamp(pos, xt.shape[2:])
                 for cond in ok:
                     inside = b.and_(inside, cond)
-                xv = self.elem(x, [batch, b.add(base, c), *clamped])
+                xv = operand(x, [batch, b.add(base, c), *clamped])
                 xv = b.select(inside, xv, constant(dt, 0))
-                kv = self.elem(k, [oc, c, *taps])
+                kv = operand(k, [oc, c, *taps])
                 acc = binary(b, "add", b.load(slot), binary(b, "multiply", xv, kv, dt), dt)
                 b.store(acc, slot)
 
             loop_nest(b, [cin_g, *kt.shape[2:]], tap)
-            self.store(out, o, t, b.load(slot))
+            total = b.load(slot)
+            self.store(out, o, t, narrow(b, total, value_type(t.dtype)) if wide else total)
             if self.root is not root:
                 self.memo.clear()
                 self.store(out, o, t, self.elem(self.root, o))
@@ -727,8 +752,12 @@ class KernelGen:
         """The row-major index of offset in shape, remembered so that `linear` gives the
         offset back without arithmetic."""
         idx = unravel(self.b, offset, shape)
-        self.offsets[tuple(id(i) for i in idx)] = (offset, shape, idx)
+        self.remember(offset, idx, shape)
         return idx
+
+    def remember(self, offset: ir.Value, idx: list[ir.Value], shape: tuple[int, ...]) -> None:
+        """That idx is the row-major index of offset in shape (as `unravel` remembers it)."""
+        self.offsets[tuple(id(i) for i in idx)] = (offset, shape, idx)
 
     def linear(self, idx: list[ir.Value], shape: tuple[int, ...]) -> ir.Value:
         """The row-major offset of idx in shape. An index `unravel` made from an offset in the

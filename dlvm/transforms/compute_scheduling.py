@@ -17,8 +17,8 @@ With `fast_math` (`telc build --fast-math`), a CPU kernel that computes an f32 `
 `log` adds `fastmath 1`: code generation computes those with the faster approximations of
 dlvm.codegen.fast_math (docs/ir.md, "Fast math") instead of the 2-ulp ones.
 
-With `bf16_pairs` (a CPU with AVX-512 BF16), a kernel whose core is a bf16 matrix product adds
-`pairs 1`: its packed operands go in pairs of steps of the sum for `vdpbf16ps`
+With `bf16_pairs` (a CPU with AVX-512 BF16), a kernel whose core is a bf16 matrix product or
+convolution adds `pairs 1`: its packed operands go in pairs of steps of the sum for `vdpbf16ps`
 (dlvm.codegen.bf16_pairs); without it, they are widened to f32 as they are packed.
 
 Scheduling for CUDA as well (`cuda=True`, a library that runs on either device) gives every
@@ -152,7 +152,7 @@ class ComputeScheduling(Pass):
                 items.append(("split", (split,)))
         if self.fast_math and any(_fast_math_op(i) for i in fn.blocks[0].instructions):
             items.append(("fastmath", (1,)))
-        if self.bf16_pairs and root.opcode == "dot" and out.rank >= 2 and (
+        if self.bf16_pairs and root.opcode in ("dot", "convolve") and out.rank >= 2 and (
                 out.dtype is DataType.BF16):  # fmt: skip
             items.append(("pairs", (1,)))
         if self.vnni and int8_rows_product(fn) is not None:

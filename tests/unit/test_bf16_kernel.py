@@ -193,8 +193,8 @@ def test_a_bf16_product_is_scheduled_in_pairs_only_where_the_cpu_has_avx512bf16(
 
 
 def test_which_bf16_products_stay_bf16():
-    """Matrix products with sums up to LONGEST_SUM stay bf16; longer ones, products of two
-    vectors and convolutions are taken in f32."""
+    """Matrix products with sums up to LONGEST_SUM stay bf16; longer ones and products of two
+    vectors are taken in f32 (convolutions: tests/unit/test_bf16_conv.py)."""
 
     def opcodes(text: str) -> list[str]:
         module = parse_module(text, "s.dl")
