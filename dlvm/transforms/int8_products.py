@@ -102,10 +102,9 @@ def pack(b: Builder, copy: Value, layout: Int8Layout, name: str | None = None) -
     for first, width in panels:
         rows = copy if len(panels) == 1 else b.slice(copy, lo=first, hi=first + width - 1)
         lanes = b.transpose(b.shapeCast(rows, shape=(width, q, LANE_DEPTH)))
-        parts.append(b.transpose(b.shapeCast(lanes, shape=(LANE_DEPTH, q * width))))
-    if len(parts) == 1:
-        return b.shapeCast(parts[0], shape=layout.shape, name=name)
-    return b.concatenate(*parts, axis=0, name=name)
+        last = name if len(panels) == 1 else None  # the copy itself
+        parts.append(b.transpose(b.shapeCast(lanes, shape=(LANE_DEPTH, q * width)), name=last))
+    return parts[0] if len(parts) == 1 else b.concatenate(*parts, axis=0, name=name)
 
 
 def _zeros(b: Builder, shape: tuple[int, int], dtype: DataType) -> Value:
@@ -304,10 +303,16 @@ def _quantize(b: Builder, v: Value, axis: int) -> tuple[Value, Value]:
     its own scale, and the scales, keeping `axis` as a dimension of 1 (M x 1 or 1 x N)."""
     t = as_tensor(v.type)
     assert isinstance(t, TensorType) and t.rank == 2
-    magnitude = b.max(v, b.negate(v))
-    peak = b.reduce(magnitude, constant(0.0, f32_scalar()), comb="max", dims=(axis,))
+    # The largest |v| as the largest of |v|'s bits read as integers (the same order for
+    # floats of one sign, NaN above infinity): an integer maximum, which vectorises with
+    # several partial results, where a float one is a chain of NaN-aware steps.
+    i32 = TensorType((), DataType.I32)
+    bits = b.bitCast(v, type=TensorType(t.shape, DataType.I32))
+    magnitude = b.build("and", [bits, constant(0x7FFFFFFF, i32)])
+    peak_bits = b.reduce(magnitude, constant(0, i32), comb="max", dims=(axis,))
     kept = tuple(1 if i == axis else n for i, n in enumerate(t.shape))
-    scale = b.divide(b.shapeCast(peak, shape=kept), constant(float(LEVELS), f32_scalar()))
+    peak = b.bitCast(b.shapeCast(peak_bits, shape=kept), type=TensorType(kept, DataType.F32))
+    scale = b.divide(peak, constant(float(LEVELS), f32_scalar()))
     divisor = b.max(scale, constant(_TINY, f32_scalar()))
     return b.rint(b.divide(v, divisor)), scale
 
