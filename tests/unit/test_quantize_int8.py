@@ -122,6 +122,22 @@ def test_products_by_weights_only_are_rewritten_and_match_the_reference():
     assert np.abs(got[0] - x @ w).max() < bound
 
 
+def test_int8_copy_is_in_panels_of_lanes():
+    """@quantize_weights lays a weight of 300 channels by 9 depths out as Int8Layout says:
+    channels padded to 304, depths to 12, a panel of 256 channels then one of 48, four depths
+    of a channel per lane; quantize_products' product reads it back as the weight."""
+    w = np.random.default_rng(3).standard_normal((9, 300)).astype(np.float32)
+    q = QuantizedWeight("W", (9, 300), transposed=False)
+    assert q.layout.panels() == [(0, 256), (256, 48)] and q.types()[0].shape == (304 * 3, 4)
+    module = Module("w", "optimizable")
+    params = [("W", TensorType((9, 300), DataType.F32))]
+    module.add_function(weights_function("weights", params, [q]))
+    copy = run_function(module, "weights", [w])[0]
+    np.testing.assert_array_equal(copy, in_layout(quantized(w, 0)[0].T.astype(np.int8)))
+    assert copy[256 * 3 + 3, :].tolist() == [*quantized(w, 0)[0][:4, 259]]  # lane q=0, c=259
+    assert not copy[-3:].any()  # the last lanes: padded channels, zeros
+
+
 def test_rewriting_twice_changes_nothing_more():
     module, _ = quantize_module()
     fn = module.functions[0]
