@@ -16,12 +16,16 @@ import dlvm
 from dlvm.diagnostics import DiagnosticError
 from dlvm.interp import run_function
 from dlvm.ir import module_text, parse_module
-from dlvm.ir.values import Module
+from dlvm.ir.builder import Builder
+from dlvm.ir.types import DataType, FunctionType, TensorType
+from dlvm.ir.values import Argument, Block, Function, Module
 from dlvm.ir.verifier import verify
 from dlvm.transforms.int8_products import (
+    Int8Layout,
     QuantizedWeight,
     int8_rows_product,
     quantize_products,
+    unpack,
     weights_function,
 )
 from telc import demo
@@ -62,6 +66,19 @@ def reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return ((xq @ wq).astype(np.float32) * sx) * sw
 
 
+def in_layout(w: np.ndarray) -> np.ndarray:
+    """w (N x P, a channel per row) as Int8Layout keeps it, in NumPy: padded with zeros, then
+    each panel's W[n, 4q .. 4q + 3] at lane q·width + n − first."""
+    layout = Int8Layout(*w.shape)
+    padded = np.zeros((layout.padded_channels, layout.padded_depth), np.int8)
+    padded[: w.shape[0], : w.shape[1]] = w
+    q = layout.quads
+    return np.concatenate([
+        padded[first : first + width].reshape(width, q, 4).transpose(1, 0, 2).reshape(-1, 4)
+        for first, width in layout.panels()
+    ])  # fmt: skip
+
+
 def quantize_module() -> tuple[Module, list[QuantizedWeight]]:
     """PRODUCTS with W and V as weights, and @weights computing their int8 copies."""
     module = parse_module(PRODUCTS)
@@ -82,9 +99,9 @@ def test_products_by_weights_only_are_rewritten_and_match_the_reference():
     ]
     text = module_text(module)
     assert "dot %x: <3 x 40 x f32>, %A" in text  # A is not a weight: its product stays f32
-    # Each int8 copy holds an output channel per row.
-    assert "%W_int8: <5 x 40 x i8>, %W_scale: <1 x 5 x f32>, %W_shift: <1 x 5 x i32>" in text
-    assert "%V_int8_t: <5 x 40 x i8>, %V_scale_t: <1 x 5 x f32>, %V_shift_t: <1 x 5 x i32>" in text
+    # Each int8 copy in Int8Layout: 5 channels padded to 16, 40 depths in 10 lanes of 4.
+    assert "%W_int8: <160 x 4 x i8>, %W_scale: <1 x 5 x f32>, %W_shift: <1 x 5 x i32>" in text
+    assert "%V_int8_t: <160 x 4 x i8>, %V_scale_t: <1 x 5 x f32>, %V_shift_t: <1 x 5 x i32>" in text
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3, 40)).astype(np.float32)
     x[1] = 0  # a row of zeros: scale 0, product 0
@@ -92,7 +109,7 @@ def test_products_by_weights_only_are_rewritten_and_match_the_reference():
     w[:, 2] = 0  # a column of zeros
     derived = run_function(module, "weights", [w, v, a])
     wq, ws, wshift, vq, vs, vshift = derived
-    np.testing.assert_array_equal(wq, quantized(w, 0)[0].T)
+    np.testing.assert_array_equal(wq, in_layout(quantized(w, 0)[0].T))
     np.testing.assert_array_equal(vs, quantized(v, 1)[1].T)
     np.testing.assert_array_equal(wshift, 128 * quantized(w, 0)[0].sum(0, keepdims=True))
     got = run_function(module, "f", [x, w, v, a, *derived])
@@ -103,6 +120,22 @@ def test_products_by_weights_only_are_rewritten_and_match_the_reference():
     # Within the quantisation error of the f32 product: half a step of each factor per term.
     bound = 40 * (np.abs(x).max() * np.abs(w).max()) / 127
     assert np.abs(got[0] - x @ w).max() < bound
+
+
+def test_int8_copy_is_in_panels_of_lanes():
+    """@quantize_weights lays a weight of 300 channels by 9 depths out as Int8Layout says:
+    channels padded to 304, depths to 12, a panel of 256 channels then one of 48, four depths
+    of a channel per lane; quantize_products' product reads it back as the weight."""
+    w = np.random.default_rng(3).standard_normal((9, 300)).astype(np.float32)
+    q = QuantizedWeight("W", (9, 300), transposed=False)
+    assert q.layout.panels() == [(0, 256), (256, 48)] and q.types()[0].shape == (304 * 3, 4)
+    module = Module("w", "optimizable")
+    params = [("W", TensorType((9, 300), DataType.F32))]
+    module.add_function(weights_function("weights", params, [q]))
+    copy = run_function(module, "weights", [w])[0]
+    np.testing.assert_array_equal(copy, in_layout(quantized(w, 0)[0].T.astype(np.int8)))
+    assert copy[256 * 3 + 3, :].tolist() == [*quantized(w, 0)[0][:4, 259]]  # lane q=0, c=259
+    assert not copy[-3:].any()  # the last lanes: padded channels, zeros
 
 
 def test_rewriting_twice_changes_nothing_more():
@@ -187,33 +220,33 @@ def test_the_option_is_checked_documented_and_part_of_the_cache_key():
 
 
 def int8_product_module(rows: int, depth: int, channels: int) -> Module:
-    """x (i32, int8 values) times W_int8ᵀ, as quantize_products writes the product."""
-    x, w = f"<{rows} x {depth} x i32>", f"<{channels} x {depth} x i8>"
-    wide, t = f"<{channels} x {depth} x i32>", f"<{depth} x {channels} x i32>"
-    out = f"<{rows} x {channels} x i32>"
-    return parse_module(f"""module "q"
-stage optimizable
-
-func @product: ({x}, {w}) -> {out} {{
-'entry(%x: {x}, %w: {w}):
-    %c = convert %w: {w} to i32
-    %t = transpose %c: {wide}
-    %d = dot %x: {x}, %t: {t}
-    return %d: {out}
-}}
-""")
+    """x (i32, int8 values) times the weight in Int8Layout, as quantize_products writes the
+    product."""
+    layout = Int8Layout(channels, depth)
+    x = TensorType((rows, depth), DataType.I32)
+    w = TensorType(layout.shape, DataType.I8)
+    module = Module("q", "optimizable")
+    fn = Function("product", FunctionType((x, w), TensorType((rows, channels), DataType.I32)))
+    entry = fn.add_block(Block("entry", [Argument("x", x), Argument("w", w)]))
+    b = Builder().at_end(entry)
+    weight = b.convert(unpack(b, entry.arguments[1], layout), dtype=DataType.I32)
+    b.build("return", [b.dot(entry.arguments[0], weight)])
+    module.add_function(fn)
+    return module
 
 
 SHAPES = [(1, 784, 512), (1, 10, 3), (3, 64, 17), (4, 129, 65), (16, 200, 40), (17, 70, 9),
-          (2, 256, 48), (9, 100, 7), (23, 130, 37), (64, 200, 64)]  # fmt: skip
+          (2, 256, 48), (9, 100, 7), (23, 130, 37), (64, 200, 64), (10, 37, 290),
+          (1, 6, 530)]  # fmt: skip
 
 
 @pytest.mark.parametrize("cpu", ["native", "skylake-avx512"])
 def test_int8_product_kernel_sums_exactly(tmp_path, cpu):
     """The VNNI kernel (where the CPU has VNNI) and the generic one give the exact integer sums,
-    whatever the depth's remainder by 64, the channels' by 16 and by 4, the rows' by 4 (tiles of
-    4 rows, rows left over), at the extremes (x 255, W -127) and for an x that is not bytes,
-    wholly or in its last rows only (the VNNI kernel's own check)."""
+    whatever the depth's remainder by 4, the channels' by 16 (the last vector's stores masked),
+    by 32 (strips of 2 vectors and one left over) and by 256 (a narrower last panel), the rows'
+    by 8 (tiles of 8 rows, rows left over), at the extremes (x 255, W -127) and for an x that is
+    not bytes, wholly or in its last rows only (the VNNI kernel's own check)."""
     from dlvm.codegen.build import build_library, schedule
     from dlvm.codegen.spec import module_spec
     from dlvm.codegen.target import has_vnni
@@ -234,7 +267,7 @@ def test_int8_product_kernel_sums_exactly(tmp_path, cpu):
         one_wide[-1, -1] = 256  # only the last rows' values are not all bytes
         with dlvm.load(path) as lib:
             for values in (x, x - 128, one_wide):
-                got = lib.entries["product"](values, w)
+                got = lib.entries["product"](values, in_layout(w))
                 want = values.astype(np.int64) @ w.T.astype(np.int64)
                 np.testing.assert_array_equal(got, want)
 
