@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from dlvm.codegen.llvm_types import I8, I64, memory_type
-from dlvm.codegen.loops import counted_loop, loop_nest
+from dlvm.codegen.loops import counted_loop, loop_nest, strided_loop
 from dlvm.ir.types import TensorType
 
 if TYPE_CHECKING:
     from dlvm.codegen.kernel import KernelGen
 
 VECTOR = 32  # bytes of each non-temporal store (a ymm register)
+LINE = 64  # bytes of a cache line: streamed only whole, never shared with a plain store
 
 
 def streamed_loop(kg: KernelGen, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
@@ -60,13 +61,13 @@ def _row(
     lanes = VECTOR // size
     start = b.ptrtoint(kg.address(out, [*prefix, lo], t), I64)
     count = b.sub(hi, lo)
-    # Elements before the first VECTOR boundary (at most the row's).
-    skew = b.and_(b.sub(ir.Constant(I64, 0), start), ir.Constant(I64, VECTOR - 1))
+    # Elements before the first line boundary (at most the row's), then whole lines.
+    skew = b.and_(b.sub(ir.Constant(I64, 0), start), ir.Constant(I64, LINE - 1))
     lead = b.udiv(skew, ir.Constant(I64, size))
     lead = b.select(b.icmp_signed("<", lead, count), lead, count)
     aligned = b.icmp_unsigned("==", b.and_(start, ir.Constant(I64, size - 1)), ir.Constant(I64, 0))
-    whole = b.udiv(b.sub(count, lead), ir.Constant(I64, lanes))
-    vectors = b.select(aligned, whole, ir.Constant(I64, 0))
+    lines = b.udiv(b.sub(count, lead), ir.Constant(I64, LINE // size))
+    vectors = b.select(aligned, b.mul(lines, ir.Constant(I64, LINE // VECTOR)), ir.Constant(I64, 0))
     first = b.add(lo, lead)
     stop = b.add(first, b.mul(vectors, ir.Constant(I64, lanes)))
 
@@ -77,20 +78,39 @@ def _row(
     counted_loop(b, lo, first, plain, name="lead")
     hint = b.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
 
-    def vector(v: ir.Value) -> None:
-        j0 = b.add(first, b.mul(v, ir.Constant(I64, lanes)))
-        mem = memory_type(t.dtype)
+    mem = memory_type(t.dtype)
+    # A row of a 2-D or higher output: the loop steps the row-major offset, each lane's index
+    # made from offset + k and registered with it (KernelGen.unravel's record), so that every
+    # operand of the output's shape is read at offset + k. From i·C + (j + k), LLVM's
+    # reassociation makes lane 0's address differently from the others', the SLP vectoriser no
+    # longer sees them consecutive, and gathers them.
+    row = kg.linear([*prefix, ir.Constant(I64, 0)], t.shape) if prefix else None
+
+    def vector(p: ir.Value) -> None:
         lanes_v: ir.Value = ir.Constant(ir.VectorType(mem, lanes), ir.Undefined)
+        address: ir.Value | None = None
         for k in range(lanes):
             kg.memo.clear()
-            j = b.add(j0, ir.Constant(I64, k), flags=["nsw"])
-            x = kg.elem(kg.root, [*prefix, j])
+            at = b.add(p, ir.Constant(I64, k), flags=["nsw"])
+            idx = [*prefix, at if row is None else b.sub(at, row, flags=["nsw"])]
+            if row is not None:
+                kg.offsets[tuple(id(i) for i in idx)] = (at, t.shape, idx)
+            x = kg.elem(kg.root, idx)
             x = b.zext(x, I8) if t.dtype.is_bool else x
             lanes_v = b.insert_element(lanes_v, x, ir.Constant(ir.IntType(32), k))
-        store = b.store(lanes_v, kg.address(out, [*prefix, j0], t), align=VECTOR)
+            if address is None:
+                address = kg.address(out, idx, t)
+        assert address is not None
+        store = b.store(lanes_v, address, align=VECTOR)
         store.set_metadata("nontemporal", hint)
 
-    counted_loop(b, ir.Constant(I64, 0), vectors, vector, name="vector")
+    # Stepping the index (or offset) itself: from v·lanes + k, LLVM makes `or disjoint`, which
+    # also hides consecutive lanes from the SLP vectoriser.
+    step = ir.Constant(I64, lanes)
+    if row is None:
+        strided_loop(b, first, stop, step, vector, name="vector")
+    else:
+        strided_loop(b, b.add(row, first), b.add(row, stop), step, vector, name="vector")
     counted_loop(b, stop, hi, plain, name="rest")
 
 
