@@ -82,11 +82,16 @@ def test_values_bitwise_those_of_the_plain_build(tmp_path, low_threshold):
             assert out.tobytes() == want.tobytes(), (name, skew)
 
 
-def test_one_thread_runs_the_whole_range(tmp_path, low_threshold, monkeypatch):
+@pytest.mark.parametrize("cpu", ["native", "x86-64"])  # x86-64: SSE only, 16-byte stores
+def test_one_thread_runs_the_whole_range(tmp_path, low_threshold, monkeypatch, cpu):
     monkeypatch.setenv("DLRT_NUM_THREADS", "1")
-    streamed = library(tmp_path, fast_math=True)
+    text = f"module one\ndim N = {N}\nexport def affine(x: [N]) -> [N] = 0.5 * x + 0.25\n"
+    compiled = compile_snippet(str(tmp_path), text, "one")
+    build_library(compiled.module, compiled.spec, tmp_path / "one.so", cpu=cpu, fast_math=True)
     x = arguments("affine")[0]
-    assert np.array_equal(np.asarray(streamed.affine(x)), np.float32(0.5) * x + np.float32(0.25))
+    with dlvm.load(tmp_path / "one.so") as one:
+        got = np.asarray(one.affine(x))
+    assert np.array_equal(got, np.float32(0.5) * x + np.float32(0.25))
 
 
 def kernels_ir(directory, fast_math: bool) -> dict[str, str]:
