@@ -5,14 +5,16 @@ memory-bound pointwise kernels whose output is larger than the last-level cache,
 
 LLVM's loop vectoriser keeps a scalar `!nontemporal` store scalar (its legality check asks the
 scalar store for a vector's alignment), and computing into a buffer to copy it out measured
-slower than plain stores. So each row of the output's last axis is computed as explicit
-vectors: the elements up to the first 32-byte boundary of the output by plain stores, then
-VECTOR bytes at a time, each lane's element computed by the kernel's own element code (at
-indices j, j+1, …, which the SLP vectoriser turns into vector instructions) and gathered into
-one vector stored non-temporally, then the rest by plain stores. Every element is computed by
-the same code as in the plain loop, so the values are bitwise those of a build without it.
-32-byte stores, not 64-byte ones: on Zen 5 a pass streamed by zmm stores measured slower than
-plain stores, by ymm ones faster.
+slower than computing as explicit vectors. So each row of the output's last axis (a thread's
+share of a 1-D output) is: the elements up to the first line boundary of the output by plain
+stores, then whole lines VECTOR bytes at a time, each lane's element computed by the kernel's
+own element code (at indices j, j+1, …, which the SLP vectoriser turns into vector
+instructions) and gathered into one vector stored non-temporally, then the rest by plain
+stores. No line is written by both kinds (a plain store into a line that write-combining
+holds in part costs more than it saves). Every element is computed by the same code as in the
+plain loop, so the values are bitwise those of a build without it. 32-byte stores, not
+64-byte ones: on Zen 5 a pass streamed by zmm stores measured slower than plain stores, by
+ymm ones faster.
 
 Non-temporal stores are weakly ordered: the body ends with an `sfence`, so that each thread's
 share is in memory before the thread pool reports the kernel done. An output that is not
