@@ -45,6 +45,13 @@ dim N = 2048
 export def matmul(a: [N x N], b: [N x N]) -> [N x N] = a . b
 """
 
+# A pass bound by memory, not arithmetic (bench/precision.py's; not one of CASES): with
+# --fast-math its output is stored non-temporally (dlvm/transforms/stream_schedule.py).
+AFFINE = """module affine
+dim N = 16777216
+export def affine(x: [N]) -> [N] = 0.5 * x + 0.25
+"""
+
 CHAIN_N = 16_777_216
 MATMUL_N = 2048
 
@@ -136,7 +143,7 @@ def inputs(case: str) -> dict[str, Any]:
         x = rng.standard_normal((batch, 784)).astype(np.float32)
         labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, batch)]
         return {"params": params, "x": x, "labels": labels}
-    if case == "chain":
+    if case in ("chain", "affine"):
         return {"x": rng.standard_normal(CHAIN_N).astype(np.float32)}
     if case == "matmul":
         return {
@@ -213,6 +220,7 @@ ENTRIES = {
     "mlp_b256": ("infer", ("x",)),
     "train_b128": ("train_step", ("x", "labels")),
     "chain": ("chain", ("x",)),
+    "affine": ("affine", ("x",)),
     "matmul": ("matmul", ("a", "b")),
     **{case: ("product", ("a", "b")) for case in PRODUCTS},
 }

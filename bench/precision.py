@@ -1,6 +1,7 @@
 """The reduced-precision benchmark (issue 28, "Performance goals"): our builds of the MLP
 784-512-256-10 (batch 1 and 256 inference, the batch-128 train step), the 2048³ product and the
-elementwise chain in f32 and in reduced precision, against ONNX Runtime in f32 and with int8
+elementwise chain in f32 and in reduced precision (and `0.5*x+0.25`, bound by memory, whose
+`--fast-math` build stores its output non-temporally), against ONNX Runtime in f32 and with int8
 weights (dynamic quantisation), PyTorch under bf16 autocast (bf16 tensors for the product) and
 JAX with bf16 parameters (a donated buffer for the chain), measured side by side in one run,
 interleaved in blocks (bench/cpu.py's). Prints medians, minimums, each contender's time over
@@ -32,9 +33,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from cases import (  # noqa: E402
+    AFFINE,
     BATCHES,
     CASES,
     CHAIN,
+    CHAIN_N,
     MATMUL,
     MLP,
     MLP_CASES,
@@ -69,8 +72,12 @@ VARIANTS = [
     Variant("ours bf16", (), MATMUL_BF16, ("matmul",)),
     Variant(F32, (), CHAIN, ("chain",)),
     Variant("ours --fast-math", ("--fast-math",), CHAIN, ("chain",)),
+    Variant(F32, (), AFFINE, ("affine",)),
+    Variant("ours --fast-math", ("--fast-math",), AFFINE, ("affine",)),
 ]
-ORDER = ["mlp_b1", "mlp_b256", "train_b128", "matmul", "chain"]
+ORDER = ["mlp_b1", "mlp_b256", "train_b128", "matmul", "chain", "affine"]
+# bench/cpu.py's cases and the memory-bound pass, whose --fast-math build stores non-temporally.
+TABLE_CASES = [*CASES, Case("affine", "0.5*x+0.25, 16M f32", "GB/s", 2 * 4 * CHAIN_N)]
 
 
 class Goal(NamedTuple):
@@ -119,7 +126,7 @@ def build(variant: Variant, case: str, directory: Path, stem: str) -> Path | str
 
 def title(case: str) -> str:
     """The case's title in bench/cpu.py's table, less its element type (ours vary it)."""
-    return next(c.title for c in CASES if c.key == case).removesuffix(" f32")
+    return next(c.title for c in TABLE_CASES if c.key == case).removesuffix(" f32")
 
 
 def ratios(medians: dict[tuple[str, str], float]) -> list[tuple[str, str, Goal, float]]:
@@ -215,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = thread_counts(args.threads)
     print(f"Reduced precision on {cpu_name()}, {os.cpu_count()} CPUs, {threads};"
           " building our libraries…")  # fmt: skip
-    by_key = {c.key: c for c in CASES}
+    by_key = {c.key: c for c in TABLE_CASES}
     rows: list[tuple[Case, str, list[float]]] = []
     failed: list[tuple[str, str, str]] = []
     with tempfile.TemporaryDirectory(prefix="dlvm-bench-precision-") as tmp:

@@ -23,6 +23,7 @@ from dlvm.codegen import (
     conv_kernel_grad,
     conv_long_sums,
     conv_rows,
+    streaming,
 )
 from dlvm.codegen.combinators import not_inlinable
 from dlvm.codegen.conv_bf16 import Bf16Conv
@@ -178,6 +179,8 @@ class KernelGen:
         self.conv_split = split if self.core.opcode == "convolve" and split > 1 else 1
         # f32 exp, tanh and log by dlvm.codegen.fast_math (compute-scheduling's `fastmath`).
         self.fast_math = sched is not None and sched.get("fastmath") == 1
+        # The output by non-temporal vector stores (compute-scheduling's `stream`).
+        self.stream = sched is not None and sched.get("stream") == 1
 
     # The two functions ---------------------------------------------------------------------
 
@@ -294,7 +297,10 @@ class KernelGen:
             v = self.elem(self.root, idx)
             self.store(out, idx, t, v)
 
-        self.each_output(t, at, begin, end)
+        if self.stream and not self.flat:
+            streaming.streamed_loop(self, out, begin, end)
+        else:
+            self.each_output(t, at, begin, end)
         self.permuted_copy = self.reads_permuted
 
     def reduce(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:

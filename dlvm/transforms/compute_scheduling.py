@@ -15,7 +15,9 @@ A host function gets `[schedule host]`.
 
 With `fast_math` (`telc build --fast-math`), a CPU kernel that computes an f32 `exp`, `tanh` or
 `log` adds `fastmath 1`: code generation computes those with the faster approximations of
-dlvm.codegen.fast_math (docs/ir.md, "Fast math") instead of the 2-ulp ones.
+dlvm.codegen.fast_math (docs/ir.md, "Fast math") instead of the 2-ulp ones; a memory-bound
+pointwise kernel with an output larger than the last-level cache adds `stream 1`: its output is
+stored by non-temporal vector stores (dlvm.transforms.stream_schedule says which kernels).
 
 With `bf16_pairs` (a CPU with AVX-512 BF16), a kernel whose core is a bf16 matrix product or
 convolution adds `pairs 1`: its packed operands go in pairs of steps of the sum for `vdpbf16ps`
@@ -56,6 +58,7 @@ from dlvm.ir.values import Function, Instruction, Module
 from dlvm.transforms.compute_generation import kernel_core
 from dlvm.transforms.int8_products import int8_rows_product
 from dlvm.transforms.pass_base import Pass
+from dlvm.transforms.stream_schedule import streams
 
 # Work (elements touched) below which a kernel runs on one thread: waking a worker costs a
 # few microseconds, the time to stream ~64K floats.
@@ -152,6 +155,8 @@ class ComputeScheduling(Pass):
                 items.append(("split", (split,)))
         if self.fast_math and any(_fast_math_op(i) for i in fn.blocks[0].instructions):
             items.append(("fastmath", (1,)))
+        if self.fast_math and streams(fn):
+            items.append(("stream", (1,)))
         if self.bf16_pairs and root.opcode in ("dot", "convolve") and out.rank >= 2 and (
                 out.dtype is DataType.BF16):  # fmt: skip
             items.append(("pairs", (1,)))
