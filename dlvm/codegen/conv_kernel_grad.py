@@ -17,7 +17,14 @@ micro-kernel's vectors) is packed; the micro-kernel (MatMul.micro) accumulates C
 thread's scratch buffer over every n and slice, then C is copied out.
 
 Against ConvFolded (which copies X̂ whole, the kernel read in place as a): the copies here are
-the kernel k once per thread and x once, instead of x once per tap."""
+the kernel k once per thread and x once, instead of x once per tap.
+
+A bf16 convolution (the kernel's gradient of a bf16 convolution, kept bf16 by
+dlvm.codegen.bf16_products) runs the same product in f32: its planes and kernel are widened as
+they are copied into the scratch buffer (each element once per pass, against the product's
+q · O multiply-adds per element), C sums in f32 over every channel and slice, and copy_out
+rounds each sum once to bf16 (docs/ir.md#bf16). Its f32 vectors have half the schedule's bf16
+lanes."""
 
 from __future__ import annotations
 
@@ -28,13 +35,13 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from dlvm.codegen import conv_gemm
-from dlvm.codegen.llvm_types import I64, memory_type, value_type
+from dlvm.codegen.llvm_types import I64, memory_type, narrow, value_type
 from dlvm.codegen.loops import counted_loop, unravel
 from dlvm.codegen.matmul import DEPTH, MatMul, Tiling, tiling
 from dlvm.codegen.panels import scratch_function
 from dlvm.codegen.transposing import transpose_square
 from dlvm.ir.strided import contiguous_strides
-from dlvm.ir.types import TensorType
+from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Instruction
 
 if TYPE_CHECKING:
@@ -49,27 +56,36 @@ def _c(v: int) -> ir.Constant:
 
 
 def suits(conv: Instruction, lanes: int) -> bool:
-    """Whether the convolution runs as this product: it runs as products (conv_gemm.suits),
-    one group, no dilation of the input or between the kernel's taps, its kernel longer than
-    its output along the last axis (a kernel's gradient), rows of both operands contiguous."""
-    if not conv_gemm.suits(conv, lanes):
-        return False
-    a = conv.attrs
+    """Whether the convolution runs as this product: it runs as products (conv_gemm.suits; a
+    bf16 one: both operands in memory, f32 vectors of half its lanes), its shapes take it
+    (takes), rows of both operands contiguous, vectors of a power of two lanes."""
     x, k = conv.operands
-    t, kt = conv.type, k.type
-    assert isinstance(t, TensorType) and isinstance(kt, TensorType)
+    t = conv.type
+    assert isinstance(t, TensorType)
+    if t.dtype is DataType.BF16:
+        lanes //= 2  # f32 sums
+        if lanes < 4 or conv_gemm.in_memory(x) is None or conv_gemm.in_memory(k) is None:
+            return False
+    elif not conv_gemm.suits(conv, lanes):
+        return False
     xv, kv = conv_gemm.in_memory(x), conv_gemm.in_memory(k)
     assert xv is not None and kv is not None
-    spatial = len(t.shape) - 2
+    return takes(conv) and lanes & (lanes - 1) == 0 and xv[1][-1] == 1 and kv[1][-1] == 1
+
+
+def takes(conv: Instruction) -> bool:
+    """Whether the convolution's shapes and attributes are this product's: a spatial axis at
+    least, one group, no dilation of the input or between the kernel's taps, its kernel longer
+    than its output along the last axis (a kernel's gradient)."""
+    a = conv.attrs
+    t, kt = conv.type, conv.operands[1].type
+    assert isinstance(t, TensorType) and isinstance(kt, TensorType)
     return (
-        spatial >= 1
-        and lanes & (lanes - 1) == 0  # the transpose's blocks
+        len(t.shape) - 2 >= 1
         and (a.get("groups") or 1) == 1
         and all(d == 1 for d in a.get("leftDilation") or (1,))
         and all(d == 1 for d in a.get("rightDilation") or (1,))
         and t.shape[-1] < kt.shape[-1]
-        and xv[1][-1] == 1
-        and kv[1][-1] == 1
     )
 
 
@@ -86,7 +102,14 @@ class KernelGradient(MatMul):
         assert xv is not None and kv is not None, "suits"
         (self.x_base, self.x_strides), (self.k_base, self.k_strides) = xv, kv
         self.xt, self.kt, self.t = xt, kt, t
-        self.dt = t.dtype
+        # The scratch buffer's and the sums' type (f32 for bf16: the module docstring); the
+        # operands' and the output's, src_ty and out_dt.
+        self.out_dt = t.dtype
+        self.src_ty = value_type(t.dtype)
+        if t.dtype is DataType.BF16:
+            self.dt, lanes = DataType.F32, max(1, lanes // 2)
+        else:
+            self.dt = t.dtype
         self.elem_ty = value_type(self.dt)
         spatial = len(xt.shape) - 2
         a = conv.attrs
@@ -237,9 +260,9 @@ class KernelGradient(MatMul):
                     dst = b.add(dst, b.mul(b.add(v, _c(self.lo[d])), _c(self.pstride[d])))
 
                 def element(j: ir.Value) -> None:
-                    v = b.load(b.gep(x, [b.add(src, j)], source_etype=self.elem_ty),
-                               typ=self.elem_ty)  # fmt: skip
-                    b.store(v, self.at(self.planes, b.add(dst, j)))
+                    v = b.load(b.gep(x, [b.add(src, j)], source_etype=self.src_ty),
+                               typ=self.src_ty)  # fmt: skip
+                    b.store(self.to_scratch(v), self.at(self.planes, b.add(dst, j)))
 
                 counted_loop(b, 0, last, element, name="kcopy")
 
@@ -267,8 +290,9 @@ class KernelGradient(MatMul):
                     dst = b.add(dst, b.mul(v, _c(self.pstride[d])))
 
                 def element(j: ir.Value) -> None:
-                    at = b.gep(k, [b.add(src, j)], source_etype=self.elem_ty)
-                    b.store(b.load(at, typ=self.elem_ty), self.at(self.grid, b.add(dst, j)))
+                    at = b.gep(k, [b.add(src, j)], source_etype=self.src_ty)
+                    v = self.to_scratch(b.load(at, typ=self.src_ty))
+                    b.store(v, self.at(self.grid, b.add(dst, j)))
 
                 counted_loop(b, 0, self.p_sizes[-1], element, name="kspread")
 
@@ -309,10 +333,11 @@ class KernelGradient(MatMul):
         return self.at(self.c_tile, b.add(b.mul(i, _c(self.c_stride)), b.add(j0, _c(c))))
 
     def copy_out(self, c0: ir.Value, lo: ir.Value, hi: ir.Value) -> None:
-        """out[c0 + i // T, o, i % T] = C[i, o] for the rows i in [lo, hi), then the kernel's
-        epilogue, if it has one, at that element (the convolution read back from out)."""
+        """out[c0 + i // T, o, i % T] = C[i, o] for the rows i in [lo, hi) (f32 sums rounded
+        once to bf16 for a bf16 convolution), then the kernel's epilogue, if it has one, at
+        that element (the convolution read back from out)."""
         b, kg = self.b, self.kg
-        out_ty = memory_type(self.dt)
+        out_ty = memory_type(self.out_dt)
 
         def row(i: ir.Value) -> None:
             c, t = b.udiv(i, _c(self.t_count)), b.urem(i, _c(self.t_count))
@@ -321,6 +346,8 @@ class KernelGradient(MatMul):
 
             def output(o: ir.Value) -> None:
                 v = b.load(self.at(self.c_tile, b.add(src, o)), typ=self.elem_ty)
+                if self.src_ty != self.elem_ty:
+                    v = narrow(b, v, self.src_ty)
                 at = b.add(dst, b.mul(o, _c(self.t_count)))
                 b.store(v, b.gep(self.out, [at], source_etype=out_ty))
                 if kg.root is not self.dot:
@@ -337,6 +364,10 @@ class KernelGradient(MatMul):
     ) -> None:
         """Nothing at the micro-kernel's tile, whose rows are (image, tap) pairs: copy_out
         applies the epilogue."""
+
+    def to_scratch(self, v: ir.Value) -> ir.Value:
+        """An operand's element in the scratch buffer's type (bf16 widened to f32)."""
+        return v if self.src_ty == self.elem_ty else self.b.fpext(v, self.elem_ty)
 
     def zero(self, ptr: ir.Value, count: int) -> None:
         """ptr[0, count) = 0."""

@@ -549,10 +549,14 @@ class KernelGen:
         convolution as matrix products (dlvm.codegen.conv_gemm) where it suits them, with
         the element loop for a thread that cannot have the products' scratch buffer; the
         element loop alone otherwise (and in a GPU thread's share). A bf16 convolution as
-        dlvm.codegen.conv_bf16's product where it suits it, else the element loop."""
+        conv_kernel_grad's product (in f32) or dlvm.codegen.conv_bf16's where it suits them,
+        else the element loop."""
         sched = self.fn.schedule
         lanes = max(1, sched.get("vectorize", 1)) if sched is not None else 1
         if tensor_type(self.core).dtype is DataType.BF16:
+            if not self.flat and conv_kernel_grad.suits(self.core, lanes):
+                self.convolve_product(KernelGradient(self, self.core, out, lanes), out, begin, end)
+                return
             if self.flat or not conv_bf16.suits(self.core, lanes):
                 self.convolve_elements(out, begin, end)
                 return
