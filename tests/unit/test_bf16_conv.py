@@ -270,7 +270,8 @@ def test_every_convolution_of_a_bf16_cnns_train_step_stays_bf16(tmp_path):
              for inst in fn.instructions() if inst.opcode == "convolve"]  # fmt: skip
     assert found == [(DataType.BF16, 1)] * 5
     grads = [i for fn in module.functions if fn.name.startswith("train_step_k")
-             for i in fn.instructions() if i.opcode == "convolve" and conv_kernel_grad.takes(i)]  # fmt: skip
+             for i in fn.instructions()
+             if i.opcode == "convolve" and conv_kernel_grad.takes(i)]  # fmt: skip
     assert len(grads) == 2
 
 
