@@ -92,7 +92,11 @@ def takes(conv: Instruction) -> bool:
 class KernelGradient(MatMul):
     """The product of one convolve of kg's kernel into `out` (see the module docstring)."""
 
-    def __init__(self, kg: KernelGen, conv: Instruction, out: ir.Value, lanes: int) -> None:
+    def __init__(
+        self, kg: KernelGen, conv: Instruction, out: ir.Value, lanes: int, pairs: bool = False
+    ) -> None:
+        """`pairs`: the planes, G and Bk hold bf16 in pairs of steps
+        (dlvm.codegen.conv_kernel_grad_pairs), not widened to f32."""
         self.kg, self.b, self.dot, self.out = kg, kg.b, conv, out
         x, kernel = conv.operands
         xt, kt, t = x.type, kernel.type, conv.type
@@ -111,6 +115,10 @@ class KernelGradient(MatMul):
         else:
             self.dt = t.dtype
         self.elem_ty = value_type(self.dt)
+        # What the planes, G and Bk hold.
+        self.op_ty = self.src_ty if pairs else self.elem_ty
+        op_size = t.dtype.size if pairs else self.dt.size
+        unit = 2 if pairs else 1  # steps of a block's row of Bk
         spatial = len(xt.shape) - 2
         a = conv.attrs
         self.strides = a.get("strides") or (1,) * spatial
@@ -130,7 +138,8 @@ class KernelGradient(MatMul):
         self.m, self.k, self.n = self.images * self.t_count, self.q, self.o
         shape = tiling(self.m, self.k, lanes, self.n, self.dt.size)
         slices = max(1, math.ceil(self.q / DEPTH))
-        depth = -(-math.ceil(self.q / slices) // lanes) * lanes  # whole blocks of the transpose
+        # Whole blocks of the transpose.
+        depth = -(-math.ceil(self.q / slices) // (lanes * unit)) * lanes * unit
         slices = math.ceil(self.q / depth)
         self.tile = Tiling(shape.rows, shape.vectors, lanes, depth, slices)
         width = self.tile.width
@@ -138,12 +147,14 @@ class KernelGradient(MatMul):
         self.g_stride = slices * depth  # G's rows: every slice's whole blocks
         per_image = (self.t_count * self.c_stride + self.plane) * self.dt.size
         self.per_pass = max(1, min(self.images, PASS_BYTES // per_image))
-        self.b_elements = depth * self.c_stride
+        # The scratch buffer: Bk, G, C, the planes (with room for a pair past the last step).
         self.g_elements = self.c_stride * self.g_stride
-        self.c_elements = self.per_pass * self.t_count * self.c_stride
-        self.scratch_bytes = (
-            self.b_elements + self.g_elements + self.c_elements + self.per_pass * self.plane
-        ) * self.dt.size
+        self.plane_elements = self.per_pass * self.plane + 2
+        c_elements = self.per_pass * self.t_count * self.c_stride
+        self.g_offset = depth * self.c_stride * op_size
+        self.c_offset = self.g_offset + self.g_elements * op_size
+        self.planes_offset = self.c_offset + c_elements * self.dt.size
+        self.scratch_bytes = self.planes_offset + self.plane_elements * op_size
 
     def emit_images(
         self, begin: ir.Value, end: ir.Value, fallback: ir.Block, split: int = 1
@@ -160,10 +171,11 @@ class KernelGradient(MatMul):
         here = b.function.append_basic_block("conv.kgrad")
         b.cbranch(b.icmp_unsigned("==", scratch, ir.Constant(scratch.type, None)), fallback, here)
         b.position_at_end(here)
+        i8 = ir.IntType(8)
         self.bk = scratch
-        self.grid = self.at(scratch, _c(self.b_elements))
-        self.c_tile = self.at(scratch, _c(self.b_elements + self.g_elements))
-        self.planes = self.at(scratch, _c(self.b_elements + self.g_elements + self.c_elements))
+        self.grid = b.gep(scratch, [_c(self.g_offset)], source_etype=i8)
+        self.c_tile = b.gep(scratch, [_c(self.c_offset)], source_etype=i8)
+        self.planes = b.gep(scratch, [_c(self.planes_offset)], source_etype=i8)
         self.zero(self.grid, self.g_elements)  # what is not the kernel's stays zero
         passes = b.udiv(b.add(b.sub(last, first), _c(self.per_pass - 1)), _c(self.per_pass))
 
@@ -184,8 +196,7 @@ class KernelGradient(MatMul):
         """Rows [lo, hi) of images [c0, c0 + count) (rows counted from image c0's first): C
         over every channel and slice, then copied out."""
         b, tile = self.b, self.tile
-        self.zero(self.planes, self.per_pass * self.plane)  # the padding stays zero
-        never = ir.Constant(ir.IntType(1), 0)
+        self.zero(self.planes, self.plane_elements)  # the padding stays zero
 
         def channel(n: ir.Value) -> None:
             self.copy_planes(c0, count, n)
@@ -199,15 +210,7 @@ class KernelGradient(MatMul):
                 self.pack_kernel(p0, p1)
 
                 def strip(j0: ir.Value, width: int) -> None:
-                    def b_at(p: ir.Value, c: int) -> ir.Value:
-                        off = b.add(b.mul(b.sub(p, p0), _c(self.c_stride)), b.add(j0, _c(c)))
-                        return self.at(self.bk, off)
-
-                    def one_tile(i0: ir.Value, tile_rows: int) -> None:
-                        self.micro([], i0, tile_rows, j0, width, p0, p1, first, never,
-                                   self.a_at(i0, tile_rows), b_at)  # fmt: skip
-
-                    self.tiles(lo, hi, one_tile)
+                    self.strip_product(lo, hi, j0, width, p0, p1, first)
 
                 full, rest = divmod(self.o, tile.width)
                 counted_loop(b, 0, full, lambda j: strip(b.mul(j, _c(tile.width)), tile.width),
@@ -220,11 +223,40 @@ class KernelGradient(MatMul):
         counted_loop(b, 0, self.channels, channel, name="kchan")
         self.copy_out(c0, lo, hi)
 
+    def strip_product(
+        self, lo: ir.Value, hi: ir.Value, j0: ir.Value, width: int, p0: ir.Value, p1: ir.Value,
+        first: ir.Value,
+    ) -> None:  # fmt: skip
+        """C's columns [j0, j0 + width) of rows [lo, hi) plus the steps [p0, p1): started
+        from zero where `first`."""
+        b = self.b
+        never = ir.Constant(ir.IntType(1), 0)
+
+        def b_at(p: ir.Value, c: int) -> ir.Value:
+            off = b.add(b.mul(b.sub(p, p0), _c(self.c_stride)), b.add(j0, _c(c)))
+            return self.at(self.bk, off)
+
+        def one_tile(i0: ir.Value, rows: int) -> None:
+            a_at = self.a_at(i0, rows)
+            self.micro([], i0, rows, j0, width, p0, p1, first, never, a_at, b_at)
+
+        self.tiles(lo, hi, one_tile)
+
     # The operands -------------------------------------------------------------------------
 
     def a_at(self, i0: ir.Value, rows: int) -> Callable[[int, ir.Value], ir.Value]:
         """A[(c, t), q] for the tile's rows: the padded plane of image c from q + Σ tᵢ·sᵢ·
         pstrideᵢ on (each row's start computed once per tile)."""
+        b = self.b
+        starts = self.row_starts(i0, rows)
+
+        def at(r: int, p: ir.Value) -> ir.Value:
+            return b.load(self.at(self.planes, b.add(starts[r], p)), typ=self.elem_ty)
+
+        return at
+
+    def row_starts(self, i0: ir.Value, rows: int) -> list[ir.Value]:
+        """Where A's rows i0 … i0 + rows - 1 start in the planes."""
         b = self.b
         starts = []
         for r in range(rows):
@@ -234,11 +266,7 @@ class KernelGradient(MatMul):
             for ti, s, ps in zip(unravel(b, t, self.taps), self.strides, self.pstride):
                 start = b.add(start, b.mul(ti, _c(s * ps)))
             starts.append(start)
-
-        def at(r: int, p: ir.Value) -> ir.Value:
-            return b.load(self.at(self.planes, b.add(starts[r], p)), typ=self.elem_ty)
-
-        return at
+        return starts
 
     def copy_planes(self, c0: ir.Value, count: ir.Value, n: ir.Value) -> None:
         """The planes x[c, n] of images [c0, c0 + count) into the padded buffer's interiors,
@@ -262,7 +290,7 @@ class KernelGradient(MatMul):
                 def element(j: ir.Value) -> None:
                     v = b.load(b.gep(x, [b.add(src, j)], source_etype=self.src_ty),
                                typ=self.src_ty)  # fmt: skip
-                    b.store(self.to_scratch(v), self.at(self.planes, b.add(dst, j)))
+                    b.store(self.to_scratch(v), self.op_at(self.planes, b.add(dst, j)))
 
                 counted_loop(b, 0, last, element, name="kcopy")
 
@@ -292,7 +320,7 @@ class KernelGradient(MatMul):
                 def element(j: ir.Value) -> None:
                     at = b.gep(k, [b.add(src, j)], source_etype=self.src_ty)
                     v = self.to_scratch(b.load(at, typ=self.src_ty))
-                    b.store(v, self.at(self.grid, b.add(dst, j)))
+                    b.store(v, self.op_at(self.grid, b.add(dst, j)))
 
                 counted_loop(b, 0, self.p_sizes[-1], element, name="kspread")
 
@@ -366,14 +394,19 @@ class KernelGradient(MatMul):
         applies the epilogue."""
 
     def to_scratch(self, v: ir.Value) -> ir.Value:
-        """An operand's element in the scratch buffer's type (bf16 widened to f32)."""
-        return v if self.src_ty == self.elem_ty else self.b.fpext(v, self.elem_ty)
+        """An operand's element in op_ty (bf16 widened to f32 unless in pairs)."""
+        return v if self.src_ty == self.op_ty else self.b.fpext(v, self.op_ty)
 
     def zero(self, ptr: ir.Value, count: int) -> None:
-        """ptr[0, count) = 0."""
+        """ptr[0, count) = 0, elements of op_ty."""
         b = self.b
-        zero = ir.Constant(self.elem_ty, 0)
-        counted_loop(b, 0, count, lambda i: b.store(zero, self.at(ptr, i)), name="kzero")
+        zero = ir.Constant(self.op_ty, 0)
+        counted_loop(b, 0, count, lambda i: b.store(zero, self.op_at(ptr, i)), name="kzero")
 
     def at(self, ptr: ir.Value, off: ir.Value) -> ir.Value:
+        """Element off of ptr, in the sums' type."""
         return self.b.gep(ptr, [off], source_etype=self.elem_ty)
+
+    def op_at(self, ptr: ir.Value, off: ir.Value) -> ir.Value:
+        """Element off of ptr, in op_ty."""
+        return self.b.gep(ptr, [off], source_etype=self.op_ty)
