@@ -19,7 +19,8 @@ from telhelp import build_snippet, compile_snippet, entry, run_train_step
 import dlvm
 from dlvm.codegen import conv_bf16, conv_kernel_grad
 from dlvm.codegen.bf16_products import products_in_f32
-from dlvm.codegen.build import build_library, schedule
+from dlvm.codegen.build import LibraryBuild, Target, build_library, schedule
+from dlvm.codegen.llgen import llvm_module
 from dlvm.codegen.spec import module_spec
 from dlvm.interp import run_function
 from dlvm.ir import parse_module
@@ -59,6 +60,8 @@ CASES: dict[str, tuple[tuple[int, ...], tuple[int, ...], str, tuple[int, ...], s
     "kgrad-one-axis": ((4, 6, 50), (9, 6, 48), "padding (1, 1)", (4, 9, 5), ""),
     "kgrad-relu": ((4, 3, 10, 10), (8, 3, 10, 10), "padding (1, 1), (1, 1)", (4, 8, 3, 3),
                    "relu"),
+    # 438 steps of q a channel: two slices, C summed across them in f32.
+    "kgrad-slices": ((2, 3, 20, 20), (6, 3, 20, 20), "padding (1, 1), (1, 1)", (2, 6, 3, 3), ""),
 }  # fmt: skip
 KERNEL_GRADIENTS = [name for name in CASES if name.startswith("kgrad")]
 
@@ -194,6 +197,22 @@ def test_kernel_gradients_take_conv_kernel_grads_product():
              if i.opcode == "convolve" and conv_kernel_grad.suits(i, 32)}  # fmt: skip
     assert len(taken) == len(KERNEL_GRADIENTS)
     assert all(any(n.replace("-", "_") in f for f in taken) for n in KERNEL_GRADIENTS)
+
+
+@pytest.mark.parametrize("cpu", ["sapphirerapids", "skylake-avx512"])
+def test_kernel_gradients_run_in_pairs_where_the_cpu_has_avx512bf16(cpu):
+    """Each kgrad kernel's body is conv_kernel_grad's product (its scratch block), with
+    vdpbf16ps where the CPU has AVX-512 BF16 (dlvm.codegen.conv_kernel_grad_pairs) and without
+    it elsewhere (widened to f32)."""
+    module = parse_module(module_text(), "convbf16.dl")
+    build = LibraryBuild(module, module_spec(module, "convbf16"), Path("unused.so"),
+                         Target(cpu=cpu))  # fmt: skip
+    text = str(llvm_module(build.module))
+    for name in KERNEL_GRADIENTS:
+        at = text.index(f'@"k.{name.replace("-", "_")}_k.body"')
+        body = text[at : text.index("\n}\n", at)]
+        assert "conv.kgrad" in body, name
+        assert ("avx512bf16.dpbf16ps.512" in body) == (cpu == "sapphirerapids"), name
 
 
 # The kernel is read through a transpose (a strided view, dlvm.ir.strided) whose columns are
