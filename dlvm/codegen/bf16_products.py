@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from dlvm.codegen import conv_kernel_grad
+from dlvm.codegen import conv_depthwise, conv_kernel_grad
 from dlvm.codegen.conv_bf16 import MIN_POSITIONS, row_fits
 from dlvm.ir.builder import Builder
 from dlvm.ir.types import DataType, as_tensor
@@ -59,7 +59,7 @@ def _conv_takes(conv: Instruction) -> bool:
     xt, kt, t = as_tensor(x.type), as_tensor(k.type), as_tensor(conv.type)
     if xt is None or kt is None or t is None or t.rank < 3:
         return False
-    if conv_kernel_grad.takes(conv):
+    if conv_kernel_grad.takes(conv) or conv_depthwise.takes(conv):
         return True
     groups = conv.attrs.get("groups") or 1
     cin_g, cout_g = kt.shape[1], kt.shape[0] // groups

@@ -550,8 +550,8 @@ class KernelGen:
         convolution as matrix products (dlvm.codegen.conv_gemm) where it suits them, with
         the element loop for a thread that cannot have the products' scratch buffer; the
         element loop alone otherwise (and in a GPU thread's share). A bf16 convolution as
-        conv_kernel_grad's product (in pairs or in f32: dlvm.codegen.conv_kernel_grad_pairs)
-        or dlvm.codegen.conv_bf16's where it suits them,
+        conv_kernel_grad's product (in pairs or in f32: dlvm.codegen.conv_kernel_grad_pairs),
+        conv_depthwise's loop (in f32) or dlvm.codegen.conv_bf16's product where it suits them,
         else the element loop."""
         sched = self.fn.schedule
         lanes = max(1, sched.get("vectorize", 1)) if sched is not None else 1
@@ -559,6 +559,10 @@ class KernelGen:
             if not self.flat and conv_kernel_grad.suits(self.core, lanes):
                 gradient = kernel_gradient(self, self.core, out, lanes)
                 self.convolve_product(gradient, out, begin, end)
+                return
+            if not self.flat and conv_depthwise.suits(self.core, lanes):
+                depthwise = DepthwiseConv(self, self.core, out, lanes)
+                depthwise.emit_images(begin, end, self.conv_split)
                 return
             if self.flat or not conv_bf16.suits(self.core, lanes):
                 self.convolve_elements(out, begin, end)

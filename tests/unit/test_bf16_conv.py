@@ -62,8 +62,18 @@ CASES: dict[str, tuple[tuple[int, ...], tuple[int, ...], str, tuple[int, ...], s
                    "relu"),
     # 438 steps of q a channel: two slices, C summed across them in f32.
     "kgrad-slices": ((2, 3, 20, 20), (6, 3, 20, 20), "padding (1, 1), (1, 1)", (2, 6, 3, 3), ""),
+    # Depthwise (conv_depthwise's loop in f32): the interior in vectors, borders, a multiplier.
+    "depthwise": ((2, 8, 12, 12), (8, 1, 3, 3), "padding (1, 1), (1, 1) groups 8",
+                  (2, 8, 12, 12), ""),
+    "depthwise-stride-2": ((2, 6, 17, 17), (12, 1, 3, 3),
+                           "strides 2, 2 padding (1, 1), (1, 1) groups 6", (2, 12, 9, 9), ""),
+    "depthwise-rows": ((1, 3, 6, 100), (3, 1, 3, 3), "padding (1, 1), (1, 1) groups 3",
+                       (1, 3, 6, 100), ""),
+    "depthwise-one-axis-relu": ((3, 5, 70), (5, 1, 5), "padding (2, 2) groups 5", (3, 5, 70),
+                                "relu"),
 }  # fmt: skip
 KERNEL_GRADIENTS = [name for name in CASES if name.startswith("kgrad")]
+DEPTHWISE = [name for name in CASES if name.startswith("depthwise")]
 
 
 def extra(name: str) -> tuple[int, ...]:
@@ -179,7 +189,9 @@ def casts(x: tuple[int, ...], k: tuple[int, ...], r: tuple[int, ...], options: s
 def test_which_bf16_convolutions_stay_bf16():
     assert casts((2, 16, 12, 12), (16, 16, 3, 3), (2, 16, 10, 10)) == 0
     assert casts((2, 16, 7, 7), (16, 16, 3, 3), (2, 16, 5, 5)) == 3  # few positions
-    assert casts((2, 8, 12, 12), (8, 1, 3, 3), (2, 8, 10, 10), "groups 8") == 3  # depthwise
+    assert casts((2, 8, 12, 12), (8, 1, 3, 3), (2, 8, 10, 10), "groups 8") == 0  # depthwise
+    # A depthwise kernel's gradient (taps past conv_depthwise.MAX_TAPS): conv_long_sums' loop.
+    assert casts((1, 8, 12, 12), (8, 1, 10, 10), (1, 8, 3, 3), "groups 8") == 3
     assert casts((1, 8, 12, 12), (1, 8, 3, 3), (1, 1, 10, 10)) == 3  # one output channel
     assert casts((2, 8, 12, 12), (4, 8, 11, 11), (2, 4, 2, 2)) == 0  # a kernel's gradient
     # A strided convolution's kernel gradient (taps apart): conv_kernel_grad does not take it.
@@ -203,7 +215,7 @@ def test_kernel_gradients_take_conv_kernel_grads_product():
 def test_kernel_gradients_run_in_pairs_where_the_cpu_has_avx512bf16(cpu):
     """Each kgrad kernel's body is conv_kernel_grad's product (its scratch block), with
     vdpbf16ps where the CPU has AVX-512 BF16 (dlvm.codegen.conv_kernel_grad_pairs) and without
-    it elsewhere (widened to f32)."""
+    it elsewhere (widened to f32); each depthwise one conv_depthwise's loop in f32."""
     module = parse_module(module_text(), "convbf16.dl")
     build = LibraryBuild(module, module_spec(module, "convbf16"), Path("unused.so"),
                          Target(cpu=cpu))  # fmt: skip
@@ -213,6 +225,11 @@ def test_kernel_gradients_run_in_pairs_where_the_cpu_has_avx512bf16(cpu):
         body = text[at : text.index("\n}\n", at)]
         assert "conv.kgrad" in body, name
         assert ("avx512bf16.dpbf16ps.512" in body) == (cpu == "sapphirerapids"), name
+    for name in DEPTHWISE:  # conv_depthwise's loop; rows of 16 outputs or more in vectors
+        at = text.index(f'@"k.{name.replace("-", "_")}_k.body"')
+        body = text[at : text.index("\n}\n", at)]
+        vectors = CASES[name][3][-1] >= 16 + 2
+        assert "dwrow" in body and ("fmuladd.v16f32" in body) == vectors, name
 
 
 # The kernel is read through a transpose (a strided view, dlvm.ir.strided) whose columns are
