@@ -1,4 +1,6 @@
-"""bf16 convolutions on the CPU (dlvm.codegen.conv_bf16): f32 sums over each output's whole sum,
+"""bf16 convolutions on the CPU (dlvm.codegen.conv_bf16; kernels' gradients on conv_kernel_grad's
+product, in pairs by conv_kernel_grad_pairs; depthwise ones on conv_depthwise's loop in f32):
+f32 sums over each output's whole sum,
 rounded once, against the interpreter within docs/ir.md's bound (#bf16), on both paths (pairs
 for vdpbf16ps on a CPU with AVX-512 BF16; widened to f32 on one without: `--cpu
 skylake-avx512`), for padding, strides, odd channel counts, batches, groups, a left dilation
