@@ -4,10 +4,13 @@ product of dlvm.codegen.conv_bf16) and in bfloat16 the way it was computed befor
 (`rewrite`: operands cast to f32, an f32 convolution, rounded once; dlvm.codegen.bf16_products
 made to keep no convolution for that build). Timed in one process on one thread (run with
 DLRT_NUM_THREADS=1), in CPU seconds (time.process_time: the host is shared), interleaved block
-by block; the median of the blocks.
+by block; the median of the blocks. With --kernel-gradient, that convolution's kernel gradient
+instead, as the train step's adjoint makes it (dlvm.codegen.conv_kernel_grad: the input [C, N,
+H, H] and the output's gradient [O, N, H, H] with batch and channels exchanged, padding 1, into
+[C, O, 3, 3]), with no epilogue.
 
     DLRT_NUM_THREADS=1 python bench/bf16_conv.py [--cpu skylake-avx512] [--blocks 7]
-    [--shape N C O H]"""
+    [--shape N C O H] [--kernel-gradient]"""
 
 from __future__ import annotations
 
@@ -39,6 +42,14 @@ def module_text(n: int, c: int, o: int, h: int, dt: str) -> str:
             f"    return %r: {r}\n}}\n")  # fmt: skip
 
 
+def kernel_gradient_text(n: int, c: int, o: int, h: int, dt: str) -> str:
+    x, d, r = ty((c, n, h, h), dt), ty((o, n, h, h), dt), ty((c, o, 3, 3), dt)
+    return (f'module "conv"\nstage optimizable\n\nfunc @f: ({x}, {d}) -> {r} {{\n'
+            f"'entry(%x: {x}, %d: {d}):\n"
+            f"    %r = convolve %x: {x} kernel %d: {d} padding (1, 1), (1, 1)\n"
+            f"    return %r: {r}\n}}\n")  # fmt: skip
+
+
 def build(path: Path, text: str, cpu: str, rewrite: bool = False) -> Path:
     """The module as a library; with `rewrite`, no bf16 convolution kept (the f32 rewrite)."""
     from dlvm.codegen import build as codegen_build
@@ -56,23 +67,30 @@ def build(path: Path, text: str, cpu: str, rewrite: bool = False) -> Path:
     return path
 
 
-def measure(shape: tuple[int, int, int, int], cpu: str, blocks: int) -> dict[str, float]:
-    """Milliseconds per call of each build (the median of `blocks` interleaved blocks)."""
+def measure(
+    shape: tuple[int, int, int, int], cpu: str, blocks: int, gradient: bool = False
+) -> dict[str, float]:
+    """Milliseconds per call of each build (the median of `blocks` interleaved blocks); with
+    `gradient`, of the kernel gradient."""
     import dlvm
 
     n, c, o, h = shape
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((n, c, h, h))
-    k = rng.standard_normal((o, c, 3, 3)) * 0.1
-    b = rng.standard_normal((1, o, 1, 1))
-    f32 = [a.astype(np.float32) for a in (x, k, b)]
-    bf16 = [a.astype(BF16) for a in (x, k, b)]
+    if gradient:
+        operands = [rng.standard_normal((c, n, h, h)), rng.standard_normal((o, n, h, h))]
+        text = kernel_gradient_text
+    else:
+        operands = [rng.standard_normal((n, c, h, h)), rng.standard_normal((o, c, 3, 3)) * 0.1,
+                    rng.standard_normal((1, o, 1, 1))]  # fmt: skip
+        text = module_text
+    f32 = [a.astype(np.float32) for a in operands]
+    bf16 = [a.astype(BF16) for a in operands]
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         libs = {
-            "f32": (build(d / "f32.so", module_text(*shape, "f32"), cpu), f32),
-            "bf16": (build(d / "bf16.so", module_text(*shape, "bf16"), cpu), bf16),
-            "rewrite": (build(d / "rw.so", module_text(*shape, "bf16"), cpu, True), bf16),
+            "f32": (build(d / "f32.so", text(*shape, "f32"), cpu), f32),
+            "bf16": (build(d / "bf16.so", text(*shape, "bf16"), cpu), bf16),
+            "rewrite": (build(d / "rw.so", text(*shape, "bf16"), cpu, True), bf16),
         }
         loaded = {name: (dlvm.load(path), args) for name, (path, args) in libs.items()}
         calls: dict[str, Callable[[], Any]] = {
@@ -99,12 +117,14 @@ def main() -> None:
     p.add_argument(
         "--shape", type=int, nargs=4, default=(8, 64, 64, 56), metavar=("N", "C", "O", "H")
     )
+    p.add_argument("--kernel-gradient", action="store_true")
     args = p.parse_args()
     shape = tuple(args.shape)
-    ms = measure(shape, args.cpu, args.blocks)  # type: ignore[arg-type]
+    ms = measure(shape, args.cpu, args.blocks, args.kernel_gradient)  # type: ignore[arg-type]
     n, c, o, h = shape
     flops = 2 * n * o * h * h * c * 9
-    print(f"3x3 conv {c}->{o}, {h}x{h}, batch {n}, bias + relu; --cpu {args.cpu}; one thread, "
+    what = "its kernel gradient" if args.kernel_gradient else "bias + relu"
+    print(f"3x3 conv {c}->{o}, {h}x{h}, batch {n}, {what}; --cpu {args.cpu}; one thread, "
           f"CPU time, median of {args.blocks} blocks")  # fmt: skip
     for name, t in ms.items():
         print(f"  {name:8s} {t:8.2f} ms  {flops / t / 1e6:7.1f} GFLOP/s")

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from dlvm.codegen.llvm_types import I32, I64, constant, narrow
+from dlvm.codegen.llvm_types import BFLOAT, I32, I64, constant, narrow
 from dlvm.codegen.loops import counted_loop
 from dlvm.codegen.matmul_rows import rows_in_place
 from dlvm.codegen.transposing import columns_in_place, copy_transposed
@@ -58,12 +58,11 @@ def half(k: int) -> int:
     return -(-k // 2)
 
 
-def dpbf16(mm: MatMul) -> ir.Function:
+def dpbf16(module: ir.Module) -> ir.Function:
     """The intrinsic acc + Σ pairs of a · b: (<16 x float>, <32 x bfloat>, <32 x bfloat>)."""
-    module = mm.kg.module
     fn = module.globals.get(DPBF16)
     if fn is None:
-        pairs = ir.VectorType(mm.elem_ty, 2 * LANES)
+        pairs = ir.VectorType(BFLOAT, 2 * LANES)
         acc = ir.VectorType(ir.FloatType(), LANES)
         fn = ir.Function(module, ir.FunctionType(acc, [acc, pairs, pairs]), DPBF16)
     assert isinstance(fn, ir.Function)
@@ -87,7 +86,7 @@ def micro(
     for row in acc:
         for slot in row:
             b.store(ir.Constant(acc_t, None), slot)
-    fn = dpbf16(mm)
+    fn = dpbf16(kg.module)
 
     def step(pp: ir.Value) -> None:
         bv = [b.load(b_pair(pp, v), typ=pair_t, align=2) for v in range(vectors)]

@@ -13,20 +13,27 @@ sums (a group's input channels × taps) at most LONGEST_SUM long, at least two i
 output channels per group, an output at least as long as the kernel along the last axis and
 at least conv_bf16.MIN_POSITIONS output positions an image, the patches of one output row
 not too many for the thread's scratch buffer (dlvm.codegen.conv_bf16: the same
-product over the whole sum, in pairs or widened). A build for CUDA keeps those matrix products
-that run on tensor cores (dlvm.codegen.cuda_mma), which take bf16 operands and sum in f32
-themselves, and no convolution. What is rewritten: a `dot` of two vectors, a product with
-longer sums (whose packed operands would no longer fit the caches and the stack, where the
-kernel slices its sums and would round between slices), and the other convolutions: depthwise
-ones (conv_depthwise's and conv_long_sums' loops), those with one output channel per group,
-few output positions (conv_rows, conv_folded) or a kernel longer than the output (a kernel's
-gradient: conv_kernel_grad), whose f32 code generators have no bf16 form."""
+product over the whole sum, in pairs or widened); a `convolve` whose kernel is longer than its
+output (a kernel's gradient, conv_kernel_grad.takes: its product in pairs,
+dlvm.codegen.conv_kernel_grad_pairs, or widened to f32 as the operands are copied; f32 sums
+over the whole sum, rounded once); and a depthwise `convolve` that conv_depthwise's loop takes
+by its shapes (conv_depthwise.takes: widened as it loads, f32 sums, rounded once as it
+stores). A build for CUDA keeps
+those matrix products that run on tensor cores (dlvm.codegen.cuda_mma), which take bf16
+operands and sum in f32 themselves, and no convolution. What is rewritten: a `dot` of two
+vectors, a product with longer sums (whose packed operands would no longer fit the caches and
+the stack, where the kernel slices its sums and would round between slices), and the other
+convolutions: depthwise ones with long sums (a depthwise kernel's gradient: conv_long_sums'
+loop), those with one output channel per group or few output positions (conv_rows,
+conv_folded), and kernels' gradients that conv_kernel_grad does not take (groups, taps apart:
+a strided convolution's), whose f32 code generators have no bf16 form."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 
+from dlvm.codegen import conv_depthwise, conv_kernel_grad
 from dlvm.codegen.conv_bf16 import MIN_POSITIONS, row_fits
 from dlvm.ir.builder import Builder
 from dlvm.ir.types import DataType, as_tensor
@@ -55,6 +62,8 @@ def _conv_takes(conv: Instruction) -> bool:
     xt, kt, t = as_tensor(x.type), as_tensor(k.type), as_tensor(conv.type)
     if xt is None or kt is None or t is None or t.rank < 3:
         return False
+    if conv_kernel_grad.takes(conv) or conv_depthwise.takes(conv):
+        return True
     groups = conv.attrs.get("groups") or 1
     cin_g, cout_g = kt.shape[1], kt.shape[0] // groups
     return (

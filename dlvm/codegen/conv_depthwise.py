@@ -16,7 +16,12 @@ Each output element sums its taps in the element loop's order (KernelGen.convolv
 from 0, with fused multiply-adds. A left dilation (the input gradient of a strided convolution)
 keeps the element loop: its taps land between input elements in a pattern that changes along
 the row. Threads share the images, and blocks of their output rows, as in conv_gemm; a fused
-elementwise epilogue rewrites each output row after it is computed."""
+elementwise epilogue rewrites each output row after it is computed.
+
+A bf16 convolution (kept bf16 by dlvm.codegen.bf16_products) runs the same loop in f32: its
+input and weights are widened as they are loaded, each output sums its taps in f32 vectors of
+half the schedule's bf16 lanes and is rounded once as it is stored (vcvtneps2bf16 where the
+CPU has AVX-512 BF16, schedule `pairs 1`; integer rounding to nearest even elsewhere)."""
 
 from __future__ import annotations
 
@@ -27,9 +32,10 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from dlvm.codegen.conv_gemm import image_blocks
-from dlvm.codegen.llvm_types import I32, I64, memory_type, value_type
+from dlvm.codegen.llvm_types import I32, I64, memory_type, narrow, value_type
 from dlvm.codegen.loops import counted_loop, unravel
-from dlvm.ir.types import TensorType
+from dlvm.codegen.matmul import bf16_rounded
+from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Argument, Instruction
 
 if TYPE_CHECKING:
@@ -47,13 +53,25 @@ def _c(v: int) -> ir.Constant:
 
 def suits(conv: Instruction, lanes: int) -> bool:
     """Whether the convolution runs as the direct loop: floats held in registers as in memory,
-    in vectors, operands in memory, one input channel per group and at most MAX_MULTIPLIER
-    output channels, at most MAX_TAPS taps, no left dilation."""
+    in vectors (a bf16 one's f32 vectors half its lanes), operands in memory, and its shapes
+    (takes)."""
+    t = conv.type
+    assert isinstance(t, TensorType)
+    wide = t.dtype is DataType.BF16
+    return direct(conv, lanes // 2 if wide else lanes) and takes(conv)
+
+
+def takes(conv: Instruction) -> bool:
+    """Whether the convolution's shapes and options are this loop's: one input channel per
+    group and at most MAX_MULTIPLIER output channels, at most MAX_TAPS taps, no left
+    dilation."""
     k = conv.operands[1]
     assert isinstance(k.type, TensorType)
     groups = conv.attrs.get("groups") or 1
+    ld = conv.attrs.get("leftDilation") or ()
     return (
-        direct(conv, lanes)
+        k.type.shape[1] == 1
+        and all(d == 1 for d in ld)
         and k.type.shape[0] // groups <= MAX_MULTIPLIER
         and math.prod(k.type.shape[2:]) <= MAX_TAPS
     )
@@ -89,7 +107,15 @@ class DirectConv:
         assert isinstance(xt, TensorType) and isinstance(kt, TensorType)
         assert isinstance(t, TensorType)
         self.x, self.kernel, self.xt, self.t = x, kernel, xt, t
-        self.dt = t.dtype
+        # The operands' and the output's element type in memory (src_ty), and the sums' (dt):
+        # a bf16 convolution sums in f32 vectors of half its lanes (the module docstring).
+        self.src_ty = value_type(t.dtype)
+        self.wide = t.dtype is DataType.BF16
+        if self.wide:
+            self.lanes = lanes = max(1, lanes // 2)
+            sched = kg.fn.schedule
+            self.converts = sched is not None and sched.get("pairs") == 1  # AVX-512 BF16
+        self.dt = DataType.F32 if self.wide else t.dtype
         self.elem_ty = value_type(self.dt)
         self.vt = ir.VectorType(self.elem_ty, lanes)
         spatial = len(xt.shape) - 2
@@ -139,8 +165,8 @@ class DepthwiseConv(DirectConv):
         kptr = self.kg.ptrs[self.kernel]
         weights = []
         for t in range(count):
-            at = b.gep(kptr, [b.add(b.mul(oc, _c(count)), _c(t))], source_etype=self.elem_ty)
-            weights.append(b.load(at, typ=self.elem_ty))
+            at = b.gep(kptr, [b.add(b.mul(oc, _c(count)), _c(t))], source_etype=self.src_ty)
+            weights.append(self.widened(b.load(at, typ=self.src_ty)))
         splats = [self.splat(w) for w in weights]
         c = b.udiv(oc, _c(self.cout_g))
         plane = b.mul(b.add(b.mul(n, _c(self.xt.shape[1])), c), _c(math.prod(self.in_shape)))
@@ -236,25 +262,26 @@ class DepthwiseConv(DirectConv):
                     accs[u] = self.multiply_add(w, v, accs[u])
         out = self.out
         for o0, acc in zip(starts, accs):
-            ptr = b.gep(out, [b.add(dst, o0)], source_etype=self.elem_ty)
-            b.store(acc, ptr, align=self.dt.size)
+            ptr = b.gep(out, [b.add(dst, o0)], source_etype=self.src_ty)
+            b.store(self.rounded(acc), ptr, align=self.t.dtype.size)
 
     def load(self, src: ir.Value) -> ir.Value:
         """The lanes' input elements from offset src, `stride` apart."""
         b, lanes, s = self.b, self.lanes, self.strides[-1]
         x = self.kg.ptrs[self.x]
-        ptr = b.gep(x, [src], source_etype=self.elem_ty)
+        ptr = b.gep(x, [src], source_etype=self.src_ty)
+        size = self.t.dtype.size
         if s == 1:
-            return b.load(ptr, typ=self.vt, align=self.dt.size)
+            return self.widened(b.load(ptr, typ=ir.VectorType(self.src_ty, lanes), align=size))
         if s <= MAX_DEINTERLEAVE:
-            wide = b.load(ptr, typ=ir.VectorType(self.elem_ty, s * lanes), align=self.dt.size)
+            wide = b.load(ptr, typ=ir.VectorType(self.src_ty, s * lanes), align=size)
             picks = ir.Constant(ir.VectorType(I32, lanes), [s * u for u in range(lanes)])
-            return b.shuffle_vector(wide, ir.Constant(wide.type, ir.Undefined), picks)
-        v: ir.Value = ir.Constant(self.vt, ir.Undefined)
+            return self.widened(b.shuffle_vector(wide, ir.Constant(wide.type, ir.Undefined), picks))
+        v: ir.Value = ir.Constant(ir.VectorType(self.src_ty, lanes), ir.Undefined)
         for u in range(lanes):
-            at = b.gep(x, [b.add(src, _c(s * u))], source_etype=self.elem_ty)
-            v = b.insert_element(v, b.load(at, typ=self.elem_ty), ir.Constant(I32, u))
-        return v
+            at = b.gep(x, [b.add(src, _c(s * u))], source_etype=self.src_ty)
+            v = b.insert_element(v, b.load(at, typ=self.src_ty), ir.Constant(I32, u))
+        return self.widened(v)
 
     def element(
         self, rows: list[tuple[ir.Value, ir.Value]], weights: list[ir.Value], dst: ir.Value,
@@ -270,10 +297,12 @@ class DepthwiseConv(DirectConv):
             for j in range(kw):
                 q = b.add(b.mul(o, _c(s)), _c(j * rd - lo))
                 ok = b.and_(inside, b.icmp_unsigned("<", q, _c(self.in_shape[-1])))
-                at = b.gep(x, [b.add(row, b.select(ok, q, _c(0)))], source_etype=self.elem_ty)
-                v = b.select(ok, b.load(at, typ=self.elem_ty), zero)
+                at = b.gep(x, [b.add(row, b.select(ok, q, _c(0)))], source_etype=self.src_ty)
+                v = b.select(ok, self.widened(b.load(at, typ=self.src_ty)), zero)
                 acc = self.multiply_add(weights[i * kw + j], v, acc)
-        b.store(acc, b.gep(self.out, [b.add(dst, o)], source_etype=self.elem_ty))
+        if self.wide:
+            acc = narrow(b, acc, self.src_ty)
+        b.store(acc, b.gep(self.out, [b.add(dst, o)], source_etype=self.src_ty))
 
     def outer_padded(self) -> bool:
         """Whether a tap of an outer axis can read a row of the padding."""
@@ -282,6 +311,22 @@ class DepthwiseConv(DirectConv):
             if self.lows[d] > 0 or reach - self.lows[d] >= self.in_shape[d]:
                 return True
         return False
+
+    def widened(self, v: ir.Value) -> ir.Value:
+        """Elements of src_ty (a value or a vector) in the sums' type: bf16 widened to f32."""
+        if not self.wide:
+            return v
+        t = v.type
+        to = ir.VectorType(self.elem_ty, t.count) if isinstance(t, ir.VectorType) else self.elem_ty
+        return self.b.fpext(v, to)
+
+    def rounded(self, acc: ir.Value) -> ir.Value:
+        """A vector of sums as stored: a bf16 convolution's rounded once to bf16."""
+        if not self.wide:
+            return acc
+        if self.converts:
+            return narrow(self.b, acc, ir.VectorType(self.src_ty, self.lanes))
+        return bf16_rounded(self.b, acc)
 
     def splat(self, x: ir.Value) -> ir.Value:
         b, vt = self.b, self.vt

@@ -17,7 +17,14 @@ micro-kernel's vectors) is packed; the micro-kernel (MatMul.micro) accumulates C
 thread's scratch buffer over every n and slice, then C is copied out.
 
 Against ConvFolded (which copies X̂ whole, the kernel read in place as a): the copies here are
-the kernel k once per thread and x once, instead of x once per tap."""
+the kernel k once per thread and x once, instead of x once per tap.
+
+A bf16 convolution (the kernel's gradient of a bf16 convolution, kept bf16 by
+dlvm.codegen.bf16_products) runs the same product in f32: its planes and kernel are widened as
+they are copied into the scratch buffer (each element once per pass, against the product's
+q · O multiply-adds per element), C sums in f32 over every channel and slice, and copy_out
+rounds each sum once to bf16 (docs/ir.md#bf16). Its f32 vectors have half the schedule's bf16
+lanes."""
 
 from __future__ import annotations
 
@@ -28,13 +35,13 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from dlvm.codegen import conv_gemm
-from dlvm.codegen.llvm_types import I64, memory_type, value_type
+from dlvm.codegen.llvm_types import I64, memory_type, narrow, value_type
 from dlvm.codegen.loops import counted_loop, unravel
 from dlvm.codegen.matmul import DEPTH, MatMul, Tiling, tiling
 from dlvm.codegen.panels import scratch_function
 from dlvm.codegen.transposing import transpose_square
 from dlvm.ir.strided import contiguous_strides
-from dlvm.ir.types import TensorType
+from dlvm.ir.types import DataType, TensorType
 from dlvm.ir.values import Instruction
 
 if TYPE_CHECKING:
@@ -49,34 +56,47 @@ def _c(v: int) -> ir.Constant:
 
 
 def suits(conv: Instruction, lanes: int) -> bool:
-    """Whether the convolution runs as this product: it runs as products (conv_gemm.suits),
-    one group, no dilation of the input or between the kernel's taps, its kernel longer than
-    its output along the last axis (a kernel's gradient), rows of both operands contiguous."""
-    if not conv_gemm.suits(conv, lanes):
-        return False
-    a = conv.attrs
+    """Whether the convolution runs as this product: it runs as products (conv_gemm.suits; a
+    bf16 one: both operands in memory, f32 vectors of half its lanes), its shapes take it
+    (takes), rows of both operands contiguous, vectors of a power of two lanes."""
     x, k = conv.operands
-    t, kt = conv.type, k.type
-    assert isinstance(t, TensorType) and isinstance(kt, TensorType)
+    t = conv.type
+    assert isinstance(t, TensorType)
+    if t.dtype is DataType.BF16:
+        lanes //= 2  # f32 sums
+        if lanes < 4 or conv_gemm.in_memory(x) is None or conv_gemm.in_memory(k) is None:
+            return False
+    elif not conv_gemm.suits(conv, lanes):
+        return False
     xv, kv = conv_gemm.in_memory(x), conv_gemm.in_memory(k)
     assert xv is not None and kv is not None
-    spatial = len(t.shape) - 2
+    return takes(conv) and lanes & (lanes - 1) == 0 and xv[1][-1] == 1 and kv[1][-1] == 1
+
+
+def takes(conv: Instruction) -> bool:
+    """Whether the convolution's shapes and attributes are this product's: a spatial axis at
+    least, one group, no dilation of the input or between the kernel's taps, its kernel longer
+    than its output along the last axis (a kernel's gradient)."""
+    a = conv.attrs
+    t, kt = conv.type, conv.operands[1].type
+    assert isinstance(t, TensorType) and isinstance(kt, TensorType)
     return (
-        spatial >= 1
-        and lanes & (lanes - 1) == 0  # the transpose's blocks
+        len(t.shape) - 2 >= 1
         and (a.get("groups") or 1) == 1
         and all(d == 1 for d in a.get("leftDilation") or (1,))
         and all(d == 1 for d in a.get("rightDilation") or (1,))
         and t.shape[-1] < kt.shape[-1]
-        and xv[1][-1] == 1
-        and kv[1][-1] == 1
     )
 
 
 class KernelGradient(MatMul):
     """The product of one convolve of kg's kernel into `out` (see the module docstring)."""
 
-    def __init__(self, kg: KernelGen, conv: Instruction, out: ir.Value, lanes: int) -> None:
+    def __init__(
+        self, kg: KernelGen, conv: Instruction, out: ir.Value, lanes: int, pairs: bool = False
+    ) -> None:
+        """`pairs`: the planes, G and Bk hold bf16 in pairs of steps
+        (dlvm.codegen.conv_kernel_grad_pairs), not widened to f32."""
         self.kg, self.b, self.dot, self.out = kg, kg.b, conv, out
         x, kernel = conv.operands
         xt, kt, t = x.type, kernel.type, conv.type
@@ -86,8 +106,19 @@ class KernelGradient(MatMul):
         assert xv is not None and kv is not None, "suits"
         (self.x_base, self.x_strides), (self.k_base, self.k_strides) = xv, kv
         self.xt, self.kt, self.t = xt, kt, t
-        self.dt = t.dtype
+        # The scratch buffer's and the sums' type (f32 for bf16: the module docstring); the
+        # operands' and the output's, src_ty and out_dt.
+        self.out_dt = t.dtype
+        self.src_ty = value_type(t.dtype)
+        if t.dtype is DataType.BF16:
+            self.dt, lanes = DataType.F32, max(1, lanes // 2)
+        else:
+            self.dt = t.dtype
         self.elem_ty = value_type(self.dt)
+        # What the planes, G and Bk hold.
+        self.op_ty = self.src_ty if pairs else self.elem_ty
+        op_size = t.dtype.size if pairs else self.dt.size
+        unit = 2 if pairs else 1  # steps of a block's row of Bk
         spatial = len(xt.shape) - 2
         a = conv.attrs
         self.strides = a.get("strides") or (1,) * spatial
@@ -107,7 +138,8 @@ class KernelGradient(MatMul):
         self.m, self.k, self.n = self.images * self.t_count, self.q, self.o
         shape = tiling(self.m, self.k, lanes, self.n, self.dt.size)
         slices = max(1, math.ceil(self.q / DEPTH))
-        depth = -(-math.ceil(self.q / slices) // lanes) * lanes  # whole blocks of the transpose
+        # Whole blocks of the transpose.
+        depth = -(-math.ceil(self.q / slices) // (lanes * unit)) * lanes * unit
         slices = math.ceil(self.q / depth)
         self.tile = Tiling(shape.rows, shape.vectors, lanes, depth, slices)
         width = self.tile.width
@@ -115,12 +147,14 @@ class KernelGradient(MatMul):
         self.g_stride = slices * depth  # G's rows: every slice's whole blocks
         per_image = (self.t_count * self.c_stride + self.plane) * self.dt.size
         self.per_pass = max(1, min(self.images, PASS_BYTES // per_image))
-        self.b_elements = depth * self.c_stride
+        # The scratch buffer: Bk, G, C, the planes (with room for a pair past the last step).
         self.g_elements = self.c_stride * self.g_stride
-        self.c_elements = self.per_pass * self.t_count * self.c_stride
-        self.scratch_bytes = (
-            self.b_elements + self.g_elements + self.c_elements + self.per_pass * self.plane
-        ) * self.dt.size
+        self.plane_elements = self.per_pass * self.plane + 2
+        c_elements = self.per_pass * self.t_count * self.c_stride
+        self.g_offset = depth * self.c_stride * op_size
+        self.c_offset = self.g_offset + self.g_elements * op_size
+        self.planes_offset = self.c_offset + c_elements * self.dt.size
+        self.scratch_bytes = self.planes_offset + self.plane_elements * op_size
 
     def emit_images(
         self, begin: ir.Value, end: ir.Value, fallback: ir.Block, split: int = 1
@@ -137,10 +171,11 @@ class KernelGradient(MatMul):
         here = b.function.append_basic_block("conv.kgrad")
         b.cbranch(b.icmp_unsigned("==", scratch, ir.Constant(scratch.type, None)), fallback, here)
         b.position_at_end(here)
+        i8 = ir.IntType(8)
         self.bk = scratch
-        self.grid = self.at(scratch, _c(self.b_elements))
-        self.c_tile = self.at(scratch, _c(self.b_elements + self.g_elements))
-        self.planes = self.at(scratch, _c(self.b_elements + self.g_elements + self.c_elements))
+        self.grid = b.gep(scratch, [_c(self.g_offset)], source_etype=i8)
+        self.c_tile = b.gep(scratch, [_c(self.c_offset)], source_etype=i8)
+        self.planes = b.gep(scratch, [_c(self.planes_offset)], source_etype=i8)
         self.zero(self.grid, self.g_elements)  # what is not the kernel's stays zero
         passes = b.udiv(b.add(b.sub(last, first), _c(self.per_pass - 1)), _c(self.per_pass))
 
@@ -161,8 +196,7 @@ class KernelGradient(MatMul):
         """Rows [lo, hi) of images [c0, c0 + count) (rows counted from image c0's first): C
         over every channel and slice, then copied out."""
         b, tile = self.b, self.tile
-        self.zero(self.planes, self.per_pass * self.plane)  # the padding stays zero
-        never = ir.Constant(ir.IntType(1), 0)
+        self.zero(self.planes, self.plane_elements)  # the padding stays zero
 
         def channel(n: ir.Value) -> None:
             self.copy_planes(c0, count, n)
@@ -176,15 +210,7 @@ class KernelGradient(MatMul):
                 self.pack_kernel(p0, p1)
 
                 def strip(j0: ir.Value, width: int) -> None:
-                    def b_at(p: ir.Value, c: int) -> ir.Value:
-                        off = b.add(b.mul(b.sub(p, p0), _c(self.c_stride)), b.add(j0, _c(c)))
-                        return self.at(self.bk, off)
-
-                    def one_tile(i0: ir.Value, tile_rows: int) -> None:
-                        self.micro([], i0, tile_rows, j0, width, p0, p1, first, never,
-                                   self.a_at(i0, tile_rows), b_at)  # fmt: skip
-
-                    self.tiles(lo, hi, one_tile)
+                    self.strip_product(lo, hi, j0, width, p0, p1, first)
 
                 full, rest = divmod(self.o, tile.width)
                 counted_loop(b, 0, full, lambda j: strip(b.mul(j, _c(tile.width)), tile.width),
@@ -197,11 +223,40 @@ class KernelGradient(MatMul):
         counted_loop(b, 0, self.channels, channel, name="kchan")
         self.copy_out(c0, lo, hi)
 
+    def strip_product(
+        self, lo: ir.Value, hi: ir.Value, j0: ir.Value, width: int, p0: ir.Value, p1: ir.Value,
+        first: ir.Value,
+    ) -> None:  # fmt: skip
+        """C's columns [j0, j0 + width) of rows [lo, hi) plus the steps [p0, p1): started
+        from zero where `first`."""
+        b = self.b
+        never = ir.Constant(ir.IntType(1), 0)
+
+        def b_at(p: ir.Value, c: int) -> ir.Value:
+            off = b.add(b.mul(b.sub(p, p0), _c(self.c_stride)), b.add(j0, _c(c)))
+            return self.at(self.bk, off)
+
+        def one_tile(i0: ir.Value, rows: int) -> None:
+            a_at = self.a_at(i0, rows)
+            self.micro([], i0, rows, j0, width, p0, p1, first, never, a_at, b_at)
+
+        self.tiles(lo, hi, one_tile)
+
     # The operands -------------------------------------------------------------------------
 
     def a_at(self, i0: ir.Value, rows: int) -> Callable[[int, ir.Value], ir.Value]:
         """A[(c, t), q] for the tile's rows: the padded plane of image c from q + Σ tᵢ·sᵢ·
         pstrideᵢ on (each row's start computed once per tile)."""
+        b = self.b
+        starts = self.row_starts(i0, rows)
+
+        def at(r: int, p: ir.Value) -> ir.Value:
+            return b.load(self.at(self.planes, b.add(starts[r], p)), typ=self.elem_ty)
+
+        return at
+
+    def row_starts(self, i0: ir.Value, rows: int) -> list[ir.Value]:
+        """Where A's rows i0 … i0 + rows - 1 start in the planes."""
         b = self.b
         starts = []
         for r in range(rows):
@@ -211,11 +266,7 @@ class KernelGradient(MatMul):
             for ti, s, ps in zip(unravel(b, t, self.taps), self.strides, self.pstride):
                 start = b.add(start, b.mul(ti, _c(s * ps)))
             starts.append(start)
-
-        def at(r: int, p: ir.Value) -> ir.Value:
-            return b.load(self.at(self.planes, b.add(starts[r], p)), typ=self.elem_ty)
-
-        return at
+        return starts
 
     def copy_planes(self, c0: ir.Value, count: ir.Value, n: ir.Value) -> None:
         """The planes x[c, n] of images [c0, c0 + count) into the padded buffer's interiors,
@@ -237,9 +288,9 @@ class KernelGradient(MatMul):
                     dst = b.add(dst, b.mul(b.add(v, _c(self.lo[d])), _c(self.pstride[d])))
 
                 def element(j: ir.Value) -> None:
-                    v = b.load(b.gep(x, [b.add(src, j)], source_etype=self.elem_ty),
-                               typ=self.elem_ty)  # fmt: skip
-                    b.store(v, self.at(self.planes, b.add(dst, j)))
+                    v = b.load(b.gep(x, [b.add(src, j)], source_etype=self.src_ty),
+                               typ=self.src_ty)  # fmt: skip
+                    b.store(self.to_scratch(v), self.op_at(self.planes, b.add(dst, j)))
 
                 counted_loop(b, 0, last, element, name="kcopy")
 
@@ -267,8 +318,9 @@ class KernelGradient(MatMul):
                     dst = b.add(dst, b.mul(v, _c(self.pstride[d])))
 
                 def element(j: ir.Value) -> None:
-                    at = b.gep(k, [b.add(src, j)], source_etype=self.elem_ty)
-                    b.store(b.load(at, typ=self.elem_ty), self.at(self.grid, b.add(dst, j)))
+                    at = b.gep(k, [b.add(src, j)], source_etype=self.src_ty)
+                    v = self.to_scratch(b.load(at, typ=self.src_ty))
+                    b.store(v, self.op_at(self.grid, b.add(dst, j)))
 
                 counted_loop(b, 0, self.p_sizes[-1], element, name="kspread")
 
@@ -309,10 +361,11 @@ class KernelGradient(MatMul):
         return self.at(self.c_tile, b.add(b.mul(i, _c(self.c_stride)), b.add(j0, _c(c))))
 
     def copy_out(self, c0: ir.Value, lo: ir.Value, hi: ir.Value) -> None:
-        """out[c0 + i // T, o, i % T] = C[i, o] for the rows i in [lo, hi), then the kernel's
-        epilogue, if it has one, at that element (the convolution read back from out)."""
+        """out[c0 + i // T, o, i % T] = C[i, o] for the rows i in [lo, hi) (f32 sums rounded
+        once to bf16 for a bf16 convolution), then the kernel's epilogue, if it has one, at
+        that element (the convolution read back from out)."""
         b, kg = self.b, self.kg
-        out_ty = memory_type(self.dt)
+        out_ty = memory_type(self.out_dt)
 
         def row(i: ir.Value) -> None:
             c, t = b.udiv(i, _c(self.t_count)), b.urem(i, _c(self.t_count))
@@ -321,6 +374,8 @@ class KernelGradient(MatMul):
 
             def output(o: ir.Value) -> None:
                 v = b.load(self.at(self.c_tile, b.add(src, o)), typ=self.elem_ty)
+                if self.src_ty != self.elem_ty:
+                    v = narrow(b, v, self.src_ty)
                 at = b.add(dst, b.mul(o, _c(self.t_count)))
                 b.store(v, b.gep(self.out, [at], source_etype=out_ty))
                 if kg.root is not self.dot:
@@ -338,11 +393,20 @@ class KernelGradient(MatMul):
         """Nothing at the micro-kernel's tile, whose rows are (image, tap) pairs: copy_out
         applies the epilogue."""
 
+    def to_scratch(self, v: ir.Value) -> ir.Value:
+        """An operand's element in op_ty (bf16 widened to f32 unless in pairs)."""
+        return v if self.src_ty == self.op_ty else self.b.fpext(v, self.op_ty)
+
     def zero(self, ptr: ir.Value, count: int) -> None:
-        """ptr[0, count) = 0."""
+        """ptr[0, count) = 0, elements of op_ty."""
         b = self.b
-        zero = ir.Constant(self.elem_ty, 0)
-        counted_loop(b, 0, count, lambda i: b.store(zero, self.at(ptr, i)), name="kzero")
+        zero = ir.Constant(self.op_ty, 0)
+        counted_loop(b, 0, count, lambda i: b.store(zero, self.op_at(ptr, i)), name="kzero")
 
     def at(self, ptr: ir.Value, off: ir.Value) -> ir.Value:
+        """Element off of ptr, in the sums' type."""
         return self.b.gep(ptr, [off], source_etype=self.elem_ty)
+
+    def op_at(self, ptr: ir.Value, off: ir.Value) -> ir.Value:
+        """Element off of ptr, in op_ty."""
+        return self.b.gep(ptr, [off], source_etype=self.op_ty)

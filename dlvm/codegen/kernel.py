@@ -31,6 +31,7 @@ from dlvm.codegen.conv_depthwise import DepthwiseConv
 from dlvm.codegen.conv_folded import ConvFolded
 from dlvm.codegen.conv_gemm import ConvGemm
 from dlvm.codegen.conv_kernel_grad import KernelGradient
+from dlvm.codegen.conv_kernel_grad_pairs import kernel_gradient
 from dlvm.codegen.conv_long_sums import LongSums
 from dlvm.codegen.conv_rows import ConvRows
 from dlvm.codegen.elementwise import binary, cast, compare, convert, unary
@@ -555,10 +556,20 @@ class KernelGen:
         convolution as matrix products (dlvm.codegen.conv_gemm) where it suits them, with
         the element loop for a thread that cannot have the products' scratch buffer; the
         element loop alone otherwise (and in a GPU thread's share). A bf16 convolution as
-        dlvm.codegen.conv_bf16's product where it suits it, else the element loop."""
+        conv_kernel_grad's product (in pairs or in f32: dlvm.codegen.conv_kernel_grad_pairs),
+        conv_depthwise's loop (in f32) or dlvm.codegen.conv_bf16's product where it suits them,
+        else the element loop."""
         sched = self.fn.schedule
         lanes = max(1, sched.get("vectorize", 1)) if sched is not None else 1
         if tensor_type(self.core).dtype is DataType.BF16:
+            if not self.flat and conv_kernel_grad.suits(self.core, lanes):
+                gradient = kernel_gradient(self, self.core, out, lanes)
+                self.convolve_product(gradient, out, begin, end)
+                return
+            if not self.flat and conv_depthwise.suits(self.core, lanes):
+                depthwise = DepthwiseConv(self, self.core, out, lanes)
+                depthwise.emit_images(begin, end, self.conv_split)
+                return
             if self.flat or not conv_bf16.suits(self.core, lanes):
                 self.convolve_elements(out, begin, end)
                 return

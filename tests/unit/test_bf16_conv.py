@@ -1,4 +1,6 @@
-"""bf16 convolutions on the CPU (dlvm.codegen.conv_bf16): f32 sums over each output's whole sum,
+"""bf16 convolutions on the CPU (dlvm.codegen.conv_bf16; kernels' gradients on conv_kernel_grad's
+product, in pairs by conv_kernel_grad_pairs; depthwise ones on conv_depthwise's loop in f32):
+f32 sums over each output's whole sum,
 rounded once, against the interpreter within docs/ir.md's bound (#bf16), on both paths (pairs
 for vdpbf16ps on a CPU with AVX-512 BF16; widened to f32 on one without: `--cpu
 skylake-avx512`), for padding, strides, odd channel counts, batches, groups, a left dilation
@@ -17,9 +19,10 @@ import pytest
 from telhelp import build_snippet, compile_snippet, entry, run_train_step
 
 import dlvm
-from dlvm.codegen import conv_bf16
+from dlvm.codegen import conv_bf16, conv_kernel_grad
 from dlvm.codegen.bf16_products import products_in_f32
-from dlvm.codegen.build import build_library, schedule
+from dlvm.codegen.build import LibraryBuild, Target, build_library, schedule
+from dlvm.codegen.llgen import llvm_module
 from dlvm.codegen.spec import module_spec
 from dlvm.interp import run_function
 from dlvm.ir import parse_module
@@ -52,7 +55,27 @@ CASES: dict[str, tuple[tuple[int, ...], tuple[int, ...], str, tuple[int, ...], s
                       (2, 10, 14, 14), "relu"),
     "residual-relu": ((2, 8, 9, 13), (16, 8, 3, 3), "padding (1, 1), (1, 1)", (2, 16, 9, 13),
                       "residual"),
+    # Kernels longer than the output (kernels' gradients: conv_kernel_grad's product in f32).
+    "kgrad-pad": ((6, 4, 12, 12), (10, 4, 12, 12), "padding (1, 1), (1, 1)", (6, 10, 3, 3), ""),
+    "kgrad-stride": ((5, 3, 17, 17), (8, 3, 8, 8), "strides 2, 2", (5, 8, 5, 5), ""),
+    "kgrad-odd": ((3, 5, 9, 11), (7, 5, 7, 9), "padding (1, 1), (1, 1)", (3, 7, 5, 5), ""),
+    "kgrad-one-axis": ((4, 6, 50), (9, 6, 48), "padding (1, 1)", (4, 9, 5), ""),
+    "kgrad-relu": ((4, 3, 10, 10), (8, 3, 10, 10), "padding (1, 1), (1, 1)", (4, 8, 3, 3),
+                   "relu"),
+    # 438 steps of q a channel: two slices, C summed across them in f32.
+    "kgrad-slices": ((2, 3, 20, 20), (6, 3, 20, 20), "padding (1, 1), (1, 1)", (2, 6, 3, 3), ""),
+    # Depthwise (conv_depthwise's loop in f32): the interior in vectors, borders, a multiplier.
+    "depthwise": ((2, 8, 12, 12), (8, 1, 3, 3), "padding (1, 1), (1, 1) groups 8",
+                  (2, 8, 12, 12), ""),
+    "depthwise-stride-2": ((2, 6, 17, 17), (12, 1, 3, 3),
+                           "strides 2, 2 padding (1, 1), (1, 1) groups 6", (2, 12, 9, 9), ""),
+    "depthwise-rows": ((1, 3, 6, 100), (3, 1, 3, 3), "padding (1, 1), (1, 1) groups 3",
+                       (1, 3, 6, 100), ""),
+    "depthwise-one-axis-relu": ((3, 5, 70), (5, 1, 5), "padding (2, 2) groups 5", (3, 5, 70),
+                                "relu"),
 }  # fmt: skip
+KERNEL_GRADIENTS = [name for name in CASES if name.startswith("kgrad")]
+DEPTHWISE = [name for name in CASES if name.startswith("depthwise")]
 
 
 def extra(name: str) -> tuple[int, ...]:
@@ -168,11 +191,47 @@ def casts(x: tuple[int, ...], k: tuple[int, ...], r: tuple[int, ...], options: s
 def test_which_bf16_convolutions_stay_bf16():
     assert casts((2, 16, 12, 12), (16, 16, 3, 3), (2, 16, 10, 10)) == 0
     assert casts((2, 16, 7, 7), (16, 16, 3, 3), (2, 16, 5, 5)) == 3  # few positions
-    assert casts((2, 8, 12, 12), (8, 1, 3, 3), (2, 8, 10, 10), "groups 8") == 3  # depthwise
+    assert casts((2, 8, 12, 12), (8, 1, 3, 3), (2, 8, 10, 10), "groups 8") == 0  # depthwise
+    # A depthwise kernel's gradient (taps past conv_depthwise.MAX_TAPS): conv_long_sums' loop.
+    assert casts((1, 8, 12, 12), (8, 1, 10, 10), (1, 8, 3, 3), "groups 8") == 3
     assert casts((1, 8, 12, 12), (1, 8, 3, 3), (1, 1, 10, 10)) == 3  # one output channel
-    assert casts((2, 8, 12, 12), (4, 8, 11, 11), (2, 4, 2, 2)) == 3  # a kernel's gradient
+    assert casts((2, 8, 12, 12), (4, 8, 11, 11), (2, 4, 2, 2)) == 0  # a kernel's gradient
+    # A strided convolution's kernel gradient (taps apart): conv_kernel_grad does not take it.
+    assert casts((2, 8, 12, 12), (4, 8, 6, 6), (2, 4, 2, 2), "rightDilation 2, 2") == 3
     assert casts((1, 512, 12, 12), (8, 512, 3, 3), (1, 8, 10, 10)) == 3  # sums past 4096
     assert casts((1, 512, 2100), (8, 512, 3), (1, 8, 2098)) == 3  # a row's block past 4 MiB
+
+
+def test_kernel_gradients_take_conv_kernel_grads_product():
+    """The kgrad cases (bf16) are conv_kernel_grad's product after scheduling, with f32
+    vectors of half the schedule's 32 bf16 lanes, not the element loop."""
+    module = parse_module(module_text(), "convbf16.dl")
+    schedule(module, "sapphirerapids")
+    taken = {fn.name for fn in module.functions for i in fn.instructions()
+             if i.opcode == "convolve" and conv_kernel_grad.suits(i, 32)}  # fmt: skip
+    assert len(taken) == len(KERNEL_GRADIENTS)
+    assert all(any(n.replace("-", "_") in f for f in taken) for n in KERNEL_GRADIENTS)
+
+
+@pytest.mark.parametrize("cpu", ["sapphirerapids", "skylake-avx512"])
+def test_kernel_gradients_run_in_pairs_where_the_cpu_has_avx512bf16(cpu):
+    """Each kgrad kernel's body is conv_kernel_grad's product (its scratch block), with
+    vdpbf16ps where the CPU has AVX-512 BF16 (dlvm.codegen.conv_kernel_grad_pairs) and without
+    it elsewhere (widened to f32); each depthwise one conv_depthwise's loop in f32."""
+    module = parse_module(module_text(), "convbf16.dl")
+    build = LibraryBuild(module, module_spec(module, "convbf16"), Path("unused.so"),
+                         Target(cpu=cpu))  # fmt: skip
+    text = str(llvm_module(build.module))
+    for name in KERNEL_GRADIENTS:
+        at = text.index(f'@"k.{name.replace("-", "_")}_k.body"')
+        body = text[at : text.index("\n}\n", at)]
+        assert "conv.kgrad" in body, name
+        assert ("avx512bf16.dpbf16ps.512" in body) == (cpu == "sapphirerapids"), name
+    for name in DEPTHWISE:  # conv_depthwise's loop; rows of 16 outputs or more in vectors
+        at = text.index(f'@"k.{name.replace("-", "_")}_k.body"')
+        body = text[at : text.index("\n}\n", at)]
+        vectors = CASES[name][3][-1] >= 16 + 2
+        assert "dwrow" in body and ("fmuladd.v16f32" in body) == vectors, name
 
 
 # The kernel is read through a transpose (a strided view, dlvm.ir.strided) whose columns are
@@ -238,17 +297,20 @@ train minimizing loss using sgd(rate: 0.02)
 """
 
 
-def test_a_bf16_cnns_forward_and_input_gradient_stay_bf16(tmp_path):
+def test_every_convolution_of_a_bf16_cnns_train_step_stays_bf16(tmp_path):
     """In the train step: both forward convolutions and the second's input gradient on the
-    bf16 product (in pairs), the kernels' gradients taken in f32 (conv_kernel_grad's)."""
+    bf16 product (in pairs), both kernels' gradients bf16 too (conv_kernel_grad's product,
+    summed in f32)."""
     module = compile_snippet(str(tmp_path), CNN, "cnnbf16").module
     schedule(module, "sapphirerapids")
     found = [(inst.type.dtype, fn.schedule.get("pairs")) for fn in module.functions  # type: ignore[attr-defined]
              if fn.name.startswith("train_step_k")
              for inst in fn.instructions() if inst.opcode == "convolve"]  # fmt: skip
-    assert sorted(found, key=str) == sorted(
-        [(DataType.BF16, 1)] * 3 + [(DataType.F32, 0)] * 2, key=str
-    )
+    assert found == [(DataType.BF16, 1)] * 5
+    grads = [i for fn in module.functions if fn.name.startswith("train_step_k")
+             for i in fn.instructions()
+             if i.opcode == "convolve" and conv_kernel_grad.takes(i)]  # fmt: skip
+    assert len(grads) == 2
 
 
 def test_a_bf16_cnn_trains_as_the_interpreter_does(tmp_path):
