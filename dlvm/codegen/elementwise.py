@@ -25,6 +25,14 @@ def _in_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return b.fpext(x, ir.FloatType())
 
 
+def _bits_in_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """A bf16 widened to f32 by its bits (the same value). For comparisons: LLVM narrows a
+    comparison of two fpext'ed values to one of bfloat, which its x86-64 back end takes one
+    element at a time (a relu's gradient mask, fused into a bf16 product's epilogue)."""
+    bits = b.zext(b.bitcast(x, ir.IntType(16)), I32)
+    return b.bitcast(b.shl(bits, ir.Constant(I32, 16)), ir.FloatType())
+
+
 def unary(b: ir.IRBuilder, op: str, x: ir.Value, dt: DataType, fast: bool = False) -> ir.Value:
     if dt is DataType.BF16:
         return b.fptrunc(unary(b, op, _in_f32(b, x), DataType.F32, fast), x.type)
@@ -194,7 +202,7 @@ _ORDERED = {
 def compare(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: DataType) -> ir.Value:
     cmp = _ORDERED[op]
     if dt is DataType.BF16:
-        x, y = _in_f32(b, x), _in_f32(b, y)
+        x, y = _bits_in_f32(b, x), _bits_in_f32(b, y)
     if dt.is_float:
         # NumPy: every comparison with NaN is false except !=, which is true.
         return b.fcmp_unordered(cmp, x, y) if op == "notEqual" else b.fcmp_ordered(cmp, x, y)
