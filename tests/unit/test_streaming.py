@@ -159,3 +159,36 @@ def test_memory_bound_measure(tmp_path, low_threshold, body, streams):
 def test_short_rows_do_not_stream(tmp_path, low_threshold):
     assert stream_schedule.streams(kernel(tmp_path, "x + y", "[N x 63]")) is False
     assert stream_schedule.streams(kernel(tmp_path, "x + y", "[63 x N]")) is True
+
+
+TRAINED = f"""module upd
+use optim
+dim N = {N}
+x: in[N]
+W: param[N] = 0.5
+loss: out[] = sum(x * W * W)
+train minimizing loss using sgd(rate: 0.001)
+"""
+
+
+def test_a_parameter_update_streamed_in_place(tmp_path, low_threshold):
+    """SGD's update W - rate·g is cheap and written over W: each vector is loaded before it
+    is stored non-temporally, so three steps give the plain build's parameters bit for bit."""
+    compiled = compile_snippet(str(tmp_path), TRAINED, "upd")
+    module = schedule(compiled.module, fast_math=True)
+    streamed_kernels = [f for f in module.functions if f.compute and f.schedule.get("stream") == 1]
+    assert streamed_kernels, "no kernel of the train step streams"
+    x = arguments("affine")[0]
+    weights = []
+    for threshold in (1024, 1 << 62):  # streamed, then the plain build
+        stream_schedule.STREAM_BYTES = threshold
+        directory = tmp_path / str(threshold)
+        directory.mkdir()
+        compiled = compile_snippet(str(directory), TRAINED, "upd")
+        build_library(compiled.module, compiled.spec, directory / "upd.so", fast_math=True)
+        with dlvm.load(directory / "upd.so") as model:
+            for _ in range(3):
+                model.train_step(x)
+            weights.append(model.get_param("W").copy())
+    assert weights[0].tobytes() == weights[1].tobytes()
+    assert not np.array_equal(weights[0], np.full(N, 0.5, np.float32))
