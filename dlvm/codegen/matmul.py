@@ -21,9 +21,9 @@ rows with W's rows (dlvm.codegen.matmul_rows). Elements of a are read one by one
 Row and column counts need not divide the tile: leftover rows are one shorter tile, leftover
 columns one narrower strip (LLVM vectors of any width).
 
-A bf16 product (`wide`) accumulates in f32 vectors (half as many lanes as bf16 vectors) over
+A bf16 or f16 product (`wide`) accumulates in f32 vectors (half as many lanes) over
 its whole sum in one slice (dlvm.codegen.bf16_products bounds its length), and rounds once to
-bf16 as the tile is stored, before the epilogue reads it back (an epilogue that ends in f32,
+its type as the tile is stored, before the epilogue reads it back (an epilogue that ends in f32,
 `--precision bf16`'s weight update, holds the rounded tile widened in its f32 result).
 Packed and with `pairs 1` in its schedule (AVX-512 BF16), its operands go in pairs of steps
 of p and the micro-kernel is dlvm.codegen.bf16_pairs'; otherwise its elements are widened to
@@ -114,7 +114,7 @@ class MatMul:
     """Emits the tiled product of `dot` (an instruction of kg's kernel) into `out`, then the
     kernel's root computed from it in place when the root is an epilogue."""
 
-    wide = False  # bf16 operands, f32 sums (the module docstring)
+    wide = False  # bf16 or f16 operands, f32 sums (the module docstring)
     pairs = False  # and packed in pairs for vdpbf16ps (dlvm.codegen.bf16_pairs)
     converts = False  # and the CPU rounds f32 to bf16 in one instruction (vcvtneps2bf16)
 
@@ -133,7 +133,7 @@ class MatMul:
         assert isinstance(at, TensorType)
         self.k = at.shape[-1]
         self.elem_ty = value_type(self.dt)
-        self.wide = self.dt is DataType.BF16
+        self.wide = self.dt in (DataType.BF16, DataType.F16)
         if self.wide:  # f32 accumulators, the whole sum in one slice
             lanes = max(1, lanes // 2)
             self.tile = dataclasses.replace(tiling(self.m, self.k, lanes, self.n, 4),
@@ -437,7 +437,7 @@ class MatMul:
     @property
     def narrow_out(self) -> bool:
         """Whether out holds the tile in bf16 (not widened for an f32 epilogue)."""
-        return self.wide and self.held.dtype is DataType.BF16
+        return self.wide and self.held.dtype is self.dt
 
     def store_vector(self, v: ir.Value, ptr: ir.Value) -> None:
         """Sums into out: a bf16 product's f32 sums rounded once to bf16 (and widened back,
@@ -447,7 +447,10 @@ class MatMul:
         if self.wide:
             assert isinstance(vt, ir.VectorType)
             to = ir.VectorType(self.elem_ty, vt.count)
-            v = narrow(b, v, to) if self.converts else bf16_rounded(b, v)
+            if self.converts or self.dt is DataType.F16:
+                v = narrow(b, v, to)
+            else:
+                v = bf16_rounded(b, v)
             if not self.narrow_out:
                 v = b.fpext(v, vt)
         b.store(v, ptr, align=self.held.dtype.size)
