@@ -25,6 +25,7 @@ from dlvm.codegen import (
     conv_rows,
     streaming,
 )
+from dlvm.codegen.bf16_products import NARROW
 from dlvm.codegen.combinators import not_inlinable
 from dlvm.codegen.conv_bf16 import Bf16Conv
 from dlvm.codegen.conv_depthwise import DepthwiseConv
@@ -102,6 +103,12 @@ def tensor_type(v: Value) -> TensorType:
     t = v.type
     assert isinstance(t, TensorType), f"expected a tensor, found {t}"
     return t
+
+
+def sum_type(dt: DataType) -> DataType:
+    """The type a product of dt elements multiplies and sums in, one output element at a time:
+    f32 for bf16 and f16 (exact products, rounded once, as the interpreter's), else dt."""
+    return DataType.F32 if dt in NARROW else dt
 
 
 def constant_array(lit: LiteralValue) -> np.ndarray:
@@ -426,20 +433,25 @@ class KernelGen:
             lambda batch: product.emit(batch, ir.Constant(I64, 0), rows), first=(begin, end),
         )  # fmt: skip
 
+    def elem_in(self, v: Value, idx: list[ir.Value], dt: DataType) -> ir.Value:
+        """v's element at idx, widened to dt (sum_type) where v's elements are narrower."""
+        e = self.elem(v, idx)
+        return e if tensor_type(v).dtype is dt else self.b.fpext(e, value_type(dt))
+
     def product_elements(self, out: ir.Value, begin: ir.Value, end: ir.Value) -> None:
         """A matrix product one output element at a time (each a sum over p in order), then
         the epilogue at that element: the untiled product of a GPU thread. A bf16 product's
-        products and sums are f32 (exact products, rounded once, as the interpreter's)."""
+        products and sums are f32 (exact products, rounded once, as the interpreter's), and so
+        are an f16 one's (sum_type)."""
         b, core = self.b, self.core
         x, y = core.operands
         t = tensor_type(core)
-        wide = t.dtype is DataType.BF16
-        dt = DataType.F32 if wide else t.dtype
+        dt = sum_type(t.dtype)
+        wide = dt is not t.dtype
         slot = self.alloca(value_type(dt))
 
         def operand(v: Value, idx: list[ir.Value]) -> ir.Value:
-            e = self.elem(v, idx)
-            return b.fpext(e, value_type(dt)) if wide else e
+            return self.elem_in(v, idx, dt)
 
         def at(idx: list[ir.Value]) -> None:
             batch, i, j = idx[:-2], idx[-2], idx[-1]
@@ -654,13 +666,12 @@ class KernelGen:
         groups = a.get("groups") or 1
         cin_g, cout_g = kt.shape[1], kt.shape[0] // groups
         # A bf16 convolution multiplies and sums in f32 and rounds once, as the interpreter.
-        wide = t.dtype is DataType.BF16
-        dt = DataType.F32 if wide else t.dtype
+        dt = sum_type(t.dtype)
+        wide = dt is not t.dtype
         slot = self.alloca(value_type(dt))
 
         def operand(v: Value, idx: list[ir.Value]) -> ir.Value:
-            e = self.elem(v, idx)
-            return b.fpext(e, value_type(dt)) if wide else e
+            return self.elem_in(v, idx, dt)
 
         def at(o: list[ir.Value]) -> None:
             batch, oc, p = o[0], o[1], o[2:]
